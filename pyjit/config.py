@@ -1,0 +1,85 @@
+"""pyjit's one typed configuration object, and the only place the environment is read.
+
+Every tunable lives on :data:`config` (an instance of :class:`Config`). Code reads
+``pyjit.config.config.<field>``; tests and users change settings for a scope with
+``with pyjit.config.patch(field=value): ...``. Environment variables are read once, at
+import, by :func:`_from_environment` and nowhere else:
+
+- ``PYJIT_LOGS``: comma-separated log channels (see :mod:`pyjit.logs`), e.g. ``guards,recompiles``.
+- ``PYJIT_CACHE_DIR``: on-disk cache root (default ``$XDG_CACHE_HOME/pyjit`` or ``~/.cache/pyjit``).
+- ``PYJIT_DEBUG_DIR``: when set, generated code (bytecode, FX graphs, Triton, wrappers) is dumped there.
+- ``PYJIT_CPU_BACKEND``: ``eager`` (default: CPU graphs run as captured) or ``triton_interpret``
+  (generated Triton kernels run on CPU tensors through Triton's interpreter).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from typing import Any, Iterator, Literal
+
+CpuBackend = Literal["eager", "triton_interpret"]
+
+
+@dataclasses.dataclass
+class Config:
+    # Comma-separated log channels enabled at start-up (PYJIT_LOGS).
+    logs: str = ""
+    # Root of the on-disk cache (PYJIT_CACHE_DIR); None means the XDG default.
+    cache_dir: str | None = None
+    # Where generated code is dumped for debugging (PYJIT_DEBUG_DIR); None disables dumping.
+    debug_dir: str | None = None
+    # How graphs whose tensors live on the CPU are run (PYJIT_CPU_BACKEND).
+    cpu_backend: CpuBackend = "eager"
+    # Cache entries (guarded compiled versions) per code object before it runs eagerly.
+    entry_limit: int = 8
+    # Raise pyjit's internal errors instead of falling back to eager (for tests).
+    raise_on_internal_error: bool = False
+    # Maximum depth of inlined user-function calls while tracing.
+    inline_depth_limit: int = 32
+    # Triton launch: default number of warps for pointwise kernels when no heuristic applies.
+    triton_default_num_warps: int = 4
+
+    def default_cache_dir(self) -> str:
+        """The cache root: PYJIT_CACHE_DIR, else $XDG_CACHE_HOME/pyjit, else ~/.cache/pyjit."""
+        if self.cache_dir:
+            return self.cache_dir
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        return os.path.join(base, "pyjit")
+
+
+_VALID_CPU_BACKENDS = ("eager", "triton_interpret")
+
+
+def _from_environment(env: "os._Environ[str] | dict[str, str]") -> Config:
+    cfg = Config()
+    cfg.logs = env.get("PYJIT_LOGS", "")
+    cfg.cache_dir = env.get("PYJIT_CACHE_DIR") or None
+    cfg.debug_dir = env.get("PYJIT_DEBUG_DIR") or None
+    cpu = env.get("PYJIT_CPU_BACKEND", "eager") or "eager"
+    if cpu not in _VALID_CPU_BACKENDS:
+        raise ValueError(
+            f"PYJIT_CPU_BACKEND={cpu!r} is not one of {_VALID_CPU_BACKENDS}; unset it or pick one of those"
+        )
+    cfg.cpu_backend = cpu  # type: ignore[assignment]
+    return cfg
+
+
+config: Config = _from_environment(os.environ)
+
+
+@contextlib.contextmanager
+def patch(**changes: Any) -> Iterator[Config]:
+    """Temporarily change fields of :data:`config`; restores the old values on exit."""
+    names = {f.name for f in dataclasses.fields(Config)}
+    unknown = set(changes) - names
+    if unknown:
+        raise AttributeError(f"pyjit.config has no setting(s) {sorted(unknown)}; known: {sorted(names)}")
+    old = {name: getattr(config, name) for name in changes}
+    try:
+        for name, value in changes.items():
+            setattr(config, name, value)
+        yield config
+    finally:
+        for name, value in old.items():
+            setattr(config, name, value)
