@@ -16,4 +16,23 @@ __version__ = "0.1.0"
 if config.config.logs:
     set_logs(config.config.logs)
 
-__all__ = ["config", "GraphBreakError", "PyjitError", "set_logs", "__version__"]
+__all__ = ["config", "GraphBreakError", "PyjitError", "set_logs", "__version__", "jit", "reset", "enable",
+           "disable", "backends"]
+
+# The frontend imports torch: load it on first use (``pyjit.jit`` ...), never at import time.
+_LAZY = {"jit": "api", "reset": "api", "enable": "api", "disable": "api", "explain": "explain"}
+
+
+def __getattr__(name: str):  # noqa: ANN202 - module __getattr__ (PEP 562)
+    if name == "backends":
+        import importlib
+
+        return importlib.import_module(".backends", __name__)
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'pyjit' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{mod}", __name__), name)
+    globals()[name] = value
+    return value

@@ -39,6 +39,13 @@ class Config:
     inline_depth_limit: int = 32
     # Triton launch: default number of warps for pointwise kernels when no heuristic applies.
     triton_default_num_warps: int = 4
+    # Backend (owner: backend): fuse loop nodes into shared kernels (off = one kernel per buffer).
+    backend_fusion: bool = True
+    # Backend: reductions of at most this many elements per row run as one persistent block;
+    # longer ones loop over the row in chunks.
+    backend_persistent_reduction_max: int = 4096
+    # Backend: use the on-disk cache of generated modules (PYJIT_CACHE_DIR).
+    backend_disk_cache: bool = True
 
     def default_cache_dir(self) -> str:
         """The cache root: PYJIT_CACHE_DIR, else $XDG_CACHE_HOME/pyjit, else ~/.cache/pyjit."""

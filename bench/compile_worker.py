@@ -1,0 +1,94 @@
+"""Child process of the ``compile`` suite: one compile of one workload with one backend.
+
+The parent (:mod:`bench.suites`) starts this module in a fresh interpreter with
+``PYJIT_CACHE_DIR``, ``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR`` pointing at a
+directory that is empty (cold) or was filled by the cold run (warm). It prints one line
+``BENCH_RESULT <json>`` with: import time, eager first call, compiled first call, steady call,
+``compile_s`` = compiled first call - steady call, the correctness verdict, and pyjit's
+compile-phase breakdown when the ``compile_times`` channel logged one.
+"""
+from __future__ import annotations
+
+import time
+
+_T_START = time.perf_counter()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+import traceback  # noqa: E402
+from typing import Any  # noqa: E402
+
+import torch  # noqa: E402
+
+RESULT_TAG = "BENCH_RESULT "
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(workload_name: str, backend_name: str, device_name: str, size: str) -> dict[str, Any]:
+    from bench import workloads
+    from bench.backends import make_backend
+    from bench.correctness import compare
+    from bench.runner import capture_pyjit_logs, summarize_logs
+
+    out: dict[str, Any] = {"import_torch_s": time.perf_counter() - _T_START}
+    device = torch.device(device_name)
+    w = workloads.by_name(workload_name)
+    backend = make_backend(backend_name, device)
+    if not backend.available:
+        return {**out, "status": "UNAVAILABLE", "reason": backend.reason}
+    built = w.build(device, size)
+    inputs = built.make_inputs(torch.Generator().manual_seed(1234))
+    grad = torch.no_grad() if w.inference else torch.enable_grad()
+    with grad:
+        t0 = time.perf_counter()
+        ref = built.fn(*inputs)
+        _sync(device)
+        out["eager_first_call_s"] = time.perf_counter() - t0
+        with capture_pyjit_logs(backend.uses_pyjit) as logs:
+            t0 = time.perf_counter()
+            compiled = backend.compile(built.fn)
+            result = compiled(*inputs)
+            _sync(device)
+            out["first_call_s"] = time.perf_counter() - t0
+            steady = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                compiled(*inputs)
+                _sync(device)
+                steady.append(time.perf_counter() - t0)
+        verdict = compare(ref, result, w.atol, w.rtol)
+    out["steady_call_s"] = sorted(steady)[1]
+    out["compile_s"] = max(0.0, out["first_call_s"] - out["steady_call_s"])
+    out["correctness"] = verdict.as_dict(w.atol, w.rtol)
+    out["status"] = "OK" if verdict.ok else "FAIL"
+    out["reason"] = verdict.reason or None
+    if backend.uses_pyjit:
+        out["pyjit_logs"] = summarize_logs(logs.records)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--workload", required=True)
+    parser.add_argument("--backend", required=True)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--size", default="small")
+    args = parser.parse_args(argv)
+    try:
+        result = measure(args.workload, args.backend, args.device, args.size)
+    except Exception as exc:
+        first = (f"{type(exc).__name__}: {exc}".splitlines() or [type(exc).__name__])[0]
+        result = {"status": "ERROR", "reason": first[:300], "traceback": traceback.format_exc(limit=8)[-2000:]}
+    result["process_s"] = time.perf_counter() - _T_START
+    sys.stdout.flush()
+    print(RESULT_TAG + json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""Direct measurements of pyjit internals through their public contracts (overhead suite).
+
+- :func:`hook_overhead_row`: what ``pyjit.enable()`` (the global frame hook) costs ordinary,
+  tensor-free Python code: ``fib(15)`` with the hook off and on.
+- :func:`guard_check_row`: one ``pyjit._C.GuardTree.check`` over 1/4/16 tensor arguments (the
+  per-call guard cost of a cache hit), built with the contract's ``check_tensor``.
+
+Both report UNAVAILABLE with the reason while the layer they probe is missing.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from bench.measure import TimingPlan, time_calls
+from bench.runner import STATUS_ERROR, STATUS_OK, STATUS_UNAVAILABLE
+
+
+def _pure_python_workload() -> int:
+    """No tensors at all: measures what the global hook costs ordinary Python code."""
+
+    def fib(n: int) -> int:
+        return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+    return fib(15)
+
+
+def hook_overhead_row(plan: TimingPlan) -> dict[str, Any]:
+    """Time a pure-Python function with and without ``pyjit.enable()`` (the global hook)."""
+    row: dict[str, Any] = {"suite": "overhead", "workload": "hook_pure_python", "backend": "pyjit.enable",
+                           "status": STATUS_UNAVAILABLE, "reason": None,
+                           "params": {"device": "cpu", "description": "fib(15) in pure Python, hook on vs off"}}
+    try:
+        import pyjit
+    except Exception as exc:
+        row["reason"] = f"import pyjit failed: {type(exc).__name__}: {exc}"[:300]
+        return row
+    enable = getattr(pyjit, "enable", None)
+    if not callable(enable):
+        row["reason"] = "pyjit.enable does not exist yet"
+        return row
+    from bench.measure import time_calls
+
+    cpu = torch.device("cpu")
+    try:
+        off = time_calls(_pure_python_workload, [()], cpu, plan)
+        handle = enable()
+        entered = hasattr(handle, "__enter__") and hasattr(handle, "__exit__")
+        if entered:
+            handle.__enter__()
+        try:
+            on = time_calls(_pure_python_workload, [()], cpu, plan)
+        finally:
+            if entered:
+                handle.__exit__(None, None, None)
+            elif callable(getattr(pyjit, "disable", None)):
+                pyjit.disable()
+            if callable(getattr(pyjit, "reset", None)):
+                pyjit.reset()
+    except Exception as exc:
+        row.update(status=STATUS_ERROR, reason=f"{type(exc).__name__}: {exc}"[:300])
+        return row
+    row.update(status=STATUS_OK, timing=on.summary(), timing_hook_off=off.summary(),
+               hook_overhead_fraction=(on.median - off.median) / off.median if off.median > 0 else None)
+    return row
+
+
+def guard_check_row(n_tensors: int, plan: TimingPlan) -> dict[str, Any]:
+    """Time ``GuardTree.check`` of a tree holding one tensor check per argument (all passing)."""
+    row: dict[str, Any] = {"suite": "overhead", "workload": f"guard_check_{n_tensors}_tensors",
+                           "backend": "pyjit._C", "status": STATUS_UNAVAILABLE, "reason": None,
+                           "params": {"device": "cpu", "shape": f"{n_tensors}x[8] f32",
+                                      "description": f"GuardTree.check, {n_tensors} tensor checks, passing"}}
+    try:
+        from pyjit import _C
+    except Exception as exc:
+        row["reason"] = f"pyjit._C is not built ({type(exc).__name__}: {exc})"[:300]
+        return row
+    try:
+        args = tuple(torch.randn(8) for _ in range(n_tensors))
+        tree = _C.GuardTree()
+        for i, t in enumerate(args):
+            tree.arg(i).check_tensor(type(t), t.dtype, t.device, t.requires_grad, tuple(t.shape), t.stride(), i)
+
+        def target(*a: Any) -> None:  # the function whose frame the guard would belong to
+            return None
+
+        if tree.check(target, args) != -1:
+            raise RuntimeError("the guard tree rejected the very tensors it was built from")
+        timing = time_calls(tree.check, [(target, args)], torch.device("cpu"), plan)
+    except Exception as exc:
+        row.update(status=STATUS_ERROR, reason=f"{type(exc).__name__}: {exc}"[:300])
+        return row
+    row.update(status=STATUS_OK, timing=timing.summary(), per_tensor_s=timing.median / n_tensors)
+    return row

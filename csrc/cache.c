@@ -1,0 +1,175 @@
+/* cache.c: the per-code cache stored in co_extra.
+ *
+ * Owns: the co_extra index (requested once, at module import), creation of a CodeExtra on
+ * first use, the entry list (prepend, move-to-front on hit), and reset of all state.
+ * Ownership: a CodeExtra holds strong references to its entries' guards and code objects.
+ * Those references are invisible to the cyclic GC (code objects are not GC-tracked), so a
+ * cycle through co_extra is only broken by reset() or by the code object dying; the
+ * frontend must not store the original function in a guard (docs/internals.md).
+ * The free function runs whenever a code object dies, on any thread holding the GIL and
+ * possibly during finalisation: it accepts NULL, calls no Python code of ours, and only
+ * DECREFs and frees.
+ */
+#include "cache.h"
+
+static Py_ssize_t extra_index = -1;
+/* Doubly linked registry of live CodeExtra structs; head sentinel-free (NULL = empty). */
+static CodeExtra *registry = NULL;
+static Py_ssize_t registry_count = 0;
+
+static void free_entries(CacheEntry *e)
+{
+    while (e != NULL) {
+        CacheEntry *next = e->next;
+        Py_XDECREF(e->guard);
+        Py_XDECREF(e->code);
+        PyMem_Free(e);
+        e = next;
+    }
+}
+
+static void registry_unlink(CodeExtra *ex)
+{
+    if (ex->reg_prev != NULL) {
+        ex->reg_prev->reg_next = ex->reg_next;
+    }
+    else {
+        registry = ex->reg_next;
+    }
+    if (ex->reg_next != NULL) {
+        ex->reg_next->reg_prev = ex->reg_prev;
+    }
+    ex->reg_prev = ex->reg_next = NULL;
+    registry_count--;
+}
+
+/* co_extra free function: called with NULL for unset slots (code_dealloc calls it for every
+ * slot below ce_size), so NULL must be accepted. */
+static void extra_free(void *ptr)
+{
+    CodeExtra *ex = (CodeExtra *)ptr;
+    if (ex == NULL) {
+        return;
+    }
+    registry_unlink(ex);
+    CacheEntry *entries = ex->head;
+    ex->head = NULL;
+    PyMem_Free(ex);
+    /* DECREFs last: they may free other code objects, re-entering this function. */
+    free_entries(entries);
+}
+
+int pyjit_cache_init(void)
+{
+    if (extra_index >= 0) {
+        return 0;
+    }
+    extra_index = PYJIT_RequestCodeExtraIndex(extra_free);
+    if (extra_index < 0) {
+        /* The interpreter has no free co_extra slot; it does not set an exception itself. */
+        PyErr_SetString(PyExc_RuntimeError,
+                        "pyjit._C: no free co_extra index (too many tools use code extras)");
+        return -1;
+    }
+    return 0;
+}
+
+CodeExtra *pyjit_extra_get(PyCodeObject *co)
+{
+    void *ptr = NULL;
+    if (PYJIT_Code_GetExtra((PyObject *)co, extra_index, &ptr) < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return (CodeExtra *)ptr;
+}
+
+CodeExtra *pyjit_extra_ensure(PyCodeObject *co)
+{
+    void *ptr = NULL;
+    if (PYJIT_Code_GetExtra((PyObject *)co, extra_index, &ptr) < 0) {
+        return NULL;
+    }
+    if (ptr != NULL) {
+        return (CodeExtra *)ptr;
+    }
+    CodeExtra *ex = PyMem_Calloc(1, sizeof(CodeExtra));
+    if (ex == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    /* The slot is empty here, so SetExtra cannot call extra_free on an old value. */
+    if (PYJIT_Code_SetExtra((PyObject *)co, extra_index, ex) < 0) {
+        PyMem_Free(ex);
+        return NULL;
+    }
+    ex->reg_next = registry;
+    if (registry != NULL) {
+        registry->reg_prev = ex;
+    }
+    registry = ex;
+    registry_count++;
+    return ex;
+}
+
+int pyjit_cache_prepend(CodeExtra *ex, PyObject *guard, PyObject *code)
+{
+    CacheEntry *e = PyMem_Malloc(sizeof(CacheEntry));
+    if (e == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (guard == Py_None) {
+        guard = NULL;
+    }
+    Py_XINCREF(guard);
+    Py_INCREF(code);
+    e->guard = guard;
+    e->code = code;
+    e->next = ex->head;
+    ex->head = e;
+    ex->n_entries++;
+    ex->version++;
+    return 0;
+}
+
+void pyjit_cache_move_to_front(CodeExtra *ex, CacheEntry *prev, CacheEntry *e)
+{
+    if (prev == NULL) {
+        return; /* already the head */
+    }
+    prev->next = e->next;
+    e->next = ex->head;
+    ex->head = e;
+    ex->version++;
+}
+
+void pyjit_cache_reset_all(void)
+{
+    /* Detach everything first, DECREF afterwards: a DECREF may free a code object and so
+     * unlink a CodeExtra from the registry we are walking. */
+    CacheEntry *doomed = NULL;
+    for (CodeExtra *ex = registry; ex != NULL; ex = ex->reg_next) {
+        CacheEntry *e = ex->head;
+        if (e != NULL) {
+            CacheEntry *tail = e;
+            while (tail->next != NULL) {
+                tail = tail->next;
+            }
+            tail->next = doomed;
+            doomed = e;
+        }
+        ex->head = NULL;
+        ex->n_entries = 0;
+        ex->version++;
+        ex->skip = 0;
+        ex->run_only = 0;
+        ex->limit_reported = 0;
+    }
+    free_entries(doomed);
+}
+
+Py_ssize_t pyjit_cache_count_extras(void)
+{
+    return registry_count;
+}

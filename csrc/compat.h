@@ -1,0 +1,63 @@
+/* compat.h: the only place that knows how CPython 3.11, 3.12 and 3.13 differ for pyjit._C.
+ *
+ * Owns: the internal-header includes (frame layout), accessor macros for frame fields whose
+ * names changed between versions, the co_extra API names, and the frame clean-up that the
+ * eval function owes the interpreter on 3.12+ (see docs/internals.md and
+ * ../shared/notes/cpython-frames.md sections 2, 5 and 7).
+ */
+#ifndef PYJIT_COMPAT_H
+#define PYJIT_COMPAT_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030E0000
+#error "pyjit._C supports CPython 3.11, 3.12 and 3.13 only"
+#endif
+
+/* The frame struct lives in an internal header. Py_BUILD_CORE is defined only around it
+ * (3.13 refuses internal headers without it) and never before Python.h, so our exported
+ * symbols keep extension linkage. 3.12 also needs _PyGC_FINALIZED undefined (cpython#105268). */
+#define Py_BUILD_CORE
+#undef _PyGC_FINALIZED
+#include <internal/pycore_frame.h>
+#undef Py_BUILD_CORE
+
+#define PYJIT_PY311 (PY_VERSION_HEX < 0x030C0000)
+#define PYJIT_PY312 (PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030D0000)
+#define PYJIT_PY313 (PY_VERSION_HEX >= 0x030D0000)
+
+/* Frame fields renamed between versions. */
+#if PYJIT_PY311
+#define PYJIT_FRAME_CODE(f) ((f)->f_code)
+#define PYJIT_FRAME_FUNC(f) ((f)->f_func)
+#elif PYJIT_PY312
+#define PYJIT_FRAME_CODE(f) ((f)->f_code)
+#define PYJIT_FRAME_FUNC(f) ((PyFunctionObject *)(f)->f_funcobj)
+#else
+#define PYJIT_FRAME_CODE(f) ((PyCodeObject *)(f)->f_executable)
+#define PYJIT_FRAME_FUNC(f) ((PyFunctionObject *)(f)->f_funcobj)
+#endif
+
+/* co_extra: 3.12 renamed the exported functions to PyUnstable_*; the _Py names became
+ * deprecated inline wrappers (which would warn under -Wall). */
+#if PYJIT_PY311
+#define PYJIT_RequestCodeExtraIndex _PyEval_RequestCodeExtraIndex
+#define PYJIT_Code_GetExtra _PyCode_GetExtra
+#define PYJIT_Code_SetExtra _PyCode_SetExtra
+#else
+#define PYJIT_RequestCodeExtraIndex PyUnstable_Eval_RequestCodeExtraIndex
+#define PYJIT_Code_GetExtra PyUnstable_Code_GetExtra
+#define PYJIT_Code_SetExtra PyUnstable_Code_SetExtra
+#endif
+
+/* Weak identity: a weakref's referent pointer, Py_None once the referent died. Reading the
+ * field directly (public struct in cpython/weakrefobject.h) avoids the deprecated
+ * PyWeakref_GET_OBJECT and any reference counting; we only ever compare the pointer. */
+#define PYJIT_WEAK_TARGET(wr) (((PyWeakReference *)(wr))->wr_object)
+
+/* Release an intercepted frame whose code we did not run (see compat.c). */
+void pyjit_release_unrun_frame(PyThreadState *tstate, _PyInterpreterFrame *frame);
+
+#endif /* PYJIT_COMPAT_H */

@@ -1,0 +1,385 @@
+/* eval_frame.c: the PEP 523 frame-evaluation hook.
+ *
+ * Owns: the per-thread state (callback, run-only mode, re-entrancy counter), installing the
+ * hook interpreter-wide while at least one thread is enabled (chaining to the previous eval
+ * function), the frame filter, cache lookup, the callback on a miss, the entry limit, and
+ * running replacement code.
+ *
+ * Running replacement code (docs/internals.md, "flat-vector call"): a function is built from
+ * the replacement code with the original function's globals and closure, and called with the
+ * frame's argument slots (localsplus[0:nargs]) as positional arguments. The replacement's
+ * own frame re-enters this hook and is recognised through `expected_code`. The original
+ * frame never runs; it is released per version by pyjit_release_unrun_frame (compat.c).
+ * Policy lives in Python: this file only stores and checks what the callback decided.
+ */
+#include "eval_frame.h"
+#include "cache.h"
+#include "guards.h"
+
+typedef struct {
+    PyObject *callback;          /* strong or NULL; the thread's callback */
+    int run_only;                /* thread run-only mode: use entries, never call back */
+    int enabled;                 /* callback != NULL || run_only */
+    int busy;                    /* > 0 while our callback or guards run: default evaluator */
+    PyCodeObject *expected_code; /* replacement code about to be entered by this thread */
+} ThreadState;
+
+/* C11 thread-local: a thread that never enabled pyjit pays exactly this read per frame.
+ * The callback reference of a thread that exits while enabled is leaked (one object). */
+static _Thread_local ThreadState tls;
+
+static _PyFrameEvalFunction previous_eval = NULL;
+static Py_ssize_t active_threads = 0;
+static int entry_limit = 8;
+static PyObject *limit_callback = NULL; /* strong or NULL; interpreter-wide */
+
+static PyObject *pyjit_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag);
+
+/* ------------------------------------------------------------ install / enable -------- */
+
+static void install_hook(void)
+{
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
+    if (current != pyjit_eval_frame) {
+        previous_eval = current;
+        _PyInterpreterState_SetEvalFrameFunc(interp, pyjit_eval_frame);
+    }
+}
+
+static void uninstall_hook(void)
+{
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    /* Only restore if nobody replaced us meanwhile (then their hook chains to ours). */
+    if (_PyInterpreterState_GetEvalFrameFunc(interp) == pyjit_eval_frame) {
+        _PyInterpreterState_SetEvalFrameFunc(interp, previous_eval);
+    }
+}
+
+static void update_enabled(ThreadState *t)
+{
+    int now = t->callback != NULL || t->run_only;
+    if (now && !t->enabled) {
+        if (active_threads++ == 0) {
+            install_hook();
+        }
+    }
+    else if (!now && t->enabled) {
+        if (--active_threads == 0) {
+            uninstall_hook();
+        }
+    }
+    t->enabled = now;
+}
+
+/* ------------------------------------------------------------ helpers ---------------- */
+
+static inline Py_ssize_t argument_slots(PyCodeObject *co)
+{
+    return co->co_argcount + co->co_kwonlyargcount + ((co->co_flags & CO_VARARGS) ? 1 : 0) +
+           ((co->co_flags & CO_VARKEYWORDS) ? 1 : 0);
+}
+
+static inline PyObject *run_original(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
+{
+    return previous_eval(tstate, frame, throwflag);
+}
+
+/* Call `code` as a function of the original's globals and closure with the frame's argument
+ * slots, then release the unrun original frame. Returns the result or NULL (exception set). */
+static PyObject *run_replacement(PyThreadState *tstate, _PyInterpreterFrame *frame,
+                                 ThreadState *t, PyCodeObject *code, Py_ssize_t nargs)
+{
+    PyFunctionObject *func = PYJIT_FRAME_FUNC(frame);
+    PyObject *res = NULL;
+    PyObject *fn = PyFunction_New((PyObject *)code, func->func_globals);
+    if (fn != NULL) {
+        if (func->func_closure == NULL || PyFunction_SetClosure(fn, func->func_closure) == 0) {
+            t->expected_code = code;
+            /* No PY_VECTORCALL_ARGUMENTS_OFFSET: localsplus[-1] belongs to the frame header. */
+            res = PyObject_Vectorcall(fn, frame->localsplus, (size_t)nargs, NULL);
+            t->expected_code = NULL; /* normally consumed on entry; cleared on early failure */
+        }
+        Py_DECREF(fn);
+    }
+    pyjit_release_unrun_frame(tstate, frame);
+    return res;
+}
+
+/* Validate a replacement code object against the original (notes section 3). 0 or -1. */
+static int validate_replacement(PyCodeObject *original, PyObject *code, Py_ssize_t nargs)
+{
+    if (!PyCode_Check(code)) {
+        PyErr_Format(PyExc_TypeError,
+                     "pyjit callback for %U (%U:%d) returned a non-code replacement (%.80s)",
+                     original->co_qualname, original->co_filename, original->co_firstlineno,
+                     Py_TYPE(code)->tp_name);
+        return -1;
+    }
+    PyCodeObject *repl = (PyCodeObject *)code;
+    const char *problem = NULL;
+    if (repl->co_argcount != nargs || repl->co_kwonlyargcount != 0 ||
+        (repl->co_flags & (CO_VARARGS | CO_VARKEYWORDS))) {
+        problem = "must take exactly the original's argument slots as plain positional parameters";
+    }
+    else if (repl->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) {
+        problem = "must not be a generator or coroutine";
+    }
+    else if (!(repl->co_flags & CO_OPTIMIZED)) {
+        problem = "must be function code (CO_OPTIMIZED)";
+    }
+    if (problem == NULL && repl->co_nfreevars == 0 && original->co_nfreevars == 0) {
+        return 0;
+    }
+    /* The closure tuple is positional: the replacement's free variables must match exactly. */
+    PyObject *want = PyCode_GetFreevars(original);
+    PyObject *got = PyCode_GetFreevars(repl);
+    int same = (want && got) ? PyObject_RichCompareBool(want, got, Py_EQ) : -1;
+    if (same == 0 && problem == NULL) {
+        problem = "must keep the original's free variables in order";
+    }
+    if (same >= 0 && problem != NULL) {
+        PyErr_Format(PyExc_TypeError,
+                     "pyjit: replacement code %U for %U (%U:%d) %s (expected %zd positional "
+                     "parameters, freevars %R; got %d, freevars %R)",
+                     repl->co_name, original->co_qualname, original->co_filename,
+                     original->co_firstlineno, problem, nargs, want, repl->co_argcount, got);
+    }
+    Py_XDECREF(want);
+    Py_XDECREF(got);
+    return (same < 0 || problem != NULL) ? -1 : 0;
+}
+
+static void report_limit(ThreadState *t, CodeExtra *ex, PyCodeObject *co)
+{
+    if (ex->limit_reported) {
+        return;
+    }
+    ex->limit_reported = 1;
+    if (limit_callback == NULL) {
+        return;
+    }
+    PyObject *cb = Py_NewRef(limit_callback);
+    t->busy++;
+    PyObject *r = PyObject_CallOneArg(cb, (PyObject *)co);
+    t->busy--;
+    if (r == NULL) {
+        /* The frame still runs its original code; a logging failure must not break it. */
+        PyErr_WriteUnraisable(cb);
+    }
+    Py_XDECREF(r);
+    Py_DECREF(cb);
+}
+
+/* ------------------------------------------------------------ the hook -------------- */
+
+/* Cache miss: call the thread's callback, install and run what it returns. */
+static PyObject *handle_miss(PyThreadState *tstate, _PyInterpreterFrame *frame, ThreadState *t,
+                             PyCodeObject *co, CodeExtra *ex, Py_ssize_t nargs)
+{
+    if (t->run_only || t->callback == NULL || (ex != NULL && ex->run_only)) {
+        return run_original(tstate, frame, 0);
+    }
+    if ((ex != NULL ? ex->n_entries : 0) >= entry_limit) {
+        if (ex == NULL) {
+            ex = pyjit_extra_ensure(co); /* to remember that the limit was reported */
+            if (ex == NULL) {
+                PyErr_Clear();
+                return run_original(tstate, frame, 0);
+            }
+        }
+        report_limit(t, ex, co);
+        return run_original(tstate, frame, 0);
+    }
+    PyObject *args = PyTuple_New(nargs);
+    if (args == NULL) {
+        pyjit_release_unrun_frame(tstate, frame);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        PyTuple_SET_ITEM(args, i, Py_NewRef(frame->localsplus[i]));
+    }
+    PyObject *cb = Py_NewRef(t->callback);
+    PyObject *cb_args[2] = {(PyObject *)PYJIT_FRAME_FUNC(frame), args};
+    t->busy++;
+    PyObject *result = PyObject_Vectorcall(cb, cb_args, 2, NULL);
+    t->busy--;
+    Py_DECREF(cb);
+    Py_DECREF(args);
+    if (result == NULL) {
+        pyjit_release_unrun_frame(tstate, frame);
+        return NULL;
+    }
+    if (result == Py_None) {
+        Py_DECREF(result);
+        return run_original(tstate, frame, 0);
+    }
+    PyObject *guard, *code;
+    if (!PyTuple_Check(result) || PyTuple_GET_SIZE(result) != 2) {
+        PyErr_Format(PyExc_TypeError,
+                     "pyjit callback must return None or (guard, code), got %.80s",
+                     Py_TYPE(result)->tp_name);
+        goto error;
+    }
+    guard = PyTuple_GET_ITEM(result, 0);
+    code = PyTuple_GET_ITEM(result, 1);
+    if (guard != Py_None && !PyObject_TypeCheck(guard, &PyjitGuardTree_Type)) {
+        PyErr_Format(PyExc_TypeError, "pyjit callback: guard must be a GuardTree or None, got %.80s",
+                     Py_TYPE(guard)->tp_name);
+        goto error;
+    }
+    if (validate_replacement(co, code, nargs) < 0) {
+        goto error;
+    }
+    /* Re-fetch: the callback may have created, reset or marked the state meanwhile. */
+    ex = pyjit_extra_ensure(co);
+    if (ex == NULL || pyjit_cache_prepend(ex, guard, code) < 0) {
+        goto error;
+    }
+    Py_INCREF(code); /* keep it alive across the call even if reset() runs inside */
+    Py_DECREF(result);
+    PyObject *res = run_replacement(tstate, frame, t, (PyCodeObject *)code, nargs);
+    Py_DECREF(code);
+    return res;
+error:
+    Py_DECREF(result);
+    pyjit_release_unrun_frame(tstate, frame);
+    return NULL;
+}
+
+static PyObject *pyjit_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
+{
+    ThreadState *t = &tls;
+    if (!t->enabled || t->busy || throwflag) {
+        return run_original(tstate, frame, throwflag);
+    }
+    PyCodeObject *co = PYJIT_FRAME_CODE(frame);
+    /* Generators/coroutines (creation and resumption), class bodies, module and exec code,
+     * frames already materialised, and frames run while tracing: default evaluator. */
+    if (frame->owner != FRAME_OWNED_BY_THREAD ||
+        (co->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_OPTIMIZED)) != CO_OPTIMIZED ||
+        frame->f_locals != NULL || frame->frame_obj != NULL || tstate->tracing > 0) {
+        return run_original(tstate, frame, 0);
+    }
+    if (co == t->expected_code) {
+        t->expected_code = NULL; /* our replacement's own frame */
+        return run_original(tstate, frame, 0);
+    }
+    CodeExtra *ex = pyjit_extra_get(co);
+    if (ex != NULL && ex->skip) {
+        return run_original(tstate, frame, 0);
+    }
+    Py_ssize_t nargs = argument_slots(co);
+    if (ex != NULL && ex->head != NULL) {
+        PyFunctionObject *func = PYJIT_FRAME_FUNC(frame);
+        uint32_t version = ex->version;
+        CacheEntry *prev = NULL;
+        t->busy++;
+        for (CacheEntry *e = ex->head; e != NULL; prev = e, e = e->next) {
+            long failed = e->guard == NULL ? -1 : pyjit_guard_check(e->guard, func, frame->localsplus, nargs);
+            if (ex->version != version) {
+                break; /* a Python-level check changed the list: `e` may be gone; miss */
+            }
+            if (failed < 0) {
+                PyObject *code = Py_NewRef(e->code);
+                pyjit_cache_move_to_front(ex, prev, e);
+                t->busy--;
+                PyObject *res = run_replacement(tstate, frame, t, (PyCodeObject *)code, nargs);
+                Py_DECREF(code);
+                return res;
+            }
+        }
+        t->busy--;
+    }
+    return handle_miss(tstate, frame, t, co, ex, nargs);
+}
+
+/* ------------------------------------------------------------ Python functions ------ */
+
+static PyObject *py_set_callback(PyObject *Py_UNUSED(m), PyObject *cb)
+{
+    if (cb != Py_None && !PyCallable_Check(cb)) {
+        PyErr_SetString(PyExc_TypeError, "set_callback: expected a callable or None");
+        return NULL;
+    }
+    ThreadState *t = &tls;
+    PyObject *previous = t->callback ? t->callback : Py_NewRef(Py_None);
+    t->callback = cb == Py_None ? NULL : Py_NewRef(cb);
+    update_enabled(t);
+    return previous; /* the reference the thread state held */
+}
+
+static PyObject *py_get_callback(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
+{
+    return Py_NewRef(tls.callback ? tls.callback : Py_None);
+}
+
+static PyObject *py_set_run_only_mode(PyObject *Py_UNUSED(m), PyObject *flag)
+{
+    int value = PyObject_IsTrue(flag);
+    if (value < 0) {
+        return NULL;
+    }
+    ThreadState *t = &tls;
+    PyObject *previous = PyBool_FromLong(t->run_only);
+    t->run_only = value;
+    update_enabled(t);
+    return previous;
+}
+
+static PyObject *py_get_run_only_mode(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
+{
+    return PyBool_FromLong(tls.run_only);
+}
+
+static PyObject *py_set_entry_limit(PyObject *Py_UNUSED(m), PyObject *arg)
+{
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (n < 0 || n > 1 << 20) {
+        PyErr_SetString(PyExc_ValueError, "set_entry_limit: expected 0 <= n <= 2**20");
+        return NULL;
+    }
+    entry_limit = (int)n;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_get_entry_limit(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
+{
+    return PyLong_FromLong(entry_limit);
+}
+
+static PyObject *py_set_limit_callback(PyObject *Py_UNUSED(m), PyObject *cb)
+{
+    if (cb != Py_None && !PyCallable_Check(cb)) {
+        PyErr_SetString(PyExc_TypeError, "set_limit_callback: expected a callable or None");
+        return NULL;
+    }
+    PyObject *old = limit_callback;
+    limit_callback = cb == Py_None ? NULL : Py_NewRef(cb);
+    Py_XDECREF(old);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_hook_installed(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
+{
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    return PyBool_FromLong(_PyInterpreterState_GetEvalFrameFunc(interp) == pyjit_eval_frame);
+}
+
+PyMethodDef pyjit_eval_frame_methods[] = {
+    {"set_callback", py_set_callback, METH_O,
+     "set_callback(cb | None) -> previous: this thread's callback cb(func, args) -> None | (guard, code)."},
+    {"get_callback", py_get_callback, METH_NOARGS, "get_callback() -> this thread's callback or None."},
+    {"set_run_only_mode", py_set_run_only_mode, METH_O,
+     "set_run_only_mode(flag) -> previous: this thread uses cache entries but never calls back."},
+    {"get_run_only_mode", py_get_run_only_mode, METH_NOARGS, "get_run_only_mode() -> bool."},
+    {"set_entry_limit", py_set_entry_limit, METH_O, "set_entry_limit(n): cache entries per code object (default 8)."},
+    {"get_entry_limit", py_get_entry_limit, METH_NOARGS, "get_entry_limit() -> int."},
+    {"set_limit_callback", py_set_limit_callback, METH_O,
+     "set_limit_callback(fn(code) | None): called once per code object that reaches the entry limit."},
+    {"_hook_installed", py_hook_installed, METH_NOARGS, "Whether pyjit's eval function is installed (tests)."},
+    {NULL, NULL, 0, NULL},
+};

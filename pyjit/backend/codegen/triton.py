@@ -1,0 +1,503 @@
+"""Triton kernel generation: one kernel per fused group of loop nodes.
+
+``TritonKernel`` is an ops handler (see ``ops_handler.py``) whose values are named Triton
+temporaries (:class:`CSEVar`, common subexpressions reused). Kernel shapes:
+- pointwise: 1-D ``xindex`` blocks, masked by ``xmask``;
+- persistent reduction: a ``[XBLOCK, RBLOCK]`` block holds whole rows (``rnumel <= RBLOCK``);
+- looped reduction: accumulators over ``for roffset in range(0, rnumel, RBLOCK)``, with
+  x-only nodes before the loop (producers) or after it (epilogues).
+fp16/bf16 are loaded as fp32 and rounded only when stored or explicitly cast. Variance uses
+two passes over registers (persistent) or per-lane Welford accumulators (looped).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Sequence
+
+import sympy
+import torch
+
+from ..ops_handler import BinaryOp, ReductionType, UnaryOp
+from ..scheduler import RINDEX, XINDEX, FusedGroup, SchedulerNode
+from ..symbolic import texpr
+from .common import IndentedBuffer, compute_dtype, next_power_of_2, triton_dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class CSEVar:
+    name: str
+    dtype: torch.dtype
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclasses.dataclass
+class KernelSource:
+    name: str
+    source: str
+    arg_names: list[str]  # buffer names passed as pointers, in order
+    xnumel: int
+    rnumel: int
+    meta: dict[str, int]  # XBLOCK, RBLOCK, num_warps
+    grid: int
+
+
+_LIBDEVICE_UNARY = {"expm1", "log10", "log1p", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh",
+                    "acosh", "atanh", "erfc", "erfinv", "lgamma", "trunc"}
+_TL_UNARY = {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "log2": "tl.log2", "sqrt": "tl.sqrt",
+             "sin": "tl.sin", "cos": "tl.cos", "erf": "tl.erf", "floor": "tl.floor", "ceil": "tl.ceil",
+             "abs": "tl.abs", "rsqrt": "tl.rsqrt", "sigmoid": "tl.sigmoid"}
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "bitwise_and": "&", "bitwise_or": "|",
+          "bitwise_xor": "^", "lshift": "<<", "rshift": ">>", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
+          "gt": ">", "ge": ">="}
+
+
+def _literal(value: Any, dtype: torch.dtype) -> str:
+    if isinstance(value, bool) or dtype == torch.bool:
+        return "True" if value else "False"
+    if dtype.is_floating_point:
+        v = float(value)
+        if math.isnan(v):
+            return 'float("nan")'
+        if math.isinf(v):
+            return 'float("inf")' if v > 0 else 'float("-inf")'
+        return repr(v)
+    return str(int(value))
+
+
+class TritonKernel:
+    """Generates one kernel. Implements the ops-handler Protocol with ``CSEVar`` values."""
+
+    def __init__(self, group: FusedGroup, kernel_index: int, removed: set[str], dtypes: dict[str, torch.dtype],
+                 persistent_rmax: int, node_info: dict[str, tuple[str, str]]):
+        self.group = group
+        self.xnumel, self.rnumel = group.group
+        self.is_reduction = self.rnumel != 1
+        self.persistent = not self.is_reduction or self.rnumel <= persistent_rmax
+        self.removed = removed
+        self.dtypes = dtypes
+        self.node_info = node_info
+        self.kernel_index = kernel_index
+        self.inputs: dict[str, str] = {}
+        self.outputs: dict[str, str] = {}
+        self.sections: dict[str, IndentedBuffer] = {s: IndentedBuffer() for s in ("pre", "acc", "loop", "post")}
+        self.section = "pre"
+        self.cache: dict[tuple[str, str], CSEVar] = {}  # (scope, expression) -> value
+        self.counter = 0
+        self.mask = "xmask"
+        self.int64 = self.xnumel * self.rnumel >= 2 ** 31
+
+    # ------------------------------------------------------------------ scoping
+    def _scopes(self) -> tuple[str, ...]:
+        return {"pre": ("pre",), "loop": ("pre", "loop"), "post": ("pre", "post")}[self.section]
+
+    def _lookup(self, key: str) -> CSEVar | None:
+        for scope in self._scopes():
+            hit = self.cache.get((scope, key))
+            if hit is not None:
+                return hit
+        return None
+
+    def _emit(self, expr: str, dtype: torch.dtype, cse: bool = True) -> CSEVar:
+        if cse:
+            hit = self._lookup(expr)
+            if hit is not None:
+                return hit
+        var = CSEVar(f"tmp{self.counter}", dtype)
+        self.counter += 1
+        self.sections[self.section].writeline(f"{var.name} = {expr}")
+        if cse:
+            self.cache[(self.section, expr)] = var
+        return var
+
+    # ------------------------------------------------------------------ ops handler
+    def _index_str(self, index: sympy.Expr) -> str:
+        return texpr(index)
+
+    def _mask_for(self, index: sympy.Expr) -> str | None:
+        syms = {s.name for s in index.free_symbols}
+        if not syms:
+            return None
+        return self.mask
+
+    def load(self, name: str, index: sympy.Expr) -> CSEVar:
+        key = f"store:{name}:{self._index_str(index)}"
+        hit = self._lookup(key)
+        if hit is not None:
+            return hit
+        ptr = self.inputs.setdefault(name, f"in_ptr{len(self.inputs)}")
+        mask = self._mask_for(index)
+        dtype = self.dtypes[name]
+        mask_text = f", {mask}, other=0" if mask else ""
+        expr = f"tl.load({ptr} + ({self._index_str(index)}){mask_text})"
+        cdt = compute_dtype(dtype)
+        if cdt != dtype:
+            expr += f".to({triton_dtype(cdt)})"
+        return self._emit(expr, cdt)
+
+    def store(self, name: str, index: sympy.Expr, value: CSEVar) -> None:
+        self.cache[(self.section, f"store:{name}:{self._index_str(index)}")] = value
+        if name in self.removed:
+            return
+        ptr = self.outputs.setdefault(name, f"out_ptr{len(self.outputs)}")
+        dtype = self.dtypes[name]
+        val = str(value)
+        if value.dtype != dtype:
+            val = f"{val}.to({triton_dtype(dtype)})"
+        mask = self._mask_for(index) or self.mask
+        self.sections[self.section].writeline(f"tl.store({ptr} + ({self._index_str(index)}), {val}, {mask})")
+
+    def constant(self, value: bool | int | float, dtype: torch.dtype) -> CSEVar:
+        cdt = compute_dtype(dtype)
+        return self._emit(f"tl.full([1], {_literal(value, cdt)}, {triton_dtype(cdt)})", cdt)
+
+    def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> CSEVar:
+        text = texpr(expr)
+        if not expr.free_symbols:
+            return self.constant(int(expr), dtype)
+        return self._emit(f"({text}).to({triton_dtype(dtype)})", dtype)
+
+    def to_dtype(self, x: CSEVar, dtype: torch.dtype) -> CSEVar:
+        cdt = compute_dtype(dtype)
+        if dtype == torch.bool:
+            return x if x.dtype == torch.bool else self._emit(f"{x} != 0", torch.bool)
+        if cdt != dtype:
+            # Round to the narrow type (as eager would) but keep computing in fp32.
+            return self._emit(f"{x}.to({triton_dtype(dtype)}).to({triton_dtype(cdt)})", cdt)
+        if x.dtype == dtype:
+            return x
+        return self._emit(f"{x}.to({triton_dtype(dtype)})", dtype)
+
+    def unary(self, op: UnaryOp, x: CSEVar) -> CSEVar:
+        dt = x.dtype
+        if op in ("isnan", "isinf", "signbit", "logical_not"):
+            expr = {"isnan": f"{x} != {x}", "isinf": f"tl.abs({x}) == float(\"inf\")",
+                    "signbit": f"libdevice.signbit({x}) != 0", "logical_not": f"{x} == 0"}[op]
+            return self._emit(expr, torch.bool)
+        if op == "neg":
+            return self._emit(f"-{x}", dt)
+        if op == "bitwise_not":
+            return self._emit(f"~{x}", dt)
+        if op == "square":
+            return self._emit(f"{x} * {x}", dt)
+        if op == "reciprocal":
+            return self._emit(f"1.0 / {x}", dt)
+        if op == "round":
+            return self._emit(f"libdevice.nearbyint({x})", dt)
+        if op == "sign":
+            zero = "0" if not dt.is_floating_point else "0.0"
+            expr = f"({x} > {zero}).to({triton_dtype(dt)}) - ({x} < {zero}).to({triton_dtype(dt)})"
+            if dt.is_floating_point:
+                expr = f"tl.where({x} != {x}, {x}, {expr})"
+            return self._emit(expr, dt)
+        if op == "abs" and not dt.is_floating_point:
+            return self._emit(f"tl.where({x} < 0, -{x}, {x})", dt)
+        if op in _TL_UNARY:
+            return self._emit(f"{_TL_UNARY[op]}({x})", dt)
+        if op in _LIBDEVICE_UNARY:
+            return self._emit(f"libdevice.{op}({x})", dt)
+        raise NotImplementedError(f"no Triton code for unary {op}")
+
+    def binary(self, op: BinaryOp, a: CSEVar, b: CSEVar) -> CSEVar:
+        dt = torch.promote_types(a.dtype, b.dtype)
+        if op in ("eq", "ne", "lt", "le", "gt", "ge"):
+            return self._emit(f"{a} {_INFIX[op]} {b}", torch.bool)
+        if op in ("logical_and", "logical_or", "logical_xor"):
+            sym = {"logical_and": "&", "logical_or": "|", "logical_xor": "^"}[op]
+            return self._emit(f"({a} != 0) {sym} ({b} != 0)", torch.bool)
+        if op in _INFIX:
+            return self._emit(f"{a} {_INFIX[op]} {b}", dt)
+        if op in ("maximum", "minimum"):
+            if dt.is_floating_point:
+                cmp = ">" if op == "maximum" else "<"
+                # NaN-propagating, as torch.maximum/minimum.
+                return self._emit(f"tl.where(({a} {cmp} {b}) | ({a} != {a}), {a}, {b})", dt)
+            return self._emit(f"tl.{op}({a}, {b})", dt)
+        if op == "floordiv":
+            if dt.is_floating_point:
+                return self._emit(f"tl.floor({a} / {b})", dt)
+            q = self._emit(f"{a} // {b}", dt)
+            return self._emit(f"tl.where(({a} % {b} != 0) & (({a} < 0) != ({b} < 0)), {q} - 1, {q})", dt)
+        if op == "truncdiv":
+            return self._emit(f"{a} // {b}", dt)
+        if op in ("mod", "remainder"):
+            r = self._emit(f"libdevice.fmod({a}, {b})" if dt.is_floating_point else f"{a} % {b}", dt)
+            return self._emit(f"tl.where(({r} != 0) & (({r} < 0) != ({b} < 0)), {r} + {b}, {r})", dt)
+        if op == "fmod":
+            return self._emit(f"libdevice.fmod({a}, {b})" if dt.is_floating_point else f"{a} % {b}", dt)
+        if op in ("pow", "atan2", "copysign", "hypot"):
+            return self._emit(f"libdevice.{op}({a}, {b})", dt)
+        raise NotImplementedError(f"no Triton code for binary {op}")
+
+    def where(self, cond: CSEVar, a: CSEVar, b: CSEVar) -> CSEVar:
+        return self._emit(f"tl.where({cond}, {a}, {b})", torch.promote_types(a.dtype, b.dtype))
+
+    def indirect_indexing(self, value: CSEVar, size: int) -> sympy.Symbol:
+        return sympy.Symbol(value.name, integer=True, nonnegative=True)
+
+    # ------------------------------------------------------------------ reductions
+    def reduction(self, dtype: torch.dtype, src_dtype: torch.dtype, reduction_type: ReductionType,
+                  value: CSEVar) -> CSEVar:
+        vdt = value.dtype
+        tdt = triton_dtype(vdt)
+        out_dt = torch.int64 if reduction_type in ("argmax", "argmin") else (
+            torch.bool if reduction_type in ("any", "all") else vdt)
+        if self.persistent:
+            return self._persistent_reduction(reduction_type, value, vdt, tdt, out_dt)
+        return self._looped_reduction(reduction_type, value, vdt, tdt, out_dt)
+
+    def _identity(self, rtype: ReductionType, dtype: torch.dtype) -> str:
+        if rtype in ("sum", "m2", "any"):
+            return "0"
+        if rtype == "all":
+            return "1"
+        if rtype in ("max", "argmax"):
+            return 'float("-inf")' if dtype.is_floating_point else str(torch.iinfo(dtype).min if dtype != torch.bool else 0)
+        if rtype in ("min", "argmin"):
+            return 'float("inf")' if dtype.is_floating_point else str(torch.iinfo(dtype).max if dtype != torch.bool else 1)
+        raise NotImplementedError(f"reduction {rtype}")
+
+    def _persistent_reduction(self, rtype: ReductionType, value: CSEVar, vdt: torch.dtype, tdt: str,
+                              out_dt: torch.dtype) -> CSEVar:
+        full = self._emit(f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])", vdt)
+        mask = "rmask & xmask"
+        fp = vdt.is_floating_point
+        if rtype == "sum":
+            m = self._emit(f"tl.where({mask}, {full}, 0)", vdt)
+            return self._emit(f"tl.sum({m}, 1)[:, None]", vdt)
+        if rtype in ("any", "all"):
+            ident = self._identity(rtype, vdt)
+            m = self._emit(f"tl.where({mask}, ({full} != 0).to(tl.int8), {ident})", torch.int8)
+            fn = "tl.max" if rtype == "any" else "tl.min"
+            return self._emit(f"{fn}({m}, 1)[:, None] != 0", torch.bool)
+        if rtype == "m2":
+            s = self._emit(f"tl.sum(tl.where({mask}, {full}, 0), 1)[:, None]", vdt)
+            mean = self._emit(f"{s} / {float(self.rnumel)!r}", vdt)
+            d = self._emit(f"tl.where({mask}, {full} - {mean}, 0)", vdt)
+            return self._emit(f"tl.sum({d} * {d}, 1)[:, None]", vdt)
+        if rtype in ("max", "min"):
+            ident = self._identity(rtype, vdt)
+            fn = "tl.max" if rtype == "max" else "tl.min"
+            m = self._emit(f"tl.where({mask}, {full}, {ident})", vdt)
+            red = self._emit(f"{fn}({m}, 1)[:, None]", vdt)
+            if not fp:
+                return red
+            # tl.max/tl.min may skip NaN; torch propagates it.
+            nan = self._emit(f"tl.max(({m} != {m}).to(tl.int8), 1)[:, None] > 0", torch.bool)
+            return self._emit(f'tl.where({nan}, float("nan"), {red})', vdt)
+        if rtype in ("argmax", "argmin"):
+            ident = self._identity(rtype, vdt)
+            fn = "tl.max" if rtype == "argmax" else "tl.min"
+            rfull = self._emit("tl.broadcast_to(rindex, [XBLOCK, RBLOCK])", torch.int32)
+            if fp:
+                isnan = self._emit(f"({full} != {full}) & {mask}", torch.bool)
+                m = self._emit(f"tl.where({mask} & ~{isnan}, {full}, {ident})", vdt)
+                best = self._emit(f"{fn}({m}, 1)[:, None]", vdt)
+                idx = self._emit(f"tl.min(tl.where(({m} == {best}) & {mask}, {rfull}, {self.rnumel}), 1)[:, None]",
+                                 torch.int32)
+                nan_idx = self._emit(f"tl.min(tl.where({isnan}, {rfull}, {self.rnumel}), 1)[:, None]", torch.int32)
+                idx = self._emit(f"tl.where({nan_idx} < {self.rnumel}, {nan_idx}, {idx})", torch.int32)
+            else:
+                m = self._emit(f"tl.where({mask}, {full}, {ident})", vdt)
+                best = self._emit(f"{fn}({m}, 1)[:, None]", vdt)
+                idx = self._emit(f"tl.min(tl.where(({m} == {best}) & {mask}, {rfull}, {self.rnumel}), 1)[:, None]",
+                                 torch.int32)
+            return self._emit(f"{idx}.to(tl.int64)", torch.int64)
+        raise NotImplementedError(f"reduction {rtype}")
+
+    def _looped_reduction(self, rtype: ReductionType, value: CSEVar, vdt: torch.dtype, tdt: str,
+                          out_dt: torch.dtype) -> CSEVar:
+        acc_buf, post = self.sections["acc"], self.sections["post"]
+        k = self.counter
+        self.counter += 1
+        acc = f"acc{k}"
+        mask = "rmask & xmask"
+        full = self._emit(f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])", vdt)
+        fp = vdt.is_floating_point
+        loop = self.sections["loop"]
+        if rtype in ("sum", "any", "all"):
+            ident = self._identity(rtype, vdt)
+            if rtype == "sum":
+                acc_buf.writeline(f"{acc} = tl.full([XBLOCK, RBLOCK], 0, {tdt})")
+                loop.writeline(f"{acc} = {acc} + tl.where({mask}, {full}, 0)")
+                return self._post(f"tl.sum({acc}, 1)[:, None]", vdt)
+            acc_buf.writeline(f"{acc} = tl.full([XBLOCK, RBLOCK], {ident}, tl.int8)")
+            fn = "tl.maximum" if rtype == "any" else "tl.minimum"
+            loop.writeline(f"{acc} = tl.where({mask}, {fn}({acc}, ({full} != 0).to(tl.int8)), {acc})")
+            red = "tl.max" if rtype == "any" else "tl.min"
+            return self._post(f"{red}({acc}, 1)[:, None] != 0", torch.bool)
+        if rtype in ("max", "min", "argmax", "argmin"):
+            ident = self._identity(rtype, vdt)
+            cmp = ">" if rtype in ("max", "argmax") else "<"
+            acc_buf.writeline(f"{acc} = tl.full([XBLOCK, RBLOCK], {ident}, {tdt})")
+            nan_take = f" | (({full} != {full}) & ({acc} == {acc}))" if fp else ""
+            take = f"{acc}_take"
+            loop.writeline(f"{take} = {mask} & (({full} {cmp} {acc}){nan_take})")
+            loop.writeline(f"{acc} = tl.where({take}, {full}, {acc})")
+            if rtype in ("argmax", "argmin"):
+                acc_buf.writeline(f"{acc}_idx = tl.full([XBLOCK, RBLOCK], {self.rnumel}, tl.int64)")
+                loop.writeline(f"{acc}_idx = tl.where({take}, tl.broadcast_to(rindex, [XBLOCK, RBLOCK]).to(tl.int64), "
+                               f"{acc}_idx)")
+            fn = "tl.max" if cmp == ">" else "tl.min"
+            best = self._post(f"{fn}({acc}, 1)[:, None]", vdt)
+            if fp:
+                nan = self._post(f"tl.max(({acc} != {acc}).to(tl.int8), 1)[:, None] > 0", torch.bool)
+                best = self._post(f'tl.where({nan}, float("nan"), {best})', vdt)
+            if rtype in ("max", "min"):
+                return best
+            hit = f"({acc} == {best})" + (f" | (({acc} != {acc}) & ({best} != {best}))" if fp else "")
+            return self._post(f"tl.min(tl.where({hit}, {acc}_idx, {self.rnumel}), 1)[:, None]", torch.int64)
+        if rtype == "m2":
+            acc_buf.writeline(f"{acc}_mean = tl.zeros([XBLOCK, RBLOCK], {tdt})")
+            acc_buf.writeline(f"{acc}_m2 = tl.zeros([XBLOCK, RBLOCK], {tdt})")
+            acc_buf.writeline(f"{acc}_n = tl.zeros([XBLOCK, RBLOCK], {tdt})")
+            loop.writeline(f"{acc}_n = {acc}_n + tl.where({mask}, 1.0, 0.0)")
+            loop.writeline(f"{acc}_delta = {full} - {acc}_mean")
+            loop.writeline(f"{acc}_mean = tl.where({mask}, {acc}_mean + {acc}_delta / tl.maximum({acc}_n, 1.0), "
+                           f"{acc}_mean)")
+            loop.writeline(f"{acc}_m2 = tl.where({mask}, {acc}_m2 + {acc}_delta * ({full} - {acc}_mean), {acc}_m2)")
+            # Combine the per-lane (count, mean, M2) triples: Chan et al.'s parallel formula.
+            total = self._post(f"tl.sum({acc}_n, 1)[:, None]", vdt)
+            mean = self._post(f"tl.sum({acc}_mean * {acc}_n, 1)[:, None] / tl.maximum({total}, 1.0)", vdt)
+            return self._post(
+                f"tl.sum({acc}_m2 + {acc}_n * ({acc}_mean - {mean}) * ({acc}_mean - {mean}), 1)[:, None]", vdt)
+        raise NotImplementedError(f"reduction {rtype}")
+
+    def _post(self, expr: str, dtype: torch.dtype) -> CSEVar:
+        var = CSEVar(f"tmp{self.counter}", dtype)
+        self.counter += 1
+        self.sections["post"].writeline(f"{var.name} = {expr}")
+        return var
+
+    # ------------------------------------------------------------------ kernel assembly
+    def codegen_nodes(self) -> None:
+        reduction_names = {n.name for n in self.group.nodes if n.is_reduction}
+        after_reduction: set[str] = set()
+        for node in self.group.nodes:
+            placed = node.kernel_index(self.group.group)
+            assert placed is not None, node.name
+            index, rindex, x_only = placed
+            depends = bool(node.read_names & (reduction_names | after_reduction))
+            if depends or node.is_reduction:
+                after_reduction.add(node.name)
+            if not self.is_reduction:
+                self.section, self.mask = "pre", "xmask"
+            elif self.persistent:
+                self.section, self.mask = "pre", ("xmask" if x_only else "rmask & xmask")
+            elif x_only:
+                self.section, self.mask = ("post" if depends else "pre"), "xmask"
+            else:
+                self.section, self.mask = "loop", "rmask & xmask"
+            body = node.buf.store_body()  # type: ignore[union-attr]
+            if node.is_reduction:
+                if not self.persistent:
+                    # The reduced value goes to the epilogue; the store happens after the loop.
+                    body(_SectionSwitch(self), index, rindex)
+                else:
+                    body(self, index, rindex)
+            else:
+                body(self, index)
+
+    def kernel_name(self) -> str:
+        ops: list[str] = []
+        for node in self.group.nodes:
+            for origin in node.origins:
+                op = self.node_info.get(origin, (origin, ""))[0]
+                if op not in ops and op not in ("placeholder", "output"):
+                    ops.append(op)
+        label = "_".join(o.replace(".", "_") for o in ops[:6]) or "kernel"
+        return f"pyjit_fused_{label}_{self.kernel_index}"
+
+    def source(self) -> KernelSource:
+        self.codegen_nodes()
+        name = self.kernel_name()
+        meta = self._launch_meta()
+        params = [*self.inputs.values(), *self.outputs.values(), "xnumel"]
+        if self.is_reduction:
+            params.append("rnumel")
+        params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.is_reduction else [])
+        code = IndentedBuffer()
+        code.writeline("@triton.jit")
+        code.writeline(f"def {name}({', '.join(params)}):")
+        with code.indent():
+            for line in self._origin_comments():
+                code.writeline(line)
+            if self.is_reduction:
+                code.writeline("xoffset = tl.program_id(0) * XBLOCK")
+                code.writeline(f"xindex = xoffset + tl.arange(0, XBLOCK)[:, None]{self._i64()}")
+                code.writeline("xmask = xindex < xnumel")
+            else:
+                code.writeline("xoffset = tl.program_id(0) * XBLOCK")
+                code.writeline(f"xindex = xoffset + tl.arange(0, XBLOCK){self._i64()}")
+                code.writeline("xmask = xindex < xnumel")
+            if self.is_reduction and self.persistent:
+                code.writeline("rindex = tl.arange(0, RBLOCK)[None, :]")
+                code.writeline("rmask = rindex < rnumel")
+            code.writelines(self.sections["pre"].lines)
+            if self.is_reduction and not self.persistent:
+                code.writelines(self.sections["acc"].lines)
+                code.writeline("for roffset in range(0, rnumel, RBLOCK):")
+                with code.indent():
+                    code.writeline(f"rindex = roffset + tl.arange(0, RBLOCK)[None, :]{self._i64()}")
+                    code.writeline("rmask = rindex < rnumel")
+                    code.writelines(self.sections["loop"].lines)
+                code.writelines(self.sections["post"].lines)
+        arg_names = [*self.inputs.keys(), *self.outputs.keys()]
+        grid = -(-self.xnumel // meta["XBLOCK"])
+        return KernelSource(name, code.getvalue(), arg_names, self.xnumel, self.rnumel, meta, grid)
+
+    def _i64(self) -> str:
+        return ".to(tl.int64)" if self.int64 else ""
+
+    def _origin_comments(self) -> list[str]:
+        lines = []
+        seen = set()
+        for node in self.group.nodes:
+            for origin in node.origins:
+                op, where = self.node_info.get(origin, (origin, ""))
+                text = f"# {origin} = {op}" + (f"  <- {where}" if where else "")
+                if text not in seen:
+                    seen.add(text)
+                    lines.append(text)
+        return lines[:12]
+
+    def _launch_meta(self) -> dict[str, int]:
+        X, R = self.xnumel, self.rnumel
+        if not self.is_reduction:
+            xblock = min(1024, next_power_of_2(X))
+            return {"XBLOCK": xblock, "num_warps": max(1, min(8, xblock // 128))}
+        if self.persistent:
+            rblock = next_power_of_2(R)
+            xblock = max(1, min(next_power_of_2(X), 2048 // rblock if rblock <= 2048 else 1))
+            return {"XBLOCK": xblock, "RBLOCK": rblock,
+                    "num_warps": max(1, min(16, xblock * rblock // 256))}
+        return {"XBLOCK": 1, "RBLOCK": 2048, "num_warps": 8}
+
+
+class _SectionSwitch:
+    """Forwards a looped reduction's body to the kernel, moving its final store after the loop."""
+
+    def __init__(self, kernel: TritonKernel):
+        self.kernel = kernel
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.kernel, name)
+
+    def store(self, name: str, index: sympy.Expr, value: CSEVar) -> None:
+        k = self.kernel
+        section, mask = k.section, k.mask
+        k.section, k.mask = "post", "xmask"
+        try:
+            k.store(name, index, value)
+        finally:
+            k.section, k.mask = section, mask
+
+
+def generate_kernel(group: FusedGroup, kernel_index: int, removed: set[str], dtypes: dict[str, torch.dtype],
+                    persistent_rmax: int, node_info: dict[str, tuple[str, str]]) -> KernelSource:
+    return TritonKernel(group, kernel_index, removed, dtypes, persistent_rmax, node_info).source()
+
+
+_ = (Sequence, XINDEX, RINDEX, SchedulerNode)

@@ -1,0 +1,222 @@
+"""The generated wrapper module: kernels plus ``call(args)`` that allocates, launches and returns.
+
+The module is plain, readable Python: ``empty_strided`` allocations (or reuse of a dead
+buffer of the same layout, planned by ``pyjit.runtime.allocator``), kernel launches with
+their grids, extern aten calls, ``del`` at each buffer's last use, write-back of mutated
+inputs, and the outputs. ``python <module>.py`` runs it standalone on random inputs and
+prints its time per call.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import torch
+
+from ...runtime.allocator import Step, plan_buffers
+from ..graph import GraphLowering
+from ..ir import Buffer, ComputedBuffer, ExternKernel, InputBuffer, IRNode, MultiOutput, ReinterpretView
+from ..scheduler import FusedGroup, Scheduler
+from .common import IndentedBuffer
+from .triton import KernelSource, generate_kernel
+
+
+@dataclasses.dataclass
+class GeneratedModule:
+    source: str
+    kernel_names: list[str]
+    extern_calls: int
+    reused_buffers: int
+
+
+def _op_path(op: Any) -> str:
+    if isinstance(op, torch._ops.OpOverload):
+        return f"torch.ops.{op.namespace}.{op._schema.name.split('::')[1]}.{op._overloadname}"
+    raise NotImplementedError(f"cannot name extern kernel {op!r}")
+
+
+def _const(value: Any) -> str:
+    if isinstance(value, torch.dtype):
+        return str(value)
+    if isinstance(value, torch.device):
+        return f"torch.device({str(value)!r})"
+    if isinstance(value, torch.layout):
+        return str(value)
+    if isinstance(value, torch.memory_format):
+        return str(value)
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return f"float({str(value)!r})"
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(_const(v) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {_const(v)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
+class WrapperCodegen:
+    def __init__(self, graph: GraphLowering, scheduler: Scheduler, device: torch.device, persistent_rmax: int):
+        self.graph = graph
+        self.scheduler = scheduler
+        self.device = device
+        self.persistent_rmax = persistent_rmax
+        self.dtypes: dict[str, torch.dtype] = {b.name: b.layout.dtype for b in graph.graph_inputs}
+        self.dtypes.update({b.name: b.layout.dtype for b in graph.buffers if b.layout is not None})
+
+    def value(self, node: Any) -> str:
+        if isinstance(node, ReinterpretView):
+            lay = node.layout
+            return f"reinterpret({node.data.name}, {_const(tuple(lay.size))}, {_const(tuple(lay.stride))}, {lay.offset})"
+        if isinstance(node, Buffer):
+            return node.name
+        if isinstance(node, IRNode):
+            raise AssertionError(f"unrealized value reached the wrapper: {node!r}")
+        if isinstance(node, (list, tuple)):
+            inner = ", ".join(self.value(v) for v in node)
+            return f"[{inner}]" if isinstance(node, list) else f"({inner}{',' if len(node) == 1 else ''})"
+        return _const(node)
+
+    def generate(self) -> GeneratedModule:
+        graph = self.graph
+        keep = self._kept_names()
+        removed = self._removed_buffers(keep)
+        kernels: list[KernelSource] = []
+        steps: list[Step] = []
+        lines: list[tuple[str, list[str]]] = []  # (kind, lines) per step
+        extern_calls = 0
+        for group in self.scheduler.groups:
+            if group.is_extern:
+                buf = group.nodes[0].buf
+                reads = set(group.nodes[0].read_names)
+                if isinstance(buf, MultiOutput):
+                    step_lines = [f"{buf.name} = {buf.parent.name}[{buf.indices[0]}]"]
+                else:
+                    assert isinstance(buf, ExternKernel)
+                    extern_calls += 1
+                    args = [self.value(a) for a in buf.args]
+                    args += [f"{k}={self.value(v)}" for k, v in buf.kwargs.items()]
+                    note = f"  # fallback: {buf.reason}" if buf.reason else ""
+                    step_lines = [f"{buf.name} = {_op_path(buf.kernel)}({', '.join(args)}){note}"]
+                from ..lowering.fallbacks import EXTERN_BY_DESIGN
+                pinned = {buf.name} if not (isinstance(buf, ExternKernel) and buf.kernel in EXTERN_BY_DESIGN) else set()
+                steps.append(Step([], reads, pinned=pinned | (reads if pinned else set())))
+                lines.append(("extern", step_lines))
+                continue
+            ks = generate_kernel(group, len(kernels), removed, self.dtypes, self.persistent_rmax, graph.node_info)
+            kernels.append(ks)
+            allocs = []
+            for n in group.nodes:
+                if n.name in removed:
+                    continue
+                lay = n.buf.layout
+                allocs.append((n.name, (lay.size, lay.stride, lay.dtype)))
+            reads = {a for a in ks.arg_names if a not in {n.name for n in group.nodes}}
+            steps.append(Step(allocs, reads))
+            args = ", ".join(ks.arg_names + [str(ks.xnumel)] + ([str(ks.rnumel)] if ks.rnumel != 1 else []))
+            meta = ", ".join(f"{k}={v}" for k, v in ks.meta.items())
+            lines.append(("kernel", [f"{ks.name}[({ks.grid},)]({args}, {meta})"]))
+        recyclable = {name for s in steps for name, _ in s.allocs}
+        plan = plan_buffers(steps, keep, recyclable)
+        out = IndentedBuffer()
+        out.writelines(self._header())
+        for ks in kernels:
+            out.writeline("")
+            out.writeline("")
+            out.writelines(ks.source.rstrip("\n").split("\n"))
+        out.writeline("")
+        out.writeline("")
+        out.writeline("def call(args):")
+        with out.indent():
+            names = [b.name for b in graph.graph_inputs]
+            if names:
+                out.writeline(f"{', '.join(names)}, = args")
+            for step, (kind, step_lines), frees in zip(steps, lines, plan.frees):
+                for name, key in step.allocs:
+                    size, stride, dtype = key
+                    if name in plan.reuse:
+                        out.writeline(f"{name} = {plan.reuse[name]}; del {plan.reuse[name]}  # reuse a dead buffer")
+                    else:
+                        out.writeline(f"{name} = empty_strided({_const(tuple(size))}, {_const(tuple(stride))}, "
+                                      f"device=DEVICE, dtype={dtype})")
+                out.writelines(step_lines)
+                if frees:
+                    out.writeline(f"del {', '.join(frees)}")
+            for input_name, value in graph.mutations:
+                out.writeline(f"{input_name}.copy_({self.value(value)})  # write back the mutated input")
+            outs = ", ".join(self.value(o) for o in graph.outputs)
+            out.writeline(f"return ({outs}{',' if len(graph.outputs) == 1 else ''})")
+        out.writelines(self._benchmark_main())
+        return GeneratedModule(out.getvalue(), [k.name for k in kernels], extern_calls, len(plan.reuse))
+
+    def _kept_names(self) -> set[str]:
+        keep = {b.name for b in self.graph.graph_inputs}
+        for value in list(self.graph.outputs) + [v for _, v in self.graph.mutations]:
+            if isinstance(value, ReinterpretView):
+                keep.add(value.data.name)
+            elif isinstance(value, Buffer):
+                keep.add(value.name)
+        return keep
+
+    def _removed_buffers(self, keep: set[str]) -> set[str]:
+        """Buffers computed and consumed inside one kernel: never stored nor allocated."""
+        removed = set()
+        for group in self.scheduler.groups:
+            if group.is_extern:
+                continue
+            names = group.names
+            for n in group.nodes:
+                if n.name not in keep and n.users and n.users <= names:
+                    removed.add(n.name)
+        return removed
+
+    def _header(self) -> list[str]:
+        return [
+            f'"""Generated by pyjit for a graph on {self.device.type}. Run me to time call() on random inputs."""',
+            "import torch",
+            "import triton",
+            "import triton.language as tl",
+            "",
+            "from pyjit.runtime.triton_compat import libdevice",
+            "",
+            f"DEVICE = torch.device({str(self.device)!r})",
+            "empty_strided = torch.empty_strided",
+            "",
+            "",
+            "def reinterpret(t, size, stride, offset):",
+            "    return torch.as_strided(t, size, stride, t.storage_offset() + offset)",
+        ]
+
+    def _benchmark_main(self) -> list[str]:
+        specs = [(tuple(b.layout.size), tuple(b.layout.stride), b.layout.dtype) for b in self.graph.graph_inputs]
+        return [
+            "",
+            "",
+            "def make_inputs():",
+            f"    specs = {_const(specs)}",
+            "    out = []",
+            "    for size, stride, dtype in specs:",
+            "        t = torch.empty_strided(size, stride, device=DEVICE, dtype=dtype)",
+            "        t.copy_(torch.randn(size).to(dtype) if dtype.is_floating_point else torch.randint(0, 2, size).to(dtype))",
+            "        out.append(t)",
+            "    return out",
+            "",
+            "",
+            "def benchmark(iters=100):",
+            "    import time",
+            "    inputs = make_inputs()",
+            "    call(list(inputs))",
+            "    sync = torch.cuda.synchronize if DEVICE.type == 'cuda' else (lambda: None)",
+            "    sync()",
+            "    start = time.perf_counter()",
+            "    for _ in range(iters):",
+            "        call(list(inputs))",
+            "    sync()",
+            "    return (time.perf_counter() - start) / iters * 1e3",
+            "",
+            "",
+            'if __name__ == "__main__":',
+            '    print(f"{benchmark():.4f} ms per call")',
+        ]
+
+
+_ = (Sequence, ComputedBuffer, FusedGroup, InputBuffer)

@@ -1,0 +1,190 @@
+"""``GraphLowering``: runs an aten-level FX graph through the lowerings, producing loop IR.
+
+It owns the lowering context every lowering receives explicitly (``ctx``): registered
+buffers, graph inputs/outputs, input mutations, the fx node being lowered (for origins and
+source lines), and the realization policy (when a value becomes a named buffer).
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+from torch.utils._pytree import tree_map
+
+from ..errors import LoweringError
+from .ir import (
+    Buffer,
+    ComputedBuffer,
+    InputBuffer,
+    IRNode,
+    Layout,
+    Loops,
+    Pointwise,
+    Reduction,
+    ReinterpretView,
+    StorageBox,
+    View,
+)
+from .lowering import LOWERINGS
+from .lowering.fallbacks import make_extern
+
+
+def _dense_layout_hint(val: Any) -> tuple[int, ...] | None:
+    """Eager's strides for an output when they are dense and non-overlapping (so kernels can write them)."""
+    if not isinstance(val, torch.Tensor):
+        return None
+    if val.is_contiguous() or not torch._prims_common.is_non_overlapping_and_dense(val):
+        return None
+    return tuple(int(s) for s in val.stride())
+
+
+class GraphLowering(torch.fx.Interpreter):
+    def __init__(self, gm: torch.fx.GraphModule, device: torch.device):
+        super().__init__(gm, garbage_collect_values=False)
+        self.device = device
+        self.graph_inputs: list[InputBuffer] = []
+        self.buffers: list[Buffer] = []
+        self.outputs: list[Any] = []
+        self.mutations: list[tuple[str, Any]] = []  # (input buffer name, realized new value)
+        self.current_node: torch.fx.Node | None = None
+        self.node_info: dict[str, tuple[str, str]] = {}  # fx node name -> (op name, user source line)
+        self._counter = 0
+
+    # ------------------------------------------------------------------ context used by lowerings
+    def new_buffer_name(self) -> str:
+        name = f"buf{self._counter}"
+        self._counter += 1
+        return name
+
+    def register_buffer(self, buf: Buffer) -> None:
+        self.buffers.append(buf)
+
+    def current_origins(self) -> set[str]:
+        return {self.current_node.name} if self.current_node is not None else set()
+
+    def current_target_name(self) -> str:
+        target = self.current_node.target if self.current_node is not None else None
+        return getattr(target, "__name__", str(target)).split(".")[0]
+
+    def current_namespace(self) -> str:
+        target = self.current_node.target if self.current_node is not None else None
+        return getattr(target, "namespace", "")
+
+    def current_meta_val(self) -> Any:
+        return self.current_node.meta.get("val") if self.current_node is not None else None
+
+    def current_user_location(self) -> str:
+        if self.current_node is None:
+            return ""
+        return self.node_info.get(self.current_node.name, ("", ""))[1]
+
+    def realize(self, node: IRNode, stride: tuple[int, ...] | None = None) -> IRNode:
+        """Make ``node`` a buffer (or a strided view of one) so it can be read from memory."""
+        if isinstance(node, (Buffer, ReinterpretView)):
+            return node
+        if isinstance(node, StorageBox):
+            data = node.data
+            if isinstance(data, (Buffer, ReinterpretView)):
+                return data
+            if isinstance(data, StorageBox):
+                node.data = self.realize(data, stride)
+                return node.data
+            if isinstance(data, Loops):
+                size = data.get_size()
+                if stride is not None and not isinstance(data, Reduction):
+                    layout = Layout(data.get_device(), data.get_dtype(), tuple(size), stride, 0)
+                else:
+                    layout = Layout.contiguous(data.get_device(), data.get_dtype(), size)
+                buf = ComputedBuffer(self.new_buffer_name(), layout, data, data.get_origins())
+                self.register_buffer(buf)
+                node.data = buf
+                return buf
+            copy = self._copy_of(data)
+            node.data = self.realize(copy, stride)
+            return node.data
+        return self.realize(self._copy_of(node), stride)
+
+    def _copy_of(self, node: IRNode) -> StorageBox:
+        return StorageBox(Pointwise(node.get_device(), node.get_dtype(), node.get_size(), node.get_origins(),
+                                    inner_fn=node.make_loader()))
+
+    # ------------------------------------------------------------------ fx.Interpreter hooks
+    def run_node(self, n: torch.fx.Node) -> Any:
+        self.current_node = n
+        self.node_info[n.name] = (self._op_name(n), self._source_line(n))
+        result = super().run_node(n)
+        if n.op == "call_function" and len(n.users) > 1 and isinstance(result, StorageBox) \
+                and isinstance(result.data, Pointwise):
+            # Several readers: compute once into a buffer; the scheduler fuses the readers into
+            # the producing kernel where it can (the store disappears when nobody else reads it).
+            self.realize(result)
+        return result
+
+    def placeholder(self, target: Any, args: Any, kwargs: Any) -> Any:
+        val = self.current_meta_val()
+        buf = InputBuffer(f"arg{len(self.graph_inputs)}_1", Layout.of(val))
+        self.graph_inputs.append(buf)
+        return buf
+
+    def get_attr(self, target: Any, args: Any, kwargs: Any) -> Any:
+        raise LoweringError("get_attr", reason="graphs with constant attributes are not lowered yet")
+
+    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        if target is operator.getitem:
+            return args[0][args[1]]
+        if target is torch.ops.aten.copy_.default and isinstance(args[0], InputBuffer):
+            value = args[1]
+            if value.get_size() != args[0].get_size() or value.get_dtype() != args[0].get_dtype():
+                from .lowering.pointwise import _copy
+                value = _copy(self, args[0], value)
+            self.mutations.append((args[0].name, self.realize(value)))
+            return args[0]
+        lowering = LOWERINGS.get(target)
+        reason = ""
+        if lowering is not None:
+            try:
+                return lowering(self, *args, **kwargs)
+            except NotImplementedError as e:
+                reason = str(e)
+        return make_extern(self, target, args, kwargs, reason)
+
+    def call_method(self, target: Any, args: Any, kwargs: Any) -> Any:
+        raise LoweringError(target, args, "call_method nodes do not occur in aten graphs")
+
+    def call_module(self, target: Any, args: Any, kwargs: Any) -> Any:
+        raise LoweringError(target, args, "call_module nodes do not occur in aten graphs")
+
+    def output(self, target: Any, args: Any, kwargs: Any) -> Any:
+        out_node = self.current_node
+        assert out_node is not None
+        vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in out_node.args[0]]
+        results = []
+        for value, val in zip(args[0], vals):
+            if isinstance(value, IRNode):
+                value = self.realize(value, _dense_layout_hint(val))
+            results.append(value)
+        self.outputs = results
+        return results
+
+    # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def _op_name(n: torch.fx.Node) -> str:
+        if n.op != "call_function":
+            return n.op
+        name = getattr(n.target, "__name__", str(n.target))
+        return name.split(".")[0]
+
+    @staticmethod
+    def _source_line(n: torch.fx.Node) -> str:
+        trace = n.meta.get("stack_trace") or ""
+        lines = [ln.strip() for ln in trace.strip().splitlines() if ln.strip()]
+        for i in range(len(lines) - 1, -1, -1):
+            if lines[i].startswith("File "):
+                code = lines[i + 1] if i + 1 < len(lines) else ""
+                return f"{lines[i]}: {code}" if code else lines[i]
+        return ""
+
+
+_ = (View, tree_map)

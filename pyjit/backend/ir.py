@@ -1,0 +1,323 @@
+"""The loop-level IR: layouts, buffers, ``Pointwise``/``Reduction`` loops and views.
+
+Values produced by lowerings are :class:`IRNode` s. Every node can make a *loader*:
+``loader(ops, index) -> value`` that reads the node's element at ``index`` (a list of
+sympy expressions) through the ops handler ``ops``. Computation is described by
+:class:`Pointwise` and :class:`Reduction`, whose ``inner_fn`` builds the element from loads of
+other nodes; views (:class:`View`) only transform indices; :class:`ReinterpretView` is a
+strided view of a realized buffer (no copy, aliasing preserved). :class:`StorageBox` holds a
+value that may later be *realized* into a :class:`ComputedBuffer` (a named memory buffer).
+Extern kernels (:class:`ExternKernel`) call an aten op from the wrapper.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Sequence
+
+import sympy
+import torch
+
+from .ops_handler import OpsHandler, ReductionType
+from .symbolic import contiguous_strides, prod, strided_index
+
+Index = Sequence[sympy.Expr]
+Loader = Callable[[OpsHandler[Any], Index], Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where a buffer's elements live: ``storage[offset + sum(index[d] * stride[d])]``."""
+
+    device: torch.device
+    dtype: torch.dtype
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int = 0
+
+    @staticmethod
+    def contiguous(device: torch.device, dtype: torch.dtype, size: Sequence[int]) -> "Layout":
+        return Layout(device, dtype, tuple(int(s) for s in size), tuple(contiguous_strides(size)), 0)
+
+    @staticmethod
+    def of(t: torch.Tensor) -> "Layout":
+        """The layout of ``t`` relative to its own data pointer (offset 0).
+
+        Offsets in pyjit layouts count from the data pointer of the named buffer, which is what
+        kernels receive; the wrapper adds the tensor's storage offset when it builds views.
+        """
+        return Layout(t.device, t.dtype, tuple(int(s) for s in t.shape), tuple(int(s) for s in t.stride()), 0)
+
+    def index(self, index: Index) -> sympy.Expr:
+        return strided_index(index, self.stride, self.offset)
+
+    def numel(self) -> int:
+        return prod(self.size)
+
+    def storage_span(self) -> int:
+        """Elements of storage this layout can touch (for allocation)."""
+        if self.numel() == 0:
+            return 0
+        return self.offset + 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride))
+
+    def is_contiguous(self) -> bool:
+        return all(st == cst for s, st, cst in zip(self.size, self.stride, contiguous_strides(self.size)) if s != 1)
+
+
+class IRNode:
+    """Base of every lowered value."""
+
+    origins: set[str]
+
+    def get_size(self) -> list[int]:
+        raise NotImplementedError
+
+    def get_dtype(self) -> torch.dtype:
+        raise NotImplementedError
+
+    def get_device(self) -> torch.device:
+        raise NotImplementedError
+
+    def make_loader(self) -> Loader:
+        raise NotImplementedError
+
+    def numel(self) -> int:
+        return prod(self.get_size())
+
+    def get_origins(self) -> set[str]:
+        return getattr(self, "origins", set())
+
+
+# --------------------------------------------------------------------------- loops
+@dataclasses.dataclass(eq=False)
+class Loops(IRNode):
+    device: torch.device
+    dtype: torch.dtype
+    ranges: list[int]
+    origins: set[str] = dataclasses.field(default_factory=set)
+
+    def get_size(self) -> list[int]:
+        return list(self.ranges)
+
+    def get_dtype(self) -> torch.dtype:
+        return self.dtype
+
+    def get_device(self) -> torch.device:
+        return self.device
+
+
+@dataclasses.dataclass(eq=False)
+class Pointwise(Loops):
+    """``out[index] = inner_fn(ops, index)``."""
+
+    inner_fn: Loader = None  # type: ignore[assignment]
+
+    def make_loader(self) -> Loader:
+        return self.inner_fn
+
+
+@dataclasses.dataclass(eq=False)
+class Reduction(Loops):
+    """``out[index] = reduce_{rindex in reduction_ranges} inner_fn(ops, index, rindex)``."""
+
+    inner_fn: Callable[[OpsHandler[Any], Index, Index], Any] = None  # type: ignore[assignment]
+    reduction_ranges: list[int] = dataclasses.field(default_factory=list)
+    reduction_type: ReductionType = "sum"
+    src_dtype: torch.dtype = torch.float32
+
+    def make_loader(self) -> Loader:
+        raise AssertionError("a Reduction is always realized before it is read")
+
+
+# --------------------------------------------------------------------------- buffers
+class Buffer(IRNode):
+    """A named region of memory with a fixed layout."""
+
+    def __init__(self, name: str, layout: Layout, origins: set[str] | None = None):
+        self.name = name
+        self.layout = layout
+        self.origins = set(origins or ())
+
+    def get_size(self) -> list[int]:
+        return list(self.layout.size)
+
+    def get_dtype(self) -> torch.dtype:
+        return self.layout.dtype
+
+    def get_device(self) -> torch.device:
+        return self.layout.device
+
+    def make_loader(self) -> Loader:
+        name, layout = self.name, self.layout
+
+        def load(ops: OpsHandler[Any], index: Index) -> Any:
+            return ops.load(name, layout.index(index))
+
+        return load
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name}, size={list(self.layout.size)}, {self.layout.dtype})"
+
+
+class InputBuffer(Buffer):
+    """A graph input (``arg0_1``...)."""
+
+
+class ComputedBuffer(Buffer):
+    """A buffer computed by a generated kernel from a :class:`Pointwise`/:class:`Reduction`."""
+
+    def __init__(self, name: str, layout: Layout, data: Loops, origins: set[str] | None = None):
+        super().__init__(name, layout, origins)
+        self.data = data
+
+    def store_body(self) -> Callable[..., None]:
+        """``body(ops, index[, rindex])`` computing and storing this buffer's element."""
+        name, layout, data = self.name, self.layout, self.data
+        if isinstance(data, Reduction):
+            def red_body(ops: OpsHandler[Any], index: Index, rindex: Index) -> None:
+                value = data.inner_fn(ops, index, rindex)
+                out = ops.reduction(data.dtype, data.src_dtype, data.reduction_type, value)
+                ops.store(name, layout.index(index), out)
+            return red_body
+
+        def pw_body(ops: OpsHandler[Any], index: Index) -> None:
+            ops.store(name, layout.index(index), data.make_loader()(ops, index))
+        return pw_body
+
+
+class ExternKernel(Buffer):
+    """An aten call made by the wrapper: ``name = kernel(*args, **kwargs)``.
+
+    ``args`` mixes IR buffers/views (passed as tensors) and constants; ``layout`` is the
+    expected output layout (None for multi-output kernels, read through :class:`MultiOutput`).
+    """
+
+    def __init__(self, name: str, layout: Layout | None, kernel: Any, args: Sequence[Any],
+                 kwargs: dict[str, Any], origins: set[str] | None = None, reason: str = ""):
+        super().__init__(name, layout, origins)  # type: ignore[arg-type]
+        self.kernel = kernel
+        self.args = list(args)
+        self.kwargs = dict(kwargs)
+        self.reason = reason
+
+    def tensor_inputs(self) -> list[IRNode]:
+        from torch.utils._pytree import tree_leaves
+        return [a for a in tree_leaves((self.args, self.kwargs)) if isinstance(a, IRNode)]
+
+
+class MultiOutput(Buffer):
+    """``name = parent[indices...]``: one tensor of a multi-output extern kernel."""
+
+    def __init__(self, name: str, layout: Layout, parent: ExternKernel, indices: tuple[int, ...]):
+        super().__init__(name, layout, parent.origins)
+        self.parent = parent
+        self.indices = indices
+
+
+# --------------------------------------------------------------------------- views
+class View(IRNode):
+    """An index transformation of ``base``: element ``i`` of the view is ``base[reindex(i)]``."""
+
+    def __init__(self, base: IRNode, size: Sequence[int], reindex: Callable[[Index], Index],
+                 dtype: torch.dtype | None = None):
+        self.base = base
+        self.size = [int(s) for s in size]
+        self.reindex = reindex
+        self.origins = base.get_origins()
+
+    def get_size(self) -> list[int]:
+        return list(self.size)
+
+    def get_dtype(self) -> torch.dtype:
+        return self.base.get_dtype()
+
+    def get_device(self) -> torch.device:
+        return self.base.get_device()
+
+    def make_loader(self) -> Loader:
+        base, reindex = self.base, self.reindex
+
+        def load(ops: OpsHandler[Any], index: Index) -> Any:
+            return base.make_loader()(ops, reindex(index))
+
+        return load
+
+
+class ReinterpretView(IRNode):
+    """A strided view of a realized buffer: same storage, another layout (no copy)."""
+
+    def __init__(self, data: Buffer, layout: Layout):
+        self.data = data
+        self.layout = layout
+        self.origins = data.get_origins()
+
+    def get_size(self) -> list[int]:
+        return list(self.layout.size)
+
+    def get_dtype(self) -> torch.dtype:
+        return self.layout.dtype
+
+    def get_device(self) -> torch.device:
+        return self.layout.device
+
+    def make_loader(self) -> Loader:
+        name, layout = self.data.name, self.layout
+
+        def load(ops: OpsHandler[Any], index: Index) -> Any:
+            return ops.load(name, layout.index(index))
+
+        return load
+
+
+class StorageBox(IRNode):
+    """A lowered value that is either still a loop (inlined into its users) or realized.
+
+    ``realize()`` turns a loop into a named :class:`ComputedBuffer`; the owner (graph lowering)
+    is passed explicitly so that buffers are registered without a global graph.
+    """
+
+    def __init__(self, data: IRNode):
+        self.data = data
+
+    @property
+    def origins(self) -> set[str]:  # type: ignore[override]
+        return self.data.get_origins()
+
+    def get_size(self) -> list[int]:
+        return self.data.get_size()
+
+    def get_dtype(self) -> torch.dtype:
+        return self.data.get_dtype()
+
+    def get_device(self) -> torch.device:
+        return self.data.get_device()
+
+    def make_loader(self) -> Loader:
+        # Read ``self.data`` at call time: a box realized after this loader was made still
+        # loads from its buffer, never recomputes a stale loop.
+        def load(ops: OpsHandler[Any], index: Index) -> Any:
+            return self.data.make_loader()(ops, index)
+
+        return load
+
+    def is_realized(self) -> bool:
+        return isinstance(self.data, Buffer)
+
+    def __repr__(self) -> str:
+        return f"StorageBox({self.data!r})"
+
+
+def unwrap(node: IRNode) -> IRNode:
+    """Strip storage boxes."""
+    while isinstance(node, StorageBox):
+        node = node.data
+    return node
+
+
+def as_strided_layout(node: IRNode) -> tuple[Buffer, Layout] | None:
+    """``(buffer, layout)`` if ``node`` is a realized buffer or a strided view of one."""
+    node = unwrap(node)
+    if isinstance(node, Buffer) and node.layout is not None:
+        return node, node.layout
+    if isinstance(node, ReinterpretView):
+        return node.data, node.layout
+    return None

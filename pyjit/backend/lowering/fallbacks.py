@@ -1,0 +1,65 @@
+"""Extern kernels: ops that run as aten calls from the generated wrapper.
+
+Two kinds: *by design* (matrix products, convolutions, attention, allocation: vendor libraries
+do them best) and *fallbacks* (ops with no lowering yet, or a lowering that declined these
+arguments by raising ``NotImplementedError``). Fallbacks are logged once per op on the
+``fallbacks`` channel and counted in ``pyjit.backend.metrics``. Random-number ops are always
+fallbacks: they use aten's generator, so seeded programs give the same numbers as eager.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+
+from ...logs import get_logger
+from ..ir import ExternKernel, IRNode, Layout, MultiOutput
+from ..metrics import metrics
+from .registry import aten
+
+if TYPE_CHECKING:
+    from ..graph import GraphLowering
+
+log = get_logger("fallbacks")
+_logged: set[str] = set()
+
+EXTERN_BY_DESIGN = {
+    aten.mm.default, aten.bmm.default, aten.addmm.default, aten.baddbmm.default, aten.convolution.default,
+    aten._scaled_dot_product_flash_attention.default, aten._scaled_dot_product_efficient_attention.default,
+    aten._scaled_dot_product_cudnn_attention.default, aten._scaled_dot_product_flash_attention_for_cpu.default,
+    aten.empty.memory_format, aten.empty_strided.default, aten.empty_like.default, aten.mv.default,
+    aten.dot.default,
+}
+
+
+def make_extern(ctx: "GraphLowering", target: Any, args: tuple, kwargs: dict, reason: str = "") -> Any:
+    """An :class:`ExternKernel` calling ``target``; returns IR nodes shaped like its outputs."""
+    if target not in EXTERN_BY_DESIGN:
+        name = str(target)
+        metrics.fallback_ops[name] += 1
+        if name not in _logged:
+            _logged.add(name)
+            where = ctx.current_user_location()
+            log.info("no lowering for %s%s; calling aten from the wrapper%s", name,
+                     f" ({reason})" if reason else "", f" [{where}]" if where else "")
+    real_args, real_kwargs = tree_map(lambda a: ctx.realize(a) if isinstance(a, IRNode) else a, (args, kwargs))
+    val = ctx.current_meta_val()
+    name = ctx.new_buffer_name()
+    if isinstance(val, torch.Tensor):
+        node = ExternKernel(name, Layout.of(val), target, real_args, real_kwargs, ctx.current_origins(), reason)
+        ctx.register_buffer(node)
+        return node
+    node = ExternKernel(name, None, target, real_args, real_kwargs, ctx.current_origins(), reason)
+    ctx.register_buffer(node)
+    leaves, spec = tree_flatten(val)
+    outs: list[Any] = []
+    for i, leaf in enumerate(leaves):
+        if isinstance(leaf, torch.Tensor):
+            out = MultiOutput(ctx.new_buffer_name(), Layout.of(leaf), node, (i,))
+            ctx.register_buffer(out)
+            outs.append(out)
+        else:
+            outs.append(leaf)
+    node.output_spec = spec  # type: ignore[attr-defined]
+    return tree_unflatten(outs, spec)

@@ -1,0 +1,225 @@
+"""Lowerings that move elements between positions: cat, index/gather/embedding/index_select,
+constant_pad_nd, slice_scatter/select_scatter.
+
+Reads that may fall outside an input (the other branch of a ``cat``, a padded border) use
+clamped indices, so every address a kernel touches is valid, and a ``where`` selects the value.
+Indirect (gathered) indices wrap negative values like eager; out-of-range indices, an error in
+eager, are clamped (no device-side assert yet).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import sympy
+import torch
+
+from ..ir import IRNode, Pointwise, StorageBox
+from ..symbolic import FloorDiv
+from .registry import (
+    aten,
+    broadcast_shapes,
+    canonical_dim,
+    expand_to,
+    promote,
+    register_lowering,
+)
+
+
+def _clamp(expr: sympy.Expr, hi: int) -> sympy.Expr:
+    """``expr`` clamped into ``[0, hi - 1]`` (an address that is always valid)."""
+    return sympy.Min(sympy.Max(expr, 0), max(hi - 1, 0))
+
+
+def _in_range(ops: Any, expr: sympy.Expr, lo: int, hi: int) -> Any:
+    v = ops.index_expr(expr, torch.int64)
+    return ops.binary("logical_and", ops.binary("ge", v, ops.constant(lo, torch.int64)),
+                      ops.binary("lt", v, ops.constant(hi, torch.int64)))
+
+
+def _box(ctx: Any, inputs: Sequence[IRNode], dtype: torch.dtype, size: Sequence[int], inner_fn: Any) -> StorageBox:
+    origins = set().union(*[i.get_origins() for i in inputs]) | ctx.current_origins()
+    return StorageBox(Pointwise(inputs[0].get_device(), dtype, [int(s) for s in size], origins, inner_fn=inner_fn))
+
+
+@register_lowering(aten.cat)
+def _cat(ctx: Any, tensors: Sequence[IRNode], dim: int = 0) -> IRNode:
+    tensors = [t for t in tensors if not (len(t.get_size()) == 1 and t.get_size()[0] == 0)]
+    if len(tensors) == 1:
+        return tensors[0]
+    ndim = len(tensors[0].get_size())
+    dim = canonical_dim(dim, ndim)
+    _, dtype = promote(*tensors)
+    size = list(tensors[0].get_size())
+    offsets = []
+    total = 0
+    for t in tensors:
+        offsets.append(total)
+        total += t.get_size()[dim]
+    size[dim] = total
+    loaders = [(t.make_loader(), t.get_size()[dim], t.get_dtype()) for t in tensors]
+
+    def inner_fn(ops: Any, index: Sequence[sympy.Expr]) -> Any:
+        result = None
+        for k in range(len(loaders) - 1, -1, -1):
+            loader, n, dt = loaders[k]
+            idx = list(index)
+            idx[dim] = _clamp(index[dim] - offsets[k], n)
+            v = loader(ops, idx)
+            if dt != dtype:
+                v = ops.to_dtype(v, dtype)
+            if result is None:
+                result = v
+            else:
+                result = ops.where(_in_range(ops, index[dim], offsets[k], offsets[k] + n), v, result)
+        return result
+
+    return _box(ctx, tensors, dtype, size, inner_fn)
+
+
+def _indirect(ops: Any, value: Any, size: int) -> sympy.Expr:
+    # Negative indices count from the end, as in eager.
+    wrapped = ops.where(ops.binary("lt", value, ops.constant(0, torch.int64)),
+                        ops.binary("add", value, ops.constant(size, torch.int64)), value)
+    return _clamp(ops.indirect_indexing(wrapped, size), size)
+
+
+@register_lowering(aten.index.Tensor)
+def _index(ctx: Any, x: IRNode, indices: Sequence[IRNode | None]) -> IRNode:
+    size = x.get_size()
+    if any(i is not None and i.get_dtype() in (torch.bool, torch.uint8) for i in indices):
+        raise NotImplementedError("boolean masks make data-dependent shapes")
+    indexed = [d for d, i in enumerate(indices) if i is not None]
+    tensors = [indices[d] for d in indexed]
+    bshape = broadcast_shapes(*[t.get_size() for t in tensors])  # type: ignore[union-attr]
+    adjacent = indexed == list(range(indexed[0], indexed[-1] + 1))
+    rest = [d for d in range(len(size)) if d not in indexed]
+    if adjacent:
+        before = [d for d in rest if d < indexed[0]]
+        after = [d for d in rest if d > indexed[-1]]
+        out_size = [size[d] for d in before] + bshape + [size[d] for d in after]
+        bpos = len(before)
+    else:
+        before, after = [], rest
+        out_size = bshape + [size[d] for d in rest]
+        bpos = 0
+    loaders = [expand_to(t, bshape).make_loader() for t in tensors]  # type: ignore[arg-type]
+    xload = x.make_loader()
+
+    def inner_fn(ops: Any, index: Sequence[sympy.Expr]) -> Any:
+        bidx = list(index[bpos:bpos + len(bshape)])
+        full: list[sympy.Expr] = [sympy.Integer(0)] * len(size)
+        for pos, d in enumerate(before):
+            full[d] = index[pos]
+        for pos, d in enumerate(after):
+            full[d] = index[bpos + len(bshape) + pos]
+        for d, loader in zip(indexed, loaders):
+            v = ops.to_dtype(loader(ops, bidx), torch.int64)
+            full[d] = _indirect(ops, v, size[d])
+        return xload(ops, full)
+
+    return _box(ctx, [x, *tensors], x.get_dtype(), out_size, inner_fn)  # type: ignore[list-item]
+
+
+@register_lowering(aten.index_select)
+def _index_select(ctx: Any, x: IRNode, dim: int, index: IRNode) -> IRNode:
+    dim = canonical_dim(dim, len(x.get_size()))
+    if len(x.get_size()) == 0:
+        return x
+    indices: list[IRNode | None] = [None] * dim + [index]
+    return _index(ctx, x, indices)
+
+
+@register_lowering(aten.embedding)
+def _embedding(ctx: Any, weight: IRNode, indices: IRNode, padding_idx: int = -1, scale_grad_by_freq: bool = False,
+               sparse: bool = False) -> IRNode:
+    return _index(ctx, weight, [indices])
+
+
+@register_lowering(aten.gather)
+def _gather(ctx: Any, x: IRNode, dim: int, index: IRNode, *, sparse_grad: bool = False) -> IRNode:
+    size = x.get_size()
+    dim = canonical_dim(dim, len(size))
+    iload = index.make_loader()
+    xload = x.make_loader()
+
+    def inner_fn(ops: Any, idx: Sequence[sympy.Expr]) -> Any:
+        full = list(idx)
+        if size:
+            full[dim] = _indirect(ops, ops.to_dtype(iload(ops, idx), torch.int64), size[dim])
+        return xload(ops, full)
+
+    return _box(ctx, [x, index], x.get_dtype(), index.get_size(), inner_fn)
+
+
+@register_lowering(aten.constant_pad_nd)
+def _constant_pad_nd(ctx: Any, x: IRNode, pad: Sequence[int], value: Any = 0) -> IRNode:
+    size = x.get_size()
+    nd = len(size)
+    out_size = list(size)
+    lows: dict[int, int] = {}
+    for k in range(len(pad) // 2):
+        d = nd - 1 - k
+        lo, hi = int(pad[2 * k]), int(pad[2 * k + 1])
+        lows[d] = lo
+        out_size[d] = size[d] + lo + hi
+    dtype = x.get_dtype()
+    xload = x.make_loader()
+
+    def inner_fn(ops: Any, index: Sequence[sympy.Expr]) -> Any:
+        full = list(index)
+        cond = None
+        for d, lo in lows.items():
+            src = index[d] - lo
+            full[d] = _clamp(src, size[d])
+            c = _in_range(ops, src, 0, size[d])
+            cond = c if cond is None else ops.binary("logical_and", cond, c)
+        v = xload(ops, full)
+        if cond is None:
+            return v
+        return ops.where(cond, v, ops.constant(value, dtype))
+
+    return _box(ctx, [x], dtype, out_size, inner_fn)
+
+
+@register_lowering(aten.slice_scatter)
+def _slice_scatter(ctx: Any, x: IRNode, src: IRNode, dim: int = 0, start: int | None = None,
+                   end: int | None = None, step: int = 1) -> IRNode:
+    size = x.get_size()
+    dim = canonical_dim(dim, len(size))
+    n = size[dim]
+    start = 0 if start is None else (start + n if start < 0 else start)
+    end = n if end is None else (end + n if end < 0 else end)
+    start, end = max(0, min(n, start)), max(0, min(n, end))
+    m = src.get_size()[dim]
+    xload, sload = x.make_loader(), src.make_loader()
+    dtype = x.get_dtype()
+
+    def inner_fn(ops: Any, index: Sequence[sympy.Expr]) -> Any:
+        i = index[dim]
+        sidx = list(index)
+        sidx[dim] = _clamp(FloorDiv(sympy.Max(i - start, 0), step) if step != 1 else i - start, m)
+        inside = _in_range(ops, i, start, end)
+        if step != 1:
+            rel = ops.binary("sub", ops.index_expr(i, torch.int64), ops.constant(start, torch.int64))
+            on_step = ops.binary("eq", ops.binary("mod", rel, ops.constant(step, torch.int64)),
+                                 ops.constant(0, torch.int64))
+            inside = ops.binary("logical_and", inside, on_step)
+        return ops.where(inside, ops.to_dtype(sload(ops, sidx), dtype), xload(ops, index))
+
+    return _box(ctx, [x, src], dtype, size, inner_fn)
+
+
+@register_lowering(aten.select_scatter)
+def _select_scatter(ctx: Any, x: IRNode, src: IRNode, dim: int, index: int) -> IRNode:
+    size = x.get_size()
+    dim = canonical_dim(dim, len(size))
+    index = index + size[dim] if index < 0 else index
+    xload, sload = x.make_loader(), src.make_loader()
+    dtype = x.get_dtype()
+
+    def inner_fn(ops: Any, idx: Sequence[sympy.Expr]) -> Any:
+        sidx = list(idx[:dim]) + list(idx[dim + 1:])
+        hit = ops.binary("eq", ops.index_expr(idx[dim], torch.int64), ops.constant(index, torch.int64))
+        return ops.where(hit, ops.to_dtype(sload(ops, sidx), dtype), xload(ops, idx))
+
+    return _box(ctx, [x, src], dtype, size, inner_fn)

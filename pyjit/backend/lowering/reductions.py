@@ -1,0 +1,205 @@
+"""Lowerings of reductions: sum, mean, prod, amax/amin, max/min.dim, argmax/argmin, any/all,
+var/std/var_mean (through the ``m2`` Welford reduction).
+
+A reduction is always realized into its own buffer (a :class:`Reduction` loop); the scheduler
+fuses its pointwise producers (inlined here when single-use) and consumers back into one
+kernel. Accumulation happens in fp32 for fp16/bf16 and in int64 for integers.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import sympy
+import torch
+
+from ..ir import IRNode, Reduction, StorageBox
+from ..ops_handler import ReductionType
+from ..symbolic import prod, unflatten_index
+from .registry import aten, canonical_dims, make_pointwise, prims, register_lowering, to_dtype_node
+from .views import _view
+
+
+def acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    if dtype in (torch.float16, torch.bfloat16):
+        return torch.float32
+    if dtype == torch.bool or not dtype.is_floating_point:
+        return torch.int64
+    return dtype
+
+
+def make_reduction(ctx: Any, x: IRNode, dims: Any, keepdim: bool, reduction_type: ReductionType,
+                   out_dtype: torch.dtype, value_dtype: torch.dtype | None = None) -> IRNode:
+    """Reduce ``x`` over ``dims``; ``value_dtype`` is the dtype the values are reduced in."""
+    size = x.get_size()
+    ndim = len(size)
+    rdims = canonical_dims(dims, ndim)
+    kept = [d for d in range(ndim) if d not in rdims]
+    ranges = [size[d] for d in kept]
+    rranges = [size[d] for d in rdims]
+    vdt = value_dtype or acc_dtype(x.get_dtype())
+    loader = x.make_loader()
+    src_dtype = x.get_dtype()
+    if prod(rranges) == 0:
+        raise NotImplementedError("reduction over an empty dimension is left to aten")
+    if ndim == 0:
+        rdims, kept, ranges, rranges = [], [], [], [1]
+
+    def inner_fn(ops: Any, index: Sequence[sympy.Expr], rindex: Sequence[sympy.Expr]) -> Any:
+        full: list[sympy.Expr] = [sympy.Integer(0)] * ndim
+        for pos, d in enumerate(kept):
+            full[d] = index[pos]
+        # The reduction index is flat over the reduced dims (row-major), as argmax expects.
+        flat = unflatten_index(rindex[0], rranges) if len(rindex) == 1 and len(rranges) > 1 else rindex
+        for pos, d in enumerate(rdims):
+            full[d] = flat[pos]
+        v = loader(ops, full)
+        if src_dtype != vdt:
+            v = ops.to_dtype(v, vdt)
+        return v
+
+    red = Reduction(x.get_device(), out_dtype, ranges, x.get_origins() | ctx.current_origins(),
+                    inner_fn=inner_fn, reduction_ranges=[prod(rranges)], reduction_type=reduction_type,
+                    src_dtype=vdt)
+    out: IRNode = ctx.realize(StorageBox(red))
+    if keepdim:
+        out = _view(ctx, out, [1 if d in rdims else size[d] for d in range(ndim)])
+    return out
+
+
+def _sum_dtype(x: IRNode, dtype: torch.dtype | None) -> torch.dtype:
+    if dtype is not None:
+        return dtype
+    dt = x.get_dtype()
+    return torch.int64 if (dt == torch.bool or not dt.is_floating_point) else dt
+
+
+@register_lowering(aten.sum.dim_IntList, aten.sum.default)
+def _sum(ctx: Any, x: IRNode, dim: Any = None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> IRNode:
+    out = _sum_dtype(x, dtype)
+    return make_reduction(ctx, x, dim, keepdim, "sum", out, acc_dtype(out))
+
+
+@register_lowering(prims.sum)
+def _prims_sum(ctx: Any, x: IRNode, dims: Any, *, output_dtype: torch.dtype | None = None) -> IRNode:
+    return _sum(ctx, x, dims, False, dtype=output_dtype)
+
+
+@register_lowering(aten.prod.dim_int, aten.prod.default)
+def _prod(ctx: Any, x: IRNode, dim: Any = None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> IRNode:
+    out = _sum_dtype(x, dtype)
+    return make_reduction(ctx, x, dim, keepdim, "prod", out, acc_dtype(out))
+
+
+@register_lowering(aten.mean.dim, aten.mean.default)
+def _mean(ctx: Any, x: IRNode, dim: Any = None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> IRNode:
+    out = dtype or x.get_dtype()
+    if not out.is_floating_point:
+        raise NotImplementedError("mean of an integer tensor raises in eager")
+    n = prod(x.get_size()[d] for d in canonical_dims(dim, len(x.get_size())))
+    total = make_reduction(ctx, x, dim, keepdim, "sum", out, acc_dtype(out))
+    return make_pointwise(ctx, [total], lambda ops, v: ops.binary("truediv", v, ops.constant(float(n), out)), out)
+
+
+@register_lowering(aten.amax, aten.amin)
+def _amax(ctx: Any, x: IRNode, dim: Any = (), keepdim: bool = False) -> IRNode:
+    kind: ReductionType = "max" if ctx.current_target_name() == "amax" else "min"
+    dt = x.get_dtype()
+    return make_reduction(ctx, x, dim, keepdim, kind, dt, torch.float32 if dt in (torch.float16, torch.bfloat16) else dt)
+
+
+@register_lowering(aten.max.default, aten.min.default)
+def _max_all(ctx: Any, x: IRNode) -> IRNode:
+    kind: ReductionType = "max" if ctx.current_target_name() == "max" else "min"
+    dt = x.get_dtype()
+    return make_reduction(ctx, x, None, False, kind, dt, torch.float32 if dt in (torch.float16, torch.bfloat16) else dt)
+
+
+@register_lowering(aten.argmax, aten.argmin)
+def _argmax(ctx: Any, x: IRNode, dim: int | None = None, keepdim: bool = False) -> IRNode:
+    kind: ReductionType = "argmax" if ctx.current_target_name() == "argmax" else "argmin"
+    dt = x.get_dtype()
+    vdt = torch.float32 if dt in (torch.float16, torch.bfloat16) else dt
+    if dim is None:
+        out = make_reduction(ctx, x, None, False, kind, torch.int64, vdt)
+        return _view(ctx, out, [1] * len(x.get_size())) if keepdim else out
+    return make_reduction(ctx, x, dim, keepdim, kind, torch.int64, vdt)
+
+
+@register_lowering(aten.max.dim, aten.min.dim)
+def _max_dim(ctx: Any, x: IRNode, dim: int, keepdim: bool = False) -> tuple[IRNode, IRNode]:
+    name = ctx.current_target_name()
+    values = _amax_like(ctx, x, dim, keepdim, "max" if name == "max" else "min")
+    indices = _argmax_like(ctx, x, dim, keepdim, "argmax" if name == "max" else "argmin")
+    return values, indices
+
+
+def _amax_like(ctx: Any, x: IRNode, dim: Any, keepdim: bool, kind: ReductionType) -> IRNode:
+    dt = x.get_dtype()
+    return make_reduction(ctx, x, dim, keepdim, kind, dt, torch.float32 if dt in (torch.float16, torch.bfloat16) else dt)
+
+
+def _argmax_like(ctx: Any, x: IRNode, dim: Any, keepdim: bool, kind: ReductionType) -> IRNode:
+    dt = x.get_dtype()
+    return make_reduction(ctx, x, dim, keepdim, kind, torch.int64,
+                          torch.float32 if dt in (torch.float16, torch.bfloat16) else dt)
+
+
+@register_lowering(aten.any, aten.all)
+def _any(ctx: Any, x: IRNode, dim: Any = None, keepdim: bool = False) -> IRNode:
+    kind: ReductionType = "any" if ctx.current_target_name() == "any" else "all"
+    as_bool = make_pointwise(ctx, [x], lambda ops, v: ops.to_dtype(v, torch.bool), torch.bool) \
+        if x.get_dtype() != torch.bool else x
+    return make_reduction(ctx, as_bool, dim, keepdim, kind, torch.bool, torch.bool)
+
+
+def _var_parts(ctx: Any, x: IRNode, dim: Any, correction: float | None, keepdim: bool) -> tuple[IRNode, IRNode]:
+    dt = x.get_dtype()
+    if not dt.is_floating_point:
+        raise NotImplementedError("var of an integer tensor raises in eager")
+    n = prod(x.get_size()[d] for d in canonical_dims(dim, len(x.get_size())))
+    corr = 1.0 if correction is None else float(correction)
+    vdt = acc_dtype(dt)
+    m2 = make_reduction(ctx, x, dim, keepdim, "m2", dt, vdt)
+    denom = max(0.0, n - corr)
+    var = make_pointwise(ctx, [m2], lambda ops, v: ops.binary("truediv", v, ops.constant(denom, vdt)), dt,
+                         compute_dtype=vdt)
+    total = make_reduction(ctx, x, dim, keepdim, "sum", dt, vdt)
+    mean = make_pointwise(ctx, [total], lambda ops, v: ops.binary("truediv", v, ops.constant(float(n), vdt)), dt,
+                          compute_dtype=vdt)
+    return var, mean
+
+
+@register_lowering(aten.var.correction, aten.var.dim, aten.var.default)
+def _var(ctx: Any, x: IRNode, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *,
+         correction: float | None = None) -> IRNode:
+    if isinstance(dim, bool):  # var.default(self, unbiased)
+        dim, unbiased = None, dim
+    if correction is None and unbiased is not None and not isinstance(unbiased, (list, tuple)):
+        correction = 1.0 if unbiased else 0.0
+    return _var_parts(ctx, x, dim, correction, keepdim)[0]
+
+
+@register_lowering(aten.var_mean.correction, aten.var_mean.dim)
+def _var_mean(ctx: Any, x: IRNode, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *,
+              correction: float | None = None) -> tuple[IRNode, IRNode]:
+    if correction is None and isinstance(unbiased, bool):
+        correction = 1.0 if unbiased else 0.0
+    return _var_parts(ctx, x, dim, correction, keepdim)
+
+
+@register_lowering(aten.std.correction, aten.std.dim)
+def _std(ctx: Any, x: IRNode, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *,
+         correction: float | None = None) -> IRNode:
+    if correction is None and isinstance(unbiased, bool):
+        correction = 1.0 if unbiased else 0.0
+    var = _var_parts(ctx, x, dim, correction, keepdim)[0]
+    return make_pointwise(ctx, [var], lambda ops, v: ops.unary("sqrt", v), var.get_dtype(),
+                          compute_dtype=acc_dtype(var.get_dtype()))
+
+
+@register_lowering(prims.var)
+def _prims_var(ctx: Any, x: IRNode, dims: Any, correction: float, *, output_dtype: Any = None) -> IRNode:
+    return _var_parts(ctx, x, dims, correction, False)[0]
+
+
+_ = to_dtype_node

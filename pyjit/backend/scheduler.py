@@ -1,0 +1,333 @@
+"""The scheduler: dependencies between buffers, dead-node elimination, and fusion.
+
+Each :class:`SchedulerNode` is one buffer to produce (a loop nest or an extern call). A
+loop node has an iteration *group* ``(xnumel, rnumel)`` and, for any candidate kernel group,
+the index expressions of its loads and stores in kernel coordinates (``xindex``/``rindex``).
+Two nodes may share a kernel when their groups are compatible and every value one reads from
+the other is produced by the same program at the same index (:func:`can_fuse`). Fusion is
+greedy by a score (bytes of memory traffic saved), never creating a cycle between kernels.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Iterable, Sequence
+
+import sympy
+
+from ..config import config
+from .ir import Buffer, ComputedBuffer, ExternKernel, InputBuffer, IRNode, MultiOutput, Reduction, ReinterpretView
+from .ops_handler import MemoryDep, RecordHandler
+from .symbolic import prod, simplify_with_ranges, sym, unflatten_index
+
+XINDEX = sym("xindex")
+RINDEX = sym("rindex")
+
+
+@dataclasses.dataclass(frozen=True)
+class Access:
+    """Loads/stores of one node, in kernel coordinates for one kernel group."""
+
+    reads: tuple[MemoryDep, ...]
+    writes: tuple[MemoryDep, ...]
+    x_only: bool  # the node iterates over xindex only (an x-sized node in a reduction kernel)
+
+
+class SchedulerNode:
+    def __init__(self, buf: Buffer, index: int):
+        self.buf = buf
+        self.name = buf.name
+        self.index = index
+        self.is_extern = not isinstance(buf, ComputedBuffer)
+        self.is_reduction = isinstance(buf, ComputedBuffer) and isinstance(buf.data, Reduction)
+        if isinstance(buf, ComputedBuffer):
+            data = buf.data
+            self.sizes = list(data.get_size())
+            self.rsizes = list(data.reduction_ranges) if isinstance(data, Reduction) else []
+            self.group = (prod(self.sizes), prod(self.rsizes) if self.rsizes else 1)
+            rec = self._record([sym(f"i{k}") for k in range(len(self.sizes))], [sym("r0")] if self.rsizes else [])
+            self.read_names = {d.name for d in rec.reads}
+            self.has_indirect = rec.has_indirect
+        else:
+            self.sizes, self.rsizes, self.group = [], [], (0, 0)
+            self.read_names = _extern_reads(buf)
+            self.has_indirect = False
+        self.users: set[str] = set()
+        self.origins = sorted(buf.get_origins())
+
+    def _record(self, index: Sequence[sympy.Expr], rindex: Sequence[sympy.Expr]) -> RecordHandler:
+        rec = RecordHandler()
+        assert isinstance(self.buf, ComputedBuffer)
+        body = self.buf.store_body()
+        if self.rsizes:
+            body(rec, index, rindex)
+        else:
+            body(rec, index)
+        return rec
+
+    @functools.lru_cache(maxsize=None)
+    def kernel_index(self, group: tuple[int, int]) -> tuple[list[sympy.Expr], list[sympy.Expr], bool] | None:
+        """(index, rindex, x_only) of this node inside a kernel over ``group``; None if it cannot join."""
+        X, R = group
+        if self.is_extern:
+            return None
+        if self.is_reduction:
+            if self.group != group:
+                return None
+            index, rindex, x_only = unflatten_index(XINDEX, self.sizes), [RINDEX], False
+        else:
+            n = self.group[0]
+            if R == 1 or (n == X and n != X * R):
+                if n != X:
+                    return None
+                index, rindex, x_only = unflatten_index(XINDEX, self.sizes), [], R != 1
+            elif n == X * R:
+                split = _split_point(self.sizes, X)
+                if split is None:
+                    return None
+                index = unflatten_index(XINDEX, self.sizes[:split]) + unflatten_index(RINDEX, self.sizes[split:])
+                rindex, x_only = [], False
+            else:
+                return None
+        ranges = {XINDEX: X, RINDEX: R}
+        return [simplify_with_ranges(i, ranges) for i in index], rindex, x_only
+
+    @functools.lru_cache(maxsize=None)
+    def access(self, group: tuple[int, int]) -> Access | None:
+        """Accesses in the coordinates of a kernel over ``group``, or None if it cannot join it."""
+        placed = self.kernel_index(group)
+        if placed is None:
+            return None
+        index, rindex, x_only = placed
+        ranges = {XINDEX: group[0], RINDEX: group[1]}
+        rec = self._record(index, rindex)
+        simp = lambda deps: tuple(MemoryDep(d.name, simplify_with_ranges(d.index, ranges)) for d in deps)  # noqa: E731
+        return Access(simp(rec.reads), simp(rec.writes), x_only)
+
+
+def _split_point(sizes: Sequence[int], x: int) -> int | None:
+    acc = 1
+    for k, s in enumerate(sizes):
+        if acc == x:
+            return k
+        acc *= s
+    return len(sizes) if acc == x else None
+
+
+def _extern_reads(buf: Buffer) -> set[str]:
+    if isinstance(buf, MultiOutput):
+        return {buf.parent.name}
+    assert isinstance(buf, ExternKernel)
+    names = set()
+    for node in buf.tensor_inputs():
+        names.add(_storage_name(node))
+    return names
+
+
+def _storage_name(node: IRNode) -> str:
+    if isinstance(node, ReinterpretView):
+        return node.data.name
+    assert isinstance(node, Buffer), node
+    return node.name
+
+
+@dataclasses.dataclass
+class FusedGroup:
+    """Nodes that become one kernel (or a single extern call)."""
+
+    nodes: list[SchedulerNode]
+    group: tuple[int, int]
+
+    @property
+    def is_extern(self) -> bool:
+        return self.nodes[0].is_extern
+
+    @property
+    def names(self) -> set[str]:
+        return {n.name for n in self.nodes}
+
+    def read_names(self) -> set[str]:
+        return set().union(*[n.read_names for n in self.nodes]) - self.names
+
+    def has_reduction(self) -> bool:
+        return any(n.is_reduction for n in self.nodes)
+
+
+class Scheduler:
+    def __init__(self, buffers: Sequence[Buffer], graph_inputs: Sequence[InputBuffer], output_names: set[str],
+                 persistent_rmax: int):
+        self.output_names = output_names
+        self.persistent_rmax = persistent_rmax
+        self.nodes = [SchedulerNode(b, i) for i, b in enumerate(buffers) if not _is_view_only(b)]
+        by_name = {n.name: n for n in self.nodes}
+        for n in self.nodes:
+            for r in n.read_names:
+                if r in by_name:
+                    by_name[r].users.add(n.name)
+        self._eliminate_dead(by_name)
+        self.groups = [FusedGroup([n], n.group) for n in self.nodes]
+        if config.backend_fusion:
+            self._fuse()
+
+    # ------------------------------------------------------------------ dead code
+    def _eliminate_dead(self, by_name: dict[str, SchedulerNode]) -> None:
+        live: set[str] = set()
+        stack = [n for n in self.output_names if n in by_name]
+        while stack:
+            name = stack.pop()
+            if name in live:
+                continue
+            live.add(name)
+            stack.extend(r for r in by_name[name].read_names if r in by_name)
+        self.nodes = [n for n in self.nodes if n.name in live]
+        for n in self.nodes:
+            n.users &= live
+
+    # ------------------------------------------------------------------ fusion
+    def _fuse(self) -> None:
+        for _ in range(10):
+            candidates = []
+            for i, a in enumerate(self.groups):
+                for b in self.groups[i + 1:]:
+                    if a.is_extern or b.is_extern:
+                        continue
+                    score = self._score(a, b)
+                    if score > 0:
+                        candidates.append((score, a, b))
+            candidates.sort(key=lambda c: -c[0])
+            fused_any = False
+            done: set[int] = set()
+            for score, a, b in candidates:
+                if id(a) in done or id(b) in done:
+                    continue
+                merged = self._try_fuse(a, b)
+                if merged is not None:
+                    done.update((id(a), id(b)))
+                    self.groups = [g for g in self.groups if g is not a and g is not b] + [merged]
+                    fused_any = True
+            if not fused_any:
+                break
+        self.groups = self._topological(self.groups)
+
+    def _score(self, a: FusedGroup, b: FusedGroup) -> int:
+        """Bytes saved: buffers one produces and the other reads, plus buffers both read."""
+        shared = (a.names & b.read_names()) | (b.names & a.read_names()) | (a.read_names() & b.read_names())
+        total = 0
+        by_name = {n.name: n for n in self.nodes}
+        for name in shared:
+            node = by_name.get(name)
+            total += (node.buf.layout.numel() * node.buf.layout.dtype.itemsize) if node is not None \
+                and node.buf.layout is not None else 1
+        return total
+
+    def _kernel_group(self, a: FusedGroup, b: FusedGroup) -> tuple[int, int] | None:
+        ga, gb = a.group, b.group
+        if ga == gb:
+            return ga
+        if ga[1] != 1 and gb[1] == 1:
+            ga, gb = gb, ga
+        # ga pointwise (R=1), gb reduction-shaped: the pointwise part must fit gb's iteration.
+        if ga[1] == 1 and gb[1] != 1 and ga[0] in (gb[0], gb[0] * gb[1]):
+            return gb
+        return None
+
+    def _try_fuse(self, a: FusedGroup, b: FusedGroup) -> FusedGroup | None:
+        group = self._kernel_group(a, b)
+        if group is None:
+            return None
+        nodes = sorted(a.nodes + b.nodes, key=lambda n: n.index)
+        accesses = {}
+        for n in nodes:
+            acc = n.access(group)
+            if acc is None:
+                return None
+            accesses[n.name] = acc
+        names = {n.name for n in nodes}
+        # Every in-kernel read must hit the value the same program stored at that index.
+        stores = {n.name: accesses[n.name].writes[0].index for n in nodes}
+        for n in nodes:
+            for dep in accesses[n.name].reads:
+                if dep.name in names and dep.index != stores[dep.name]:
+                    return None
+        if group[1] > self.persistent_rmax and not self._looped_ok(nodes, accesses):
+            return None
+        if self._creates_cycle(a, b):
+            return None
+        return FusedGroup(nodes, group)
+
+    def _looped_ok(self, nodes: list[SchedulerNode], accesses: dict[str, Access]) -> bool:
+        """A looped reduction has one loop: no r-iterated node may need an in-kernel reduction."""
+        after_reduction: set[str] = set()
+        for n in nodes:
+            depends = any(r in after_reduction for r in n.read_names)
+            if n.is_reduction:
+                if depends:
+                    return False
+                after_reduction.add(n.name)
+            elif depends:
+                if not accesses[n.name].x_only:
+                    return False
+                after_reduction.add(n.name)
+        return True
+
+    def _creates_cycle(self, a: FusedGroup, b: FusedGroup) -> bool:
+        """True if a path a -> (other group) -> b or b -> ... -> a exists."""
+        owner = {}
+        for g in self.groups:
+            for n in g.nodes:
+                owner[n.name] = g
+        by_name = {n.name: n for n in self.nodes}
+
+        def reaches_via_other(src: FusedGroup, dst: FusedGroup) -> bool:
+            stack = [owner[u] for n in src.nodes for u in n.users if u in owner and owner[u] not in (src, dst)]
+            seen: set[int] = set()
+            while stack:
+                g = stack.pop()
+                if id(g) in seen:
+                    continue
+                seen.add(id(g))
+                if g is dst:
+                    return True
+                for n in g.nodes:
+                    for u in by_name[n.name].users:
+                        if u in owner and owner[u] is not g:
+                            if owner[u] is dst:
+                                return True
+                            stack.append(owner[u])
+            return False
+
+        return reaches_via_other(a, b) or reaches_via_other(b, a)
+
+    @staticmethod
+    def _topological(groups: list[FusedGroup]) -> list[FusedGroup]:
+        owner = {n.name: g for g in groups for n in g.nodes}
+        order: list[FusedGroup] = []
+        state: dict[int, int] = {}
+
+        def visit(g: FusedGroup) -> None:
+            if state.get(id(g)) == 2:
+                return
+            assert state.get(id(g)) != 1, "fusion created a cycle"
+            state[id(g)] = 1
+            for r in sorted(set().union(*[n.read_names for n in g.nodes])):
+                dep = owner.get(r)
+                if dep is not None and dep is not g:
+                    visit(dep)
+            state[id(g)] = 2
+            order.append(g)
+
+        for g in sorted(groups, key=lambda g: min(n.index for n in g.nodes)):
+            visit(g)
+        return order
+
+
+def _is_view_only(buf: Buffer) -> bool:
+    return False
+
+
+def iter_nodes(groups: Iterable[FusedGroup]) -> Iterable[SchedulerNode]:
+    for g in groups:
+        yield from g.nodes
+
+
+_ = Any

@@ -1,0 +1,98 @@
+"""The backend registry: name -> ``backend(gm, example_inputs) -> callable`` (torch.compile's protocol).
+
+Built in:
+
+- ``"eager"``: runs the captured FX graph as is (its generated ``forward``, without the
+  ``nn.Module.__call__`` overhead);
+- ``"pyjit"``: pyjit's own compiler ``pyjit.backend.compile_fx`` when that module exists; if it
+  is missing or raises, the graph runs as is and the reason is logged on ``fallbacks``.
+
+``register(name, fn)`` adds a backend; ``list()`` names them; ``lookup(name_or_callable)`` resolves
+what ``pyjit.jit(backend=...)`` was given.
+"""
+from __future__ import annotations
+
+import builtins
+import importlib
+from typing import Any, Callable
+
+from .logs import get_logger
+
+Backend = Callable[..., Callable[..., Any]]
+_fallback_log = get_logger("fallbacks")
+_REGISTRY: dict[str, Backend] = {}
+
+
+def register(name: str, fn: Backend | None = None) -> Any:
+    """Register ``fn`` under ``name`` (also usable as ``@register("name")``)."""
+    if fn is None:
+        def deco(f: Backend) -> Backend:
+            _REGISTRY[name] = f
+            return f
+
+        return deco
+    _REGISTRY[name] = fn
+    return fn
+
+
+def list() -> builtins.list[str]:  # noqa: A001 - public API name
+    """Names of the registered backends, sorted."""
+    return sorted(_REGISTRY)
+
+
+def lookup(backend: str | Backend) -> Backend:
+    if callable(backend):
+        return backend
+    try:
+        return _REGISTRY[backend]
+    except KeyError:
+        raise ValueError(f"unknown pyjit backend {backend!r}; registered: {', '.join(list())}. "
+                         f"Register one with pyjit.backends.register(name, fn).") from None
+
+
+def eager(gm: Any, example_inputs: builtins.list[Any]) -> Callable[..., Any]:
+    """Run the FX graph as captured (its forward, skipping Module.__call__)."""
+    _mark_skip(gm.forward)
+    return gm.forward
+
+
+def pyjit_backend(gm: Any, example_inputs: builtins.list[Any]) -> Callable[..., Any]:
+    """pyjit's compiler when available, else the graph as is (logged)."""
+    try:
+        mod = importlib.import_module("pyjit.backend.compile_fx")
+    except ImportError as e:
+        _fallback_log.info("pyjit.backend.compile_fx is not available (%s); running the graph as captured", e)
+        return eager(gm, example_inputs)
+    compile_fx = getattr(mod, "compile_fx", None)
+    if compile_fx is None:
+        _fallback_log.info("pyjit.backend.compile_fx has no compile_fx(); running the graph as captured")
+        return eager(gm, example_inputs)
+    try:
+        compiled = compile_fx(gm, example_inputs)
+    except Exception as e:  # the backend's own bug must not break the user's program
+        from .config import config
+
+        if config.raise_on_internal_error:
+            raise
+        _fallback_log.warning("pyjit backend failed on graph %s (%s: %s); running the graph as captured",
+                              type(gm).__name__, type(e).__name__, e)
+        return eager(gm, example_inputs)
+    _mark_skip(compiled)
+    return compiled
+
+
+def _mark_skip(fn: Any) -> None:
+    """Frames of the compiled callable must not re-enter pyjit's callback (cheap C skip)."""
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    if code is None:
+        return
+    try:
+        from . import _C
+
+        _C.mark_skip(code)
+    except ImportError:
+        pass
+
+
+register("eager", eager)
+register("pyjit", pyjit_backend)

@@ -1,0 +1,305 @@
+"""Static analysis of instruction lists: control flow, stack depth, stack contents, liveness.
+
+- :func:`stack_depths` / :func:`compute_stacksize`: the stack depth on entry to every reachable
+  instruction (following jumps and exception handlers) and the maximum (``co_stacksize``).
+- :func:`stack_contents`: for every reachable instruction, which instruction produced each value
+  on the stack (so a break point can tell a ``for`` iterator from a ``with`` block's ``__exit__``).
+- :func:`basic_blocks`: leaders, blocks and successor edges.
+- :func:`live_locals`: local variables that may be read later, at any instruction.
+
+All functions take a decoded/edited instruction list (see :mod:`.instruction`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable, Optional, Sequence
+
+from . import opcodes
+from .instruction import Instruction
+from .stack_effect import stack_effect_split
+
+_GEN_FLAGS = 0x20 | 0x80 | 0x200  # CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR
+
+
+class StackAnalysisError(ValueError):
+    """The instruction list is inconsistent (a join with different stack depths, underflow)."""
+
+
+def raw_arg(inst: Instruction) -> Optional[int]:
+    """The argument as far as the stack effect needs it (index bits are irrelevant there)."""
+    if inst.arg is not None:
+        return inst.arg
+    # Created instructions: only the packed flag bits matter for stack effects.
+    return inst.flags if inst.opname in opcodes.NAME_ARG_SHIFT else inst.arg
+
+
+def initial_depth(instructions: Sequence[Instruction], co_flags: int = 0) -> int:
+    """Depth on entry. 3.11/3.12 generators start with the sent value accounted on the stack."""
+    if not opcodes.PY313 and co_flags & _GEN_FLAGS:
+        return 1
+    return 0
+
+
+def _successors(
+    instructions: Sequence[Instruction], index_of: dict[int, int], i: int
+) -> list[tuple[int, bool]]:
+    """(successor index, via_jump) pairs of instruction i (exception edges excluded)."""
+    inst = instructions[i]
+    out = []
+    if inst.target is not None:
+        out.append((index_of[id(inst.target)], True))
+    if inst.opname not in opcodes.TERMINATORS and i + 1 < len(instructions):
+        out.append((i + 1, False))
+    return out
+
+
+def stack_depths(
+    instructions: Sequence[Instruction], start_depth: int = 0
+) -> tuple[dict[int, int], int]:
+    """({id(instruction): depth on entry} for reachable instructions, maximum depth).
+
+    Raises :class:`StackAnalysisError` when two paths reach an instruction with different depths
+    or the stack underflows: such code would crash the interpreter, so it is never assembled.
+    """
+    index_of = {id(inst): i for i, inst in enumerate(instructions)}
+    depths: dict[int, int] = {}
+    max_depth = start_depth
+    work: list[tuple[int, int]] = [(0, start_depth)] if instructions else []
+
+    def reach(i: int, depth: int, origin: Instruction) -> None:
+        key = id(instructions[i])
+        old = depths.get(key)
+        if old is None:
+            depths[key] = depth
+            work.append((i, depth))
+        elif old != depth:
+            raise StackAnalysisError(
+                f"stack depth mismatch at {instructions[i]!r}: {old} vs {depth} (from {origin!r})"
+            )
+
+    if instructions:
+        depths[id(instructions[0])] = start_depth
+    # Handlers are roots too, even when the code they protect is unreachable: CPython's compiler
+    # sizes the stack for them (3.11 keeps handlers of try bodies it optimised away).
+    for inst in instructions:
+        if inst.exn is not None:
+            handler_depth = inst.exn.depth + 1 + int(inst.exn.lasti)
+            max_depth = max(max_depth, handler_depth)
+            reach(index_of[id(inst.exn.target)], handler_depth, inst)
+    while work:
+        i, depth = work.pop()
+        inst = instructions[i]
+        if inst.exn is not None:
+            handler_depth = inst.exn.depth + 1 + int(inst.exn.lasti)
+            max_depth = max(max_depth, handler_depth)
+            reach(index_of[id(inst.exn.target)], handler_depth, inst)
+        arg = raw_arg(inst)
+        for succ, via_jump in _successors(instructions, index_of, i):
+            pops, pushes = stack_effect_split(inst.opname, arg, via_jump)
+            if depth < pops and not (opcodes.PY311 and inst.opname == "PRECALL"):
+                raise StackAnalysisError(f"stack underflow at {inst!r}: depth {depth}, pops {pops}")
+            new = depth - pops + pushes
+            max_depth = max(max_depth, new)
+            reach(succ, new, inst)
+        if inst.opname in opcodes.TERMINATORS and inst.target is None:
+            # Returns/raises: still count their effect toward the maximum like CPython does.
+            pops, pushes = stack_effect_split(inst.opname, arg, False)
+            max_depth = max(max_depth, depth - pops + pushes)
+    return depths, max_depth
+
+
+def compute_stacksize(instructions: Sequence[Instruction], co_flags: int = 0) -> int:
+    """``co_stacksize`` for the instruction list (the maximum depth over all paths)."""
+    return stack_depths(instructions, initial_depth(instructions, co_flags))[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class StackSlot:
+    """A value on the stack: produced by ``producer`` as its ``index``-th pushed value
+    (``producer`` is None for values present on entry, e.g. a generator's sent value)."""
+
+    producer: Optional[Instruction]
+    index: int = 0
+
+    @property
+    def is_with_exit(self) -> bool:
+        """The bound ``__exit__`` that ``BEFORE_WITH`` leaves under the ``__enter__`` result."""
+        return self.producer is not None and self.producer.opname == "BEFORE_WITH" and self.index == 0
+
+    @property
+    def is_iterator(self) -> bool:
+        return self.producer is not None and self.producer.opname in ("GET_ITER", "GET_AITER")
+
+    @property
+    def is_exception_state(self) -> bool:
+        """Pushed by exception handling (handler entry, PUSH_EXC_INFO): not reconstructible."""
+        return self.producer is not None and (
+            self.producer.opname == "PUSH_EXC_INFO" or self.index < 0
+        )
+
+
+def stack_contents(
+    instructions: Sequence[Instruction], start_depth: int = 0
+) -> dict[int, tuple[StackSlot, ...]]:
+    """{id(instruction): stack on entry (bottom first)} for every reachable instruction."""
+    index_of = {id(inst): i for i, inst in enumerate(instructions)}
+    result: dict[int, tuple[StackSlot, ...]] = {}
+    if not instructions:
+        return result
+    start = tuple(StackSlot(None, k) for k in range(start_depth))
+    result[id(instructions[0])] = start
+    work = [0]
+    while work:
+        i = work.pop()
+        inst = instructions[i]
+        stack = result[id(inst)]
+        targets: list[tuple[int, tuple[StackSlot, ...]]] = []
+        if inst.exn is not None:
+            handler = inst.exn
+            # Index -1/-2 mark the lasti/exception values the unwinder pushes.
+            pushed = tuple(StackSlot(inst, -1 - k) for k in range(1 + int(handler.lasti)))
+            targets.append((index_of[id(handler.target)], stack[: handler.depth] + pushed))
+        arg = raw_arg(inst)
+        for succ, via_jump in _successors(instructions, index_of, i):
+            targets.append((succ, _apply(inst, arg, stack, via_jump)))
+        for succ, new_stack in targets:
+            key = id(instructions[succ])
+            if key not in result:
+                result[key] = new_stack
+                work.append(succ)
+    return result
+
+
+def _apply(inst: Instruction, arg: Optional[int], stack: tuple[StackSlot, ...], jump: bool) -> tuple[StackSlot, ...]:
+    if inst.opname == "COPY" and arg:
+        return stack + (stack[-arg],)
+    if inst.opname == "SWAP" and arg:
+        items = list(stack)
+        items[-1], items[-arg] = items[-arg], items[-1]
+        return tuple(items)
+    pops, pushes = stack_effect_split(inst.opname, arg, jump)
+    kept = stack[: len(stack) - pops] if pops else stack
+    return kept + tuple(StackSlot(inst, k) for k in range(pushes))
+
+
+@dataclasses.dataclass
+class BasicBlock:
+    """A maximal straight-line run: entered only at ``instructions[0]``."""
+
+    instructions: list[Instruction]
+    successors: list["BasicBlock"] = dataclasses.field(default_factory=list)
+    # Exception handlers reachable from some instruction of the block.
+    handlers: list["BasicBlock"] = dataclasses.field(default_factory=list)
+
+    @property
+    def first(self) -> Instruction:
+        return self.instructions[0]
+
+    @property
+    def last(self) -> Instruction:
+        return self.instructions[-1]
+
+
+def basic_blocks(instructions: Sequence[Instruction]) -> list[BasicBlock]:
+    """Split into basic blocks; a new block starts at jump/handler targets and after branches."""
+    if not instructions:
+        return []
+    leaders = {0}
+    index_of = {id(inst): i for i, inst in enumerate(instructions)}
+    for i, inst in enumerate(instructions):
+        if inst.target is not None:
+            leaders.add(index_of[id(inst.target)])
+        if inst.exn is not None:
+            leaders.add(index_of[id(inst.exn.target)])
+        if (inst.target is not None or inst.opname in opcodes.TERMINATORS) and i + 1 < len(instructions):
+            leaders.add(i + 1)
+    starts = sorted(leaders)
+    blocks = [
+        BasicBlock(list(instructions[s:e]))
+        for s, e in zip(starts, starts[1:] + [len(instructions)])
+    ]
+    block_at = {id(b.first): b for b in blocks}
+    for b in blocks:
+        last = b.last
+        if last.target is not None:
+            b.successors.append(block_at[id(last.target)])
+        if last.opname not in opcodes.TERMINATORS:
+            nxt = index_of[id(last)] + 1
+            if nxt < len(instructions):
+                b.successors.append(block_at[id(instructions[nxt])])
+        seen = set()
+        for inst in b.instructions:
+            if inst.exn is not None and id(inst.exn.target) not in seen:
+                seen.add(id(inst.exn.target))
+                b.handlers.append(block_at[id(inst.exn.target)])
+    return blocks
+
+
+# ---------------------------------------------------------------- liveness
+
+_READS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR"})
+_WRITES = frozenset({"STORE_FAST", "DELETE_FAST", "LOAD_FAST_AND_CLEAR"})
+
+
+def _uses_defs(inst: Instruction) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(read names, then written names) of plain fast locals by one instruction."""
+    name = inst.opname
+    if name == "LOAD_FAST_LOAD_FAST":
+        return tuple(inst.argval), ()
+    if name == "STORE_FAST_STORE_FAST":
+        return (), tuple(inst.argval)
+    if name == "STORE_FAST_LOAD_FAST":
+        stored, loaded = inst.argval
+        # The store happens first: reading the just-stored name is not a use of the old value.
+        return (() if loaded == stored else (loaded,)), (stored,)
+    uses = (inst.argval,) if name in _READS else ()
+    defs = (inst.argval,) if name in _WRITES and name != "LOAD_FAST_AND_CLEAR" else ()
+    if name == "LOAD_FAST_AND_CLEAR":
+        defs = (inst.argval,)
+    return uses, defs
+
+
+def live_locals_map(instructions: Sequence[Instruction]) -> dict[int, frozenset[str]]:
+    """{id(instruction): fast locals live on entry}: read on some path before being written.
+
+    Exception edges count: a handler's live variables are live at every instruction it covers
+    (the write of a raising instruction does not happen). Cell and free variables are not
+    tracked here (a closure may read a cell at any time): callers treat cells as always live.
+    """
+    n = len(instructions)
+    index_of = {id(inst): i for i, inst in enumerate(instructions)}
+    uses_defs = [_uses_defs(inst) for inst in instructions]
+    live_in: list[frozenset[str]] = [frozenset()] * n
+    changed = True
+    while changed:  # iterate to a fixed point, backward order converges quickly
+        changed = False
+        for i in range(n - 1, -1, -1):
+            inst = instructions[i]
+            out: set[str] = set()
+            for succ, _ in _successors(instructions, index_of, i):
+                out |= live_in[succ]
+            uses, defs = uses_defs[i]
+            new = set(uses) | (out - set(defs))
+            if inst.exn is not None:
+                new |= live_in[index_of[id(inst.exn.target)]]
+            frozen = frozenset(new)
+            if frozen != live_in[i]:
+                live_in[i] = frozen
+                changed = True
+    return {id(inst): live_in[i] for i, inst in enumerate(instructions)}
+
+
+def live_locals(instructions: Sequence[Instruction], at: Instruction) -> frozenset[str]:
+    """Fast locals live on entry to ``at`` (see :func:`live_locals_map`)."""
+    return live_locals_map(instructions)[id(at)]
+
+
+def jump_targets(instructions: Iterable[Instruction]) -> set[int]:
+    """ids of the instructions that some jump or exception handler targets."""
+    out = set()
+    for inst in instructions:
+        if inst.target is not None:
+            out.add(id(inst.target))
+        if inst.exn is not None:
+            out.add(id(inst.exn.target))
+    return out

@@ -1,0 +1,107 @@
+"""Convert one frame: trace it, compile its graph with the backend, build guards and replacement code.
+
+``convert_frame(func, args, backend)`` is the whole pipeline for one cache miss:
+
+1. wrap the frame's argument slots and closure cells as trackers (installing their guards);
+2. run the :class:`~pyjit.trace.translator.Translator` to the frame's return;
+3. no tensor operation recorded -> :class:`~pyjit.errors.SkipFrame` (the caller marks the code skip);
+4. rebuild the return value (:class:`~pyjit.trace.output_graph.OutputCodegen`), finish the FX graph,
+   hand it to the backend with the real example inputs;
+5. generate the replacement function (flat signature, same free variables): read the graph
+   inputs through their sources, call the compiled graph, rebuild the return value.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+import types
+from typing import Any, Callable
+
+import torch
+
+from ..errors import BackendError, SkipFrame
+from ..guards.guards import GuardKind, GuardSet
+from ..guards.source import ClosureSource, LocalSource
+from ..logs import get_logger
+from ..trace.output_graph import OutputCodegen, OutputGraph, finalize_graph
+from ..trace.pycodegen import ConstPool, build_flat_code, flat_arg_names
+from ..trace.translator import Translator
+from ..variables.builder import wrap
+from ..variables.functions import CellVariable
+from ..variables.torch_fns import install_global_state_guards
+
+_graph_log = get_logger("graph_code")
+_guard_log = get_logger("guards")
+_times_log = get_logger("compile_times")
+
+_counter = [0]
+
+
+@dataclasses.dataclass
+class CompiledFrame:
+    guards: GuardSet
+    code: types.CodeType          # replacement code (flat signature)
+    graph: torch.fx.GraphModule
+    compiled: Callable[..., Any]
+    source_text: str              # the generated replacement function, for logs/debugging
+    arg_names: list[str]
+
+
+def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Callable[..., Any]) -> CompiledFrame:
+    t0 = time.perf_counter()
+    code = func.__code__
+    names = flat_arg_names(code)
+    output = OutputGraph(code.co_qualname if hasattr(code, "co_qualname") else code.co_name)
+    tx = Translator(code, {}, {}, func.__globals__, output)
+    install_global_state_guards(tx)
+    f_locals = {name: wrap(tx, value, LocalSource(name, i)) for i, (name, value) in enumerate(zip(names, args))}
+    cells: dict[str, CellVariable] = {}
+    for name in code.co_cellvars:
+        cells[name] = CellVariable(f_locals.pop(name) if name in f_locals else None)
+    for i, name in enumerate(code.co_freevars):
+        cells[name] = CellVariable(real_cell=func.__closure__[i], source=ClosureSource(name, i))  # type: ignore[index]
+    tx.locals = f_locals
+    tx.cells = cells
+    grad_mode = torch.is_grad_enabled()
+    try:
+        result = tx.run()
+    finally:
+        torch._C._set_grad_enabled(grad_mode)
+    if output.call_count == 0:
+        raise SkipFrame(f"{code.co_name}: no tensor operations")
+    t1 = time.perf_counter()
+
+    cg = OutputCodegen(output)
+    ret_expr = result.reconstruct(cg)
+    gm = finalize_graph(output, cg)
+    if output.mutates_inputs and len(output.inputs) > 1:
+        # The trace assumed its tensor inputs are distinct objects; in-place updates would
+        # interact differently if they alias.
+        output.guards.add(GuardKind.DISTINCT, None, extra=tuple(gi.source for gi in output.inputs))
+    _graph_log.info("graph for %s (%s:%d):\n%s", code.co_name, code.co_filename, code.co_firstlineno, gm.code)
+    example_inputs = [gi.value for gi in output.inputs]
+    try:
+        compiled = backend(gm, example_inputs)
+    except Exception as e:
+        raise BackendError(f"backend {getattr(backend, '__name__', backend)!r} failed on the graph of {code.co_name} "
+                           f"({code.co_filename}:{code.co_firstlineno}): {type(e).__name__}: {e}") from e
+    t2 = time.perf_counter()
+
+    _counter[0] += 1
+    fn_name = f"__pyjit_{_identifier(code.co_name)}_{_counter[0]}"
+    pool = cg.pool
+    graph_ref = pool.ref(compiled, "compiled_graph")
+    inputs = ", ".join(gi.source.expr() for gi in output.inputs)
+    body = [f"# graph inputs: {', '.join(gi.source.name() for gi in output.inputs)}",
+            f"___out = {graph_ref}({inputs})",
+            f"return {ret_expr}"]
+    repl, text = build_flat_code(code, fn_name, body, pool)
+    _guard_log.info("guards for %s (%s:%d):\n%s", code.co_name, code.co_filename, code.co_firstlineno, output.guards.describe())
+    t3 = time.perf_counter()
+    _times_log.info("%s: trace=%.2fms backend=%.2fms codegen=%.2fms", code.co_name, (t1 - t0) * 1e3, (t2 - t1) * 1e3,
+                    (t3 - t2) * 1e3, extra={"phases": {"trace": t1 - t0, "backend": t2 - t1, "codegen": t3 - t2}})
+    return CompiledFrame(output.guards, repl, gm, compiled, text, names)
+
+
+def _identifier(name: str) -> str:
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in name)

@@ -1,0 +1,214 @@
+"""What to do with a frame the C hook hands to Python (the ``pyjit._C`` callback), and the
+pure-Python runtime used when the C core is not built.
+
+Decisions, in order, for ``callback(func, args)``:
+
+- code that is not a jit target (``pyjit.jit`` registered it) and not under ``pyjit.enable()``:
+  library/generated code (torch, pyjit, the stdlib, ``<...>`` files such as FX's generated
+  ``forward``) is marked *skip* so it never calls back again; user code just runs;
+- otherwise convert the frame (:func:`pyjit.frame.convert.convert_frame`):
+  * no tensor operation -> mark skip (one look only);
+  * a graph break -> ``GraphBreakError`` under ``fullgraph=True``; else log it on
+    ``graph_breaks``, mark skip, run eagerly;
+  * an internal error -> log it with the frame's file:line on ``fallbacks`` and run eagerly
+    (raised instead under ``config.raise_on_internal_error``);
+  * a recompile (the code already has entries) is logged on ``recompiles`` with the first
+    failing guard of each previous entry, in source form, expected vs actual.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import sysconfig
+import traceback
+import types
+from typing import Any, Callable
+
+from ..config import config
+from ..errors import GraphBreakError, SkipFrame, Unsupported
+from ..guards.source import FrameValues
+from ..logs import get_logger
+
+try:
+    from .. import _C
+except ImportError:  # the C extension is not built: JitFunction runs its own Python cache
+    _C = None  # type: ignore[assignment]
+
+_break_log = get_logger("graph_breaks")
+_recompile_log = get_logger("recompiles")
+_fallback_log = get_logger("fallbacks")
+
+
+@dataclasses.dataclass
+class JitOptions:
+    backend: Callable[..., Any]
+    fullgraph: bool = False
+    dynamic: bool | None = None
+
+
+@dataclasses.dataclass
+class CodeState:
+    """What Python remembers about a jit target's code object (the entries themselves live in C)."""
+
+    options: JitOptions
+    frames: list[Any] = dataclasses.field(default_factory=list)  # CompiledFrame, newest last
+    compiles: int = 0
+    broke: bool = False
+
+
+_targets: dict[types.CodeType, CodeState] = {}
+_global_options: list[JitOptions] = []  # non-empty while pyjit.enable() is active on some thread
+
+
+def register_target(code: types.CodeType, options: JitOptions) -> CodeState:
+    state = _targets.get(code)
+    if state is None or state.options != options:
+        state = CodeState(options)
+        _targets[code] = state
+    if _C is not None:
+        _C.mark_skip(code, False)  # it may have been marked while running inside another jitted call
+    return state
+
+
+def reset() -> None:
+    for state in _targets.values():
+        state.frames.clear()
+        state.compiles = 0
+        state.broke = False
+    if _C is not None:
+        _C.reset()
+
+
+# -- which code is library code ---------------------------------------------------------------
+
+def _library_roots() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(stdlib roots, package roots): stdlib minus its site-packages; pyjit and torch entirely."""
+    std = []
+    for key in ("stdlib", "platstdlib"):
+        p = sysconfig.get_paths().get(key)
+        if p:
+            std.append(os.path.realpath(p) + os.sep)
+    pkgs = [os.path.dirname(os.path.dirname(os.path.realpath(__file__))) + os.sep]
+    torch_mod = sys.modules.get("torch")
+    if torch_mod is not None and getattr(torch_mod, "__file__", None):
+        pkgs.append(os.path.dirname(os.path.realpath(torch_mod.__file__)) + os.sep)
+    return tuple(std), tuple(pkgs)
+
+
+_roots_cache: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+_library_cache: dict[str, bool] = {}
+
+
+def is_library_code(code: types.CodeType) -> bool:
+    """Frames of torch, pyjit, the stdlib and generated code are never compiled (marked skip)."""
+    filename = code.co_filename
+    hit = _library_cache.get(filename)
+    if hit is not None:
+        return hit
+    if not _roots_cache:
+        _roots_cache.append(_library_roots())
+    std, pkgs = _roots_cache[0]
+    if filename.startswith("<"):
+        # generated code: FX graph modules ('<eval_with_key>'), pyjit's own code, frozen stdlib.
+        result = filename.startswith(("<eval_with_key", "<pyjit", "<frozen"))
+    else:
+        real = os.path.realpath(filename)
+        result = any(real.startswith(r) for r in pkgs) or (
+            any(real.startswith(r) for r in std) and "site-packages" not in real and "dist-packages" not in real)
+    _library_cache[filename] = result
+    return result
+
+
+# -- the callback ---------------------------------------------------------------------------------
+
+def callback(func: types.FunctionType, args: tuple[Any, ...]) -> tuple[Any, types.CodeType] | None:
+    code = func.__code__
+    state = _targets.get(code)
+    if state is None:
+        if is_library_code(code):
+            _C.mark_skip(code)
+            return None
+        if not _global_options:
+            return None
+        state = register_target(code, _global_options[-1])
+    frame = compile_for(func, args, state)
+    if frame is None:
+        _C.mark_skip(code)
+        return None
+    from ..guards.guards import compile_c_tree
+
+    tree = compile_c_tree(frame.guards, _C)
+    return tree, frame.code
+
+
+def compile_for(func: types.FunctionType, args: tuple[Any, ...], state: CodeState) -> Any:
+    """Convert the frame; None means "run eagerly from now on" (already logged)."""
+    from .convert import convert_frame
+
+    code = func.__code__
+    if state.frames:
+        _log_recompile(func, args, state)
+    try:
+        frame = convert_frame(func, args, state.options.backend)
+    except SkipFrame:
+        return None
+    except GraphBreakError:
+        raise
+    except Unsupported as e:
+        if state.options.fullgraph:
+            raise GraphBreakError(e.graph_break) from None
+        state.broke = True
+        _break_log.info("graph break in %s; running it eagerly:\n%s", code.co_name, e.graph_break.format())
+        return None
+    except Exception as e:
+        if config.raise_on_internal_error:
+            raise
+        where = f"{code.co_filename}:{code.co_firstlineno}"
+        _fallback_log.warning("pyjit failed to compile %s (%s) and runs it eagerly: %s: %s\n%s", code.co_name, where,
+                              type(e).__name__, e, traceback.format_exc(limit=-4))
+        return None
+    state.frames.append(frame)
+    state.compiles += 1
+    return frame
+
+
+def frame_values(func: types.FunctionType, arg_names: list[str], args: tuple[Any, ...]) -> FrameValues:
+    closure = {}
+    for name, cell in zip(func.__code__.co_freevars, func.__closure__ or ()):
+        try:
+            closure[name] = cell.cell_contents
+        except ValueError:
+            pass
+    return FrameValues(dict(zip(arg_names, args)), func.__globals__, closure)
+
+
+def _log_recompile(func: types.FunctionType, args: tuple[Any, ...], state: CodeState) -> None:
+    if not _recompile_log.isEnabledFor(20):
+        return
+    code = func.__code__
+    fv = frame_values(func, state.frames[-1].arg_names, args)
+    reasons = []
+    for i, frame in enumerate(reversed(state.frames)):
+        failed = frame.guards.first_failure(fv)
+        reasons.append(f"  entry {i}: {failed[1] if failed else 'no guard failed (evicted?)'}")
+    _recompile_log.info("recompiling %s (%s:%d), guard failures:\n%s", code.co_name, code.co_filename,
+                        code.co_firstlineno, "\n".join(reasons))
+
+
+def _on_limit(code: types.CodeType) -> None:
+    _recompile_log.warning("%s (%s:%d) reached the cache entry limit (%d, pyjit.config.entry_limit); "
+                           "new variants run eagerly", code.co_name, code.co_filename, code.co_firstlineno,
+                           config.entry_limit)
+
+
+_installed: list[bool] = []
+
+
+def ensure_installed() -> None:
+    """One-time C core settings (entry limit, limit callback)."""
+    if _installed or _C is None:
+        return
+    _C.set_entry_limit(config.entry_limit)
+    _C.set_limit_callback(_on_limit)
+    _installed.append(True)

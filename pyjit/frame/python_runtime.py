@@ -1,0 +1,82 @@
+"""The pure-Python cache of a jit target, used only when ``pyjit._C`` is not built.
+
+Binds the call's arguments to the frame's flat slots with a generated binder (same signature
+and defaults as the function), checks each entry's generated Python guard function, and runs
+the replacement code as a function of the original's globals and closure.
+"""
+from __future__ import annotations
+
+import types
+from typing import Any
+
+from ..trace.pycodegen import ConstPool, build_flat_code, flat_arg_names, make_function
+from . import policy
+
+_entries: dict[types.CodeType, list[tuple[Any, Any]]] = {}
+_binders: dict[types.CodeType, Any] = {}
+_skipped: set[types.CodeType] = set()
+
+
+def reset() -> None:
+    _entries.clear()
+    _skipped.clear()
+
+
+def _binder(func: types.FunctionType) -> Any:
+    b = _binders.get(func.__code__)
+    if b is None:
+        code = func.__code__
+        names = flat_arg_names(code)
+        n = code.co_argcount
+        k = code.co_kwonlyargcount
+        params = list(names[:n])
+        if code.co_posonlyargcount:
+            params.insert(code.co_posonlyargcount, "/")
+        rest = names[n + k:]
+        idx = 0
+        if code.co_flags & 0x04:
+            params.append("*" + rest[idx])
+            idx += 1
+        elif k:
+            params.append("*")
+        params.extend(names[n:n + k])
+        if code.co_flags & 0x08:
+            params.append("**" + rest[idx])
+        src = f"def __bind({', '.join(params)}):\n    return ({''.join(x + ', ' for x in names)})\n"
+        ns: dict[str, Any] = {}
+        exec(compile(src, f"<pyjit binder for {code.co_name}>", "exec"), ns)
+        b = ns["__bind"]
+        b.__defaults__ = func.__defaults__
+        b.__kwdefaults__ = func.__kwdefaults__
+        _binders[func.__code__] = b
+    return b
+
+
+def call_python(jf: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    func = jf._func
+    if isinstance(jf._fn, types.MethodType):
+        args = (jf._fn.__self__, *args)
+    code = func.__code__
+    if code in _skipped:
+        return func(*args, **kwargs)
+    flat = _binder(func)(*args, **kwargs)
+    entries = _entries.setdefault(code, [])
+    for check, fn in entries:
+        if check(*flat):
+            return fn(*flat)
+    from ..config import config
+    from ..guards.guards import compile_python
+
+    if len(entries) >= config.entry_limit:
+        return func(*args, **kwargs)
+    frame = policy.compile_for(func, flat, jf._state)
+    if frame is None:
+        _skipped.add(code)
+        return func(*args, **kwargs)
+    check = compile_python(frame.guards, code, func)
+    fn = make_function(frame.code, func)
+    entries.insert(0, (check, fn))
+    return fn(*flat)
+
+
+_ = (ConstPool, build_flat_code)

@@ -1,0 +1,1 @@
+"""Guards: sources, guard kinds, guard sets and their compilation into pyjit._C.GuardTree."""

@@ -1,0 +1,315 @@
+"""Guard kinds, the guard set of one trace, and its compilation into checkers.
+
+A guard is one assumption the trace made about a value reached through a :class:`Source`
+(``L['x']`` is a float32 CPU tensor of size (8, 4); ``G['scale'] == 2.0``; ``L['self'].fc`` is
+that very module object). Guards are installed once, when the tracer makes the assumption
+(``GuardSet.add``), deduplicated by (kind, source).
+
+A guard set compiles two ways:
+
+- :func:`compile_c_tree`: into ``pyjit._C.GuardTree`` (the fast path; the C core evaluates it
+  and reports the id of the first failing check); the id is the index of the guard here;
+- :func:`compile_python`: into a generated Python function with the frame's flat signature
+  (used when the C core is not built, and in tests).
+
+:meth:`Guard.failure_reason` renders why a guard failed on a given frame, in source form:
+``L['x'].size()[0]: expected 8, got 16`` (logged on the ``recompiles`` channel).
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import types
+from typing import Any, Callable
+
+from .source import FrameValues, LocalSource, Source
+
+
+class GuardKind(enum.Enum):
+    TYPE_MATCH = "type"          # type(v) is expected
+    ID_MATCH = "id"              # v is expected (modules, functions, classes, None)
+    EQUALS_MATCH = "equals"      # type(v) is type(expected) and v == expected (Python constants)
+    TENSOR_MATCH = "tensor"      # type, dtype, device, requires_grad, sizes, strides
+    DICT_KEYS = "dict_keys"      # list(v.keys()) == expected (order matters for iteration)
+    LEN_MATCH = "len"            # len(v) == expected (containers whose length was used)
+    GLOBAL_STATE = "global_state"  # fn() == expected for grad mode, default dtype, autocast
+    SAME_OBJECT = "alias"        # v is <other source> (f(x, x) traced with one graph input)
+    DISTINCT = "distinct"        # the listed tensor inputs are pairwise different objects
+
+
+@dataclasses.dataclass(eq=False)
+class Guard:
+    kind: GuardKind
+    source: Source | None
+    expected: Any = None
+    # GLOBAL_STATE: the zero-argument callable read; SAME_OBJECT: the other source;
+    # DISTINCT: the tuple of sources.
+    extra: Any = None
+
+    def describe(self) -> str:
+        """The guard as a Python expression (what ``guards`` logging prints)."""
+        s = self.source.name() if self.source is not None else ""
+        k = self.kind
+        if k is GuardKind.TYPE_MATCH:
+            return f"type({s}) is {_qual(self.expected)}"
+        if k is GuardKind.ID_MATCH:
+            return f"{s} is {_short_obj(self.expected)}"
+        if k is GuardKind.EQUALS_MATCH:
+            return f"{s} == {self.expected!r}"
+        if k is GuardKind.TENSOR_MATCH:
+            t = self.expected
+            return (f"check_tensor({s}, {_qual(t.type)}, {t.dtype}, {t.device}, requires_grad={t.requires_grad}, "
+                    f"size={list(t.sizes)}, stride={list(t.strides)})")
+        if k is GuardKind.DICT_KEYS:
+            return f"list({s}.keys()) == {list(self.expected)!r}"
+        if k is GuardKind.LEN_MATCH:
+            return f"len({s}) == {self.expected}"
+        if k is GuardKind.GLOBAL_STATE:
+            return f"{_qual(self.extra)}() == {self.expected!r}"
+        if k is GuardKind.SAME_OBJECT:
+            return f"{s} is {self.extra.name()}"
+        if k is GuardKind.DISTINCT:
+            return f"distinct({', '.join(x.name() for x in self.extra)})"
+        raise AssertionError(k)
+
+    def failure_reason(self, frame: FrameValues) -> str | None:
+        """Why this guard fails on ``frame`` (source form, expected vs actual), or None if it holds."""
+        k = self.kind
+        try:
+            if k is GuardKind.GLOBAL_STATE:
+                got = self.extra()
+                return None if got == self.expected else f"{_qual(self.extra)}(): expected {self.expected!r}, got {got!r}"
+            if k is GuardKind.DISTINCT:
+                vals = [x.get(frame) for x in self.extra]
+                return None if len({id(v) for v in vals}) == len(vals) else f"{self.describe()}: some inputs are the same tensor"
+            assert self.source is not None
+            value = self.source.get(frame)
+        except Exception as e:  # the path itself broke: the source no longer resolves
+            return f"{self.source.name() if self.source else self.describe()}: cannot be read ({type(e).__name__}: {e})"
+        s = self.source.name()
+        if k is GuardKind.TYPE_MATCH:
+            return None if type(value) is self.expected else f"type({s}): expected {_qual(self.expected)}, got {_qual(type(value))}"
+        if k is GuardKind.ID_MATCH:
+            return None if value is self.expected else f"{s}: expected the object {_short_obj(self.expected)}, got {_short_obj(value)}"
+        if k is GuardKind.EQUALS_MATCH:
+            if type(value) is type(self.expected) and value == self.expected:
+                return None
+            return f"{s}: expected {self.expected!r}, got {value!r}"
+        if k is GuardKind.TENSOR_MATCH:
+            return self.expected.mismatch(s, value)
+        if k is GuardKind.DICT_KEYS:
+            keys = list(value.keys()) if isinstance(value, dict) else None
+            return None if keys == list(self.expected) else f"{s}.keys(): expected {list(self.expected)!r}, got {keys!r}"
+        if k is GuardKind.LEN_MATCH:
+            n = len(value)
+            return None if n == self.expected else f"len({s}): expected {self.expected}, got {n}"
+        if k is GuardKind.SAME_OBJECT:
+            other = self.extra.get(frame)
+            return None if value is other else f"{s} is {self.extra.name()}: expected the same object, got different ones"
+        raise AssertionError(k)
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """What TENSOR_MATCH checks, captured from the real input tensor at trace time."""
+
+    type: type
+    dtype: Any
+    device: Any
+    requires_grad: bool
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+
+    @staticmethod
+    def of(t: Any) -> "TensorSpec":
+        return TensorSpec(type(t), t.dtype, t.device, bool(t.requires_grad), tuple(t.size()), tuple(t.stride()))
+
+    def mismatch(self, s: str, v: Any) -> str | None:
+        if type(v) is not self.type:
+            return f"type({s}): expected {_qual(self.type)}, got {_qual(type(v))}"
+        if v.dtype != self.dtype:
+            return f"{s}.dtype: expected {self.dtype}, got {v.dtype}"
+        if v.device != self.device:
+            return f"{s}.device: expected {self.device}, got {v.device}"
+        if bool(v.requires_grad) != self.requires_grad:
+            return f"{s}.requires_grad: expected {self.requires_grad}, got {v.requires_grad}"
+        size = tuple(v.size())
+        if len(size) != len(self.sizes):
+            return f"{s}.dim(): expected {len(self.sizes)}, got {len(size)}"
+        for i, (a, b) in enumerate(zip(self.sizes, size)):
+            if a != b:
+                return f"{s}.size()[{i}]: expected {a}, got {b}"
+        for i, (a, b) in enumerate(zip(self.strides, v.stride())):
+            if a != b:
+                return f"{s}.stride()[{i}]: expected {a}, got {b}"
+        return None
+
+
+class GuardSet:
+    """The guards of one trace, deduplicated, in installation order."""
+
+    def __init__(self) -> None:
+        self.guards: list[Guard] = []
+        self._seen: dict[tuple[Any, ...], Guard] = {}
+
+    def add(self, kind: GuardKind, source: Source | None, expected: Any = None, extra: Any = None) -> None:
+        key = (kind, source, extra if kind is not GuardKind.GLOBAL_STATE else id(extra))
+        if kind is GuardKind.DISTINCT:
+            key = (kind, tuple(extra))
+        if key in self._seen:
+            return
+        g = Guard(kind, source, expected, extra)
+        self._seen[key] = g
+        self.guards.append(g)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.guards)
+
+    def __len__(self) -> int:
+        return len(self.guards)
+
+    def describe(self) -> str:
+        return "\n".join(f"  [{i}] {g.describe()}" for i, g in enumerate(self.guards))
+
+    def first_failure(self, frame: FrameValues) -> tuple[int, str] | None:
+        for i, g in enumerate(self.guards):
+            reason = g.failure_reason(frame)
+            if reason is not None:
+                return i, reason
+        return None
+
+
+def _qual(obj: Any) -> str:
+    mod = getattr(obj, "__module__", None)
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or repr(obj)
+    if mod in (None, "builtins"):
+        return str(name)
+    return f"{mod}.{name}"
+
+
+def _short_obj(obj: Any) -> str:
+    if obj is None:
+        return "None"
+    if isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType)):
+        return _qual(obj)
+    return f"<{_qual(type(obj))} at {id(obj):#x}>"
+
+
+# ---------------------------------------------------------------------------------------------
+# Compilation into a generated Python checker (pure-Python runtime, and the reference in tests).
+
+
+def compile_python(guards: GuardSet, original: types.CodeType, func: types.FunctionType) -> Callable[..., bool]:
+    """A function with the frame's flat signature returning True when every guard holds."""
+    from ..trace.pycodegen import ConstPool, build_flat_code, make_function
+
+    pool = ConstPool()
+    conds: list[str] = []
+    for g in guards:
+        conds.append(_python_condition(g, pool))
+    body = [f"return ({' and '.join(conds) if conds else 'True'})"]
+    code, _ = build_flat_code(original, f"__pyjit_guard_{original.co_name}", body, pool)
+    return make_function(code, func)
+
+
+def _python_condition(g: Guard, pool: ConstPool) -> str:
+    k = g.kind
+    e = g.source.expr() if g.source is not None else ""
+    if k is GuardKind.TYPE_MATCH:
+        return f"{pool.ref(type, 'type')}({e}) is {pool.ref(g.expected, 'T')}"
+    if k is GuardKind.ID_MATCH:
+        return f"{e} is {pool.ref(g.expected, 'obj')}"
+    if k is GuardKind.EQUALS_MATCH:
+        v = pool.ref(g.expected, "const")
+        return f"({pool.ref(type, 'type')}({e}) is {pool.ref(type(g.expected), 'T')} and {e} == {v})"
+    if k is GuardKind.TENSOR_MATCH:
+        return f"{pool.ref(_tensor_ok, 'check_tensor')}({e}, {pool.ref(g.expected, 'spec')})"
+    if k is GuardKind.DICT_KEYS:
+        return f"{pool.ref(_dict_keys_ok, 'check_keys')}({e}, {pool.ref(tuple(g.expected), 'keys')})"
+    if k is GuardKind.LEN_MATCH:
+        return f"{pool.ref(len, 'len')}({e}) == {int(g.expected)}"
+    if k is GuardKind.GLOBAL_STATE:
+        return f"{pool.ref(g.extra, 'state')}() == {pool.ref(g.expected, 'const')}"
+    if k is GuardKind.SAME_OBJECT:
+        return f"{e} is {g.extra.expr()}"
+    if k is GuardKind.DISTINCT:
+        items = ", ".join(x.expr() for x in g.extra)
+        return f"{pool.ref(_distinct, 'distinct')}({items})"
+    raise AssertionError(k)
+
+
+def _tensor_ok(v: Any, spec: TensorSpec) -> bool:
+    return (
+        type(v) is spec.type
+        and v.dtype == spec.dtype
+        and v.device == spec.device
+        and v.requires_grad == spec.requires_grad
+        and v.size() == spec.sizes
+        and v.stride() == spec.strides
+    )
+
+
+def _dict_keys_ok(v: Any, keys: tuple[Any, ...]) -> bool:
+    return type(v) is dict and tuple(v.keys()) == keys
+
+
+def _distinct(*vals: Any) -> bool:
+    return len({id(v) for v in vals}) == len(vals)
+
+
+# ---------------------------------------------------------------------------------------------
+# Compilation into the C guard tree.
+
+
+def compile_c_tree(guards: GuardSet, C: Any) -> Any:
+    """Build a ``C.GuardTree`` whose check ids are the indices of ``guards``."""
+    tree = C.GuardTree()
+    for i, g in enumerate(guards):
+        k = g.kind
+        if k is GuardKind.GLOBAL_STATE:
+            tree.call(g.extra).check_eq(g.expected, i)
+            continue
+        if k is GuardKind.DISTINCT or k is GuardKind.SAME_OBJECT:
+            srcs = tuple(g.extra) if k is GuardKind.DISTINCT else (g.source, g.extra)
+            if all(isinstance(s, LocalSource) for s in srcs):
+                slots = tuple(s.slot for s in srcs)  # type: ignore[union-attr]
+                fn = _distinct_slots(slots) if k is GuardKind.DISTINCT else _same_slots(slots)
+                tree.frame_args().check_fn(fn, i)
+                continue
+            raise NotImplementedError("aliasing guards on non-argument sources")
+        assert g.source is not None
+        node = g.source.tree_node(tree)
+        if k is GuardKind.TYPE_MATCH:
+            node.check_type(g.expected, i)
+        elif k is GuardKind.ID_MATCH:
+            node.check_id(g.expected, i)
+        elif k is GuardKind.EQUALS_MATCH:
+            node.check_type(type(g.expected), i)
+            node.check_eq(g.expected, i)
+        elif k is GuardKind.TENSOR_MATCH:
+            t = g.expected
+            node.check_tensor(t.type, t.dtype, t.device, t.requires_grad, t.sizes, t.strides, i)
+        elif k is GuardKind.DICT_KEYS:
+            node.check_type(dict, i)
+            node.check_dict_keys(tuple(g.expected), i)
+        elif k is GuardKind.LEN_MATCH:
+            node.check_len(int(g.expected), i)
+        else:
+            raise AssertionError(k)
+    return tree
+
+
+def _distinct_slots(slots: tuple[int, ...]) -> Callable[[Any], bool]:
+    def distinct(args: Any) -> bool:
+        return len({id(args[s]) for s in slots}) == len(slots)
+
+    return distinct
+
+
+def _same_slots(slots: tuple[int, ...]) -> Callable[[Any], bool]:
+    a, b = slots
+
+    def same(args: Any) -> bool:
+        return args[a] is args[b]
+
+    return same

@@ -1,0 +1,150 @@
+"""Python-side sugar over ``pyjit._C.GuardTree`` (the compiled guard checker of the C core).
+
+Owns: building accessor paths from plain step tuples (``node_at``), rendering a path as a
+Python expression (``path_expr``), walking a tree's checks (``iter_checks``), and pretty
+printing a tree (``format_tree``) for the ``guards`` log channel and for debugging.
+Deduplication of shared accessor prefixes happens in C (asking a node twice for the same
+child returns the same node), so ``node_at`` can be called once per guard without cost.
+This module is torch-free and does not import ``pyjit._C``: it works on the tree objects.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterator, Sequence
+
+# A step of an accessor path: ("arg", slot), ("closure", i), ("global", name),
+# ("builtin", name), ("frame_args",), ("call", fn), ("attr", name), ("item", key),
+# ("len",), ("type",).
+Step = tuple[Any, ...]
+
+_ROOT_STEPS = {"arg", "closure", "global", "builtin", "frame_args", "call"}
+
+
+def node_at(tree: Any, path: Sequence[Step]) -> Any:
+    """The node of ``tree`` reached by ``path`` (created on first use, shared afterwards)."""
+    if not path:
+        raise ValueError("a guard path needs at least one step (e.g. ('arg', 0))")
+    node = tree
+    for i, step in enumerate(path):
+        kind = step[0]
+        if (kind in _ROOT_STEPS) != (i == 0):
+            position = "the first step" if kind in _ROOT_STEPS else "after a root step such as ('arg', 0)"
+            raise ValueError(f"guard path step {step!r} must be {position}")
+        if kind == "arg":
+            node = node.arg(step[1])
+        elif kind == "closure":
+            node = node.closure(step[1])
+        elif kind == "global":
+            node = node.global_(step[1])
+        elif kind == "builtin":
+            node = node.builtin(step[1])
+        elif kind == "frame_args":
+            node = node.frame_args()
+        elif kind == "call":
+            node = node.call(step[1])
+        elif kind == "attr":
+            node = node.attr(step[1])
+        elif kind == "item":
+            node = node.item(step[1])
+        elif kind == "len":
+            node = node.len()
+        elif kind == "type":
+            node = node.type()
+        else:
+            raise ValueError(f"unknown guard path step {step!r}")
+    return node
+
+
+def _step_expr(base: str, kind: str, key: Any, argnames: Sequence[str] | None) -> str:
+    if kind == "arg":
+        name = argnames[key] if argnames is not None and key < len(argnames) else f"<arg {key}>"
+        return f"L[{name!r}]"
+    if kind == "closure":
+        return f"<closure {key}>"
+    if kind == "global":
+        return f"G[{key!r}]"
+    if kind == "builtin":
+        return f"B[{key!r}]"
+    if kind == "frame_args":
+        return "<frame args>"
+    if kind == "call":
+        return f"{getattr(key, '__qualname__', repr(key))}()"
+    if kind == "attr":
+        return f"{base}.{key}"
+    if kind == "item":
+        return f"{base}[{key!r}]"
+    if kind == "len":
+        return f"len({base})"
+    if kind == "type":
+        return f"type({base})"
+    return f"<{kind}>"
+
+
+def path_expr(path: Sequence[Step], argnames: Sequence[str] | None = None) -> str:
+    """``(('arg', 0), ('attr', 'weight'))`` -> ``L['self'].weight`` (with argnames)."""
+    expr = ""
+    for step in path:
+        expr = _step_expr(expr, step[0], step[1] if len(step) > 1 else None, argnames)
+    return expr
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckInfo:
+    """One check of a tree, as ``describe()`` reports it, with its accessor expression."""
+
+    id: int
+    kind: str
+    payload: Any
+    expr: str
+
+
+def iter_checks(tree: Any, argnames: Sequence[str] | None = None) -> Iterator[CheckInfo]:
+    """Every check of ``tree`` in evaluation order (depth-first, insertion order)."""
+
+    def walk(d: dict[str, Any], expr: str) -> Iterator[CheckInfo]:
+        for kind, cid, payload in d["checks"]:
+            yield CheckInfo(cid, kind, payload, expr)
+        for child in d["children"]:
+            yield from walk(child, _step_expr(expr, child["kind"], child["key"], argnames))
+
+    yield from walk(tree.describe(), "")
+
+
+def _format_check(info: CheckInfo) -> str:
+    p = info.payload
+    if info.kind == "type":
+        return f"type is {getattr(p, '__qualname__', p)!s}" if p is not None else "type is <dead>"
+    if info.kind == "id":
+        return f"is {type(p).__qualname__}@{id(p):#x}" if p is not None else "is <object or None>"
+    if info.kind == "eq":
+        return f"== {p!r}"
+    if info.kind == "tensor":
+        return (f"tensor {getattr(p['tensor_type'], '__qualname__', p['tensor_type'])} {p['dtype']} "
+                f"{p['device']} requires_grad={p['requires_grad']} size={list(p['sizes'])} "
+                f"stride={list(p['strides']) if p['strides'] is not None else None}")
+    if info.kind == "dict_keys":
+        return f"keys == {list(p)!r}"
+    if info.kind == "len":
+        return f"len == {p}"
+    if info.kind == "not_none":
+        return "is not None"
+    if info.kind == "fn":
+        return f"{getattr(p, '__qualname__', p)}(value)"
+    return f"{info.kind} {p!r}"
+
+
+def format_tree(tree: Any, argnames: Sequence[str] | None = None) -> str:
+    """An indented rendering of the accessor tree with the checks at each node and their ids."""
+    lines: list[str] = []
+
+    def walk(d: dict[str, Any], expr: str, depth: int) -> None:
+        pad = "  " * depth
+        if d["kind"] != "root":
+            lines.append(f"{pad}{expr}")
+        for kind, cid, payload in d["checks"]:
+            lines.append(f"{pad}  [{cid}] {_format_check(CheckInfo(cid, kind, payload, expr))}")
+        for child in d["children"]:
+            walk(child, _step_expr(expr, child["kind"], child["key"], argnames), depth + (d["kind"] != "root"))
+
+    walk(tree.describe(), "", 0)
+    return "\n".join(lines) if lines else "<empty guard tree: always passes>"

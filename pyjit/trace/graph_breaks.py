@@ -1,0 +1,70 @@
+"""The registry of graph-break kinds: every reason the tracer can stop, with explanation and hint.
+
+``unsupported(kind, detail)`` raises :class:`pyjit.errors.Unsupported` carrying a structured
+:class:`pyjit.errors.GraphBreak`; the translator fills in the user's file:line and inline chain.
+In this issue a break makes the whole frame run eagerly (logged on ``graph_breaks``), or raises
+:class:`pyjit.errors.GraphBreakError` under ``fullgraph=True``. docs/graph_breaks.md mirrors this table.
+"""
+from __future__ import annotations
+
+from typing import NoReturn
+
+from ..errors import GraphBreak, Unsupported
+
+# kind -> (explanation, hint)
+BREAK_KINDS: dict[str, tuple[str, str]] = {
+    "data_dependent": (
+        "the Python value of a tensor is needed while tracing (item(), tolist(), bool(tensor), `if tensor:`)",
+        "keep the decision in tensor code (torch.where, masking) or move it outside the jitted function",
+    ),
+    "unsupported_opcode": (
+        "a bytecode instruction pyjit does not interpret yet",
+        "move this construct outside the jitted function",
+    ),
+    "unsupported_call": (
+        "a call to a function pyjit cannot trace or put in the graph",
+        "call it outside the jitted function, or pass its result in as an argument",
+    ),
+    "side_effect": (
+        "a mutation of a Python object that lives outside the traced frame (list/dict/attribute/global)",
+        "return the new value instead of mutating, or mutate outside the jitted function",
+    ),
+    "print": (
+        "print() and logging have effects pyjit cannot replay",
+        "remove the print or move it outside the jitted function",
+    ),
+    "exception": (
+        "an exception was raised (or would be raised) by the traced code",
+        "make sure the code does not raise on these inputs",
+    ),
+    "generator": ("generators, coroutines and async code are not traced", "return a list instead of yielding"),
+    "unsupported_attr": (
+        "an attribute pyjit cannot read symbolically",
+        "read it outside the jitted function and pass the value in",
+    ),
+    "unsupported_object": (
+        "an object pyjit has no tracker for",
+        "pass tensors, Python constants, containers, functions or nn.Modules",
+    ),
+    "unsupported_return": (
+        "the function returns a value pyjit cannot rebuild",
+        "return tensors, Python constants, or lists/tuples/dicts of them",
+    ),
+    "hooks": (
+        "an nn.Module with forward hooks or pre-hooks is called",
+        "remove the hooks while the module runs under pyjit.jit",
+    ),
+    "inline_depth": ("calls nest deeper than config.inline_depth_limit", "raise pyjit.config.inline_depth_limit"),
+    "loop_limit": ("the trace ran too many instructions (an unbounded loop?)", "bound the loop by a constant"),
+    "tensor_op_failed": (
+        "running the operation on fake tensors failed (wrong shapes/dtypes, or an op without a meta kernel)",
+        "check that the code runs eagerly on these inputs",
+    ),
+}
+
+
+def unsupported(kind: str, detail: str = "") -> NoReturn:
+    """Stop tracing with a structured graph break of a registered kind."""
+    explanation, hint = BREAK_KINDS[kind]
+    text = f"{explanation}: {detail}" if detail else explanation
+    raise Unsupported(GraphBreak(kind=kind, explanation=text, hint=hint))

@@ -1,0 +1,148 @@
+"""Control flow: jumps (followed only on Python-constant conditions), loops (GET_ITER/FOR_ITER
+over materialised iterators, i.e. unrolled), returns, generator bodies (yields collected),
+raises and asserts."""
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+from ...variables.base import NULL
+from ...variables.constant import ConstantVariable
+from ..graph_breaks import unsupported
+from . import register
+
+if TYPE_CHECKING:
+    from ..translator import Instruction, Translator
+
+PY = sys.version_info[:2]
+
+
+@register("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP_ABSOLUTE", "JUMP", "JUMP_NO_INTERRUPT")
+def jump(tx: "Translator", inst: "Instruction") -> None:
+    tx.jump(inst)
+
+
+def _cond_jump(truth_wanted: bool | None, none_test: bool = False):  # type: ignore[no-untyped-def]
+    def handler(tx: "Translator", inst: "Instruction") -> None:
+        v = tx.pop()
+        if none_test:
+            is_none = isinstance(v, ConstantVariable) and v.value is None
+            if truth_wanted is None:  # IF_NONE
+                take = is_none
+            else:  # IF_NOT_NONE
+                take = not is_none
+        else:
+            take = v.truth(tx) == truth_wanted
+        if take:
+            tx.jump(inst)
+
+    return handler
+
+
+register("POP_JUMP_IF_TRUE", "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_TRUE")(_cond_jump(True))
+register("POP_JUMP_IF_FALSE", "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_FALSE")(_cond_jump(False))
+register("POP_JUMP_IF_NONE", "POP_JUMP_FORWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NONE")(_cond_jump(None, True))
+register("POP_JUMP_IF_NOT_NONE", "POP_JUMP_FORWARD_IF_NOT_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE")(_cond_jump(False, True))
+
+
+def _jump_or_pop(wanted: bool):  # type: ignore[no-untyped-def]
+    def handler(tx: "Translator", inst: "Instruction") -> None:
+        v = tx.stack[-1]
+        if v.truth(tx) == wanted:
+            tx.jump(inst)
+        else:
+            tx.pop()
+
+    return handler
+
+
+register("JUMP_IF_TRUE_OR_POP")(_jump_or_pop(True))
+register("JUMP_IF_FALSE_OR_POP")(_jump_or_pop(False))
+
+
+@register("TO_BOOL")
+def to_bool(tx: "Translator", inst: "Instruction") -> None:  # 3.13
+    tx.push(ConstantVariable(tx.pop().truth(tx)))
+
+
+@register("GET_ITER")
+def get_iter(tx: "Translator", inst: "Instruction") -> None:
+    from ...variables.lists import ListIteratorVariable
+
+    v = tx.pop()
+    if isinstance(v, ListIteratorVariable):
+        tx.push(v)
+    else:
+        tx.push(ListIteratorVariable(v.unpack(tx)))
+
+
+@register("FOR_ITER")
+def for_iter(tx: "Translator", inst: "Instruction") -> None:
+    from ...variables.lists import ListIteratorVariable
+
+    it = tx.stack[-1]
+    if not isinstance(it, ListIteratorVariable):
+        unsupported("unsupported_object", f"iterating over {it}")
+    item = it.next_item()
+    if item is not None:
+        tx.push(item)
+        return
+    if PY >= (3, 12):
+        # The target is END_FOR, which pops (iterator, value) on 3.12; on 3.13 END_FOR pops the
+        # value and the following POP_TOP the iterator. Push a dummy value for it to pop.
+        tx.push(NULL)
+    else:
+        tx.pop()
+    tx.jump(inst)
+
+
+@register("END_FOR")
+def end_for(tx: "Translator", inst: "Instruction") -> None:
+    tx.pop()
+    if PY == (3, 12):
+        tx.pop()
+
+
+@register("POP_ITER")
+def pop_iter(tx: "Translator", inst: "Instruction") -> None:
+    tx.pop()
+
+
+@register("RETURN_VALUE")
+def return_value(tx: "Translator", inst: "Instruction") -> None:
+    tx.return_value = tx.pop()
+
+
+@register("RETURN_GENERATOR")
+def return_generator(tx: "Translator", inst: "Instruction") -> None:
+    if tx.yielded is None:
+        unsupported("generator", tx.code.co_name)
+    tx.push(ConstantVariable(None))  # popped by the POP_TOP that follows
+
+
+@register("YIELD_VALUE")
+def yield_value(tx: "Translator", inst: "Instruction") -> None:
+    if tx.yielded is None:
+        unsupported("generator", tx.code.co_name)
+    tx.yielded.append(tx.pop())
+    tx.push(ConstantVariable(None))  # the value sent back in
+
+
+@register("END_SEND", "SEND", "GET_YIELD_FROM_ITER", "GET_AWAITABLE")
+def send(tx: "Translator", inst: "Instruction") -> None:
+    unsupported("generator", f"{inst.opname} (yield from / await)")
+
+
+@register("RAISE_VARARGS", "RERAISE", "LOAD_ASSERTION_ERROR", "PUSH_EXC_INFO", "POP_EXCEPT", "WITH_EXCEPT_START",
+          "CHECK_EXC_MATCH", "CLEANUP_THROW")
+def raise_(tx: "Translator", inst: "Instruction") -> None:
+    unsupported("exception", f"{inst.opname} (raise/assert/except reached while tracing)")
+
+
+@register("SETUP_ANNOTATIONS", "IMPORT_NAME", "IMPORT_FROM", "IMPORT_STAR", "LOAD_BUILD_CLASS", "LOAD_NAME",
+          "STORE_NAME", "DELETE_NAME", "LOAD_LOCALS", "MATCH_CLASS", "MATCH_MAPPING", "MATCH_SEQUENCE", "MATCH_KEYS",
+          "GET_LEN", "BEFORE_ASYNC_WITH", "GET_AITER", "GET_ANEXT", "END_ASYNC_FOR", "ASYNC_GEN_WRAP",
+          "LOAD_FROM_DICT_OR_DEREF", "LOAD_FROM_DICT_OR_GLOBALS", "CALL_INTRINSIC_2", "INTERPRETER_EXIT",
+          "ENTER_EXECUTOR", "LOAD_SPECIAL", "WITH_EXCEPT_START_", "BEFORE_WITH_")
+def not_supported(tx: "Translator", inst: "Instruction") -> None:
+    unsupported("unsupported_opcode", inst.opname)

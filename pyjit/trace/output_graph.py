@@ -1,0 +1,263 @@
+"""The FX graph under construction for one traced frame, and the code that rebuilds its outputs.
+
+:class:`OutputGraph` owns the ``torch.fx.Graph``, the fake-tensor mode, the graph inputs (one
+placeholder per distinct real tensor reached through a source), and the guard set. Every tensor
+operation goes through :meth:`OutputGraph.call`: it creates the node (named after the op, renamed
+later after the user's variable), runs the op on fake tensors to get ``meta['example_value']``
+and records ``meta['stack_trace']`` (the user's file:line chain).
+
+:class:`OutputCodegen` turns the traced return value into a Python expression for the
+replacement code: tensors computed by the graph become graph outputs (``___out[i]``), inputs
+returned unchanged are re-read through their source, and containers/constants are rebuilt.
+"""
+from __future__ import annotations
+
+import operator
+import re
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from ..guards.guards import GuardKind, GuardSet, TensorSpec
+from ..guards.source import Source
+from .graph_breaks import unsupported
+from .pycodegen import ConstPool
+
+if TYPE_CHECKING:
+    from ..variables.base import VariableTracker
+    from ..variables.tensor import TensorVariable
+    from .translator import Translator
+
+
+def _identifier(text: str) -> str:
+    name = re.sub(r"[^0-9a-zA-Z_]+", "_", text).strip("_").lower()
+    if not name or name[0].isdigit():
+        name = "t_" + name
+    return name
+
+
+def source_to_node_name(source: Source) -> str:
+    """``L['self'].fc.weight`` -> ``self_fc_weight``; ``G['w']`` -> ``w``."""
+    text = source.name()
+    text = re.sub(r"^[LGC]\[['\"]?", "", text)
+    return _identifier(text.replace("']", "").replace("['", "_"))
+
+
+class GraphInput:
+    __slots__ = ("source", "value", "node", "variable")
+
+    def __init__(self, source: Source, value: Any, node: fx.Node, variable: "TensorVariable") -> None:
+        self.source = source
+        self.value = value
+        self.node = node
+        self.variable = variable
+
+
+class OutputGraph:
+    def __init__(self, code_name: str) -> None:
+        self.code_name = code_name
+        self.graph = fx.Graph()
+        self.guards = GuardSet()
+        # Static shapes in this issue: no ShapeEnv, sizes are plain ints (guarded by TENSOR_MATCH).
+        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+        self.inputs: list[GraphInput] = []
+        self._input_by_id: dict[int, GraphInput] = {}
+        self.call_count = 0
+        self.mutates_inputs = False
+        self._last_placeholder: fx.Node | None = None
+
+    # -- inputs --------------------------------------------------------------------------
+    def add_input(self, value: torch.Tensor, source: Source) -> "TensorVariable":
+        from ..variables.tensor import TensorVariable
+
+        known = self._input_by_id.get(id(value))
+        if known is not None:
+            if known.source != source:
+                # f(x, x): one placeholder serves both; the trace is only valid while they alias.
+                self.guards.add(GuardKind.SAME_OBJECT, source, extra=known.source)
+            return known.variable
+        self.guards.add(GuardKind.TENSOR_MATCH, source, TensorSpec.of(value))
+        name = source_to_node_name(source)
+        if self._last_placeholder is None:
+            first = next(iter(self.graph.nodes), None)
+            ctx = self.graph.inserting_before(first) if first is not None else self.graph.inserting_after(None)
+        else:
+            ctx = self.graph.inserting_after(self._last_placeholder)
+        with ctx:
+            node = self.graph.placeholder(name)
+        self._last_placeholder = node
+        fake = self.fake_mode.from_tensor(value, static_shapes=True)
+        node.meta["example_value"] = fake
+        node.meta["source"] = source.name()
+        var = TensorVariable(node, fake, source=source, python_type=type(value))
+        gi = GraphInput(source, value, node, var)
+        self.inputs.append(gi)
+        self._input_by_id[id(value)] = gi
+        return var
+
+    # -- operations ----------------------------------------------------------------------
+    def call(
+        self,
+        tx: "Translator",
+        kind: str,
+        target: Any,
+        args: list["VariableTracker"],
+        kwargs: dict[str, "VariableTracker"],
+    ) -> "VariableTracker":
+        """Record ``target(*args, **kwargs)`` as a graph node and return its tracked result."""
+        fx_args = tuple(self.to_fx(a) for a in args)
+        fx_kwargs = {k: self.to_fx(v) for k, v in kwargs.items()}
+        fake_args = [self.to_fake(a) for a in args]
+        fake_kwargs = {k: self.to_fake(v) for k, v in kwargs.items()}
+        result = self._run_fake(kind, target, fake_args, fake_kwargs)
+        node = self.graph.create_node(kind, target, fx_args, fx_kwargs)
+        node.meta["stack_trace"] = tx.stack_trace()
+        node.meta["example_value"] = result
+        self.call_count += 1
+        if kind == "call_method" and isinstance(target, str) and target.endswith("_") and not target.startswith("__"):
+            self._note_mutation(args[0] if args else None)
+        return self.wrap_result(tx, node, result, args)
+
+    def _note_mutation(self, self_var: Any) -> None:
+        from ..variables.tensor import TensorVariable
+
+        if isinstance(self_var, TensorVariable) and self_var.node.op == "placeholder":
+            self.mutates_inputs = True
+
+    def _run_fake(self, kind: str, target: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+
+        try:
+            with self.fake_mode:
+                if kind == "call_method":
+                    return getattr(args[0], target)(*args[1:], **kwargs)
+                return target(*args, **kwargs)
+        except (DataDependentOutputException, DynamicOutputShapeException) as e:
+            unsupported("data_dependent", f"{_target_name(target)}: {type(e).__name__}")
+        except Exception as e:  # shape errors etc.: the user's code would fail eagerly too
+            unsupported("tensor_op_failed", f"{_target_name(target)}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+
+    def wrap_result(self, tx: "Translator", node: fx.Node, result: Any, args: list["VariableTracker"]) -> "VariableTracker":
+        from ..variables.constant import ConstantVariable, is_constant_value
+        from ..variables.lists import NamedTupleVariable, TupleVariable, ListVariable
+        from ..variables.tensor import TensorVariable
+
+        if isinstance(result, torch.Tensor):
+            # In-place ops return their first argument: keep the same tracker (identity, source).
+            for a in args:
+                if isinstance(a, TensorVariable) and a.example is result:
+                    return a
+            return TensorVariable(node, result)
+        if isinstance(result, (tuple, list)):
+            items: list[VariableTracker] = []
+            for i, r in enumerate(result):
+                if isinstance(r, torch.Tensor):
+                    sub = self.graph.call_function(operator.getitem, (node, i))
+                    sub.meta["example_value"] = r
+                    sub.meta["stack_trace"] = node.meta.get("stack_trace")
+                    items.append(TensorVariable(sub, r))
+                elif is_constant_value(r):
+                    items.append(ConstantVariable(r))
+                else:
+                    unsupported("unsupported_object", f"{_target_name(node.target)} returned a {type(r).__name__}")
+            if isinstance(result, list):
+                return ListVariable(items)
+            if type(result) is not tuple:
+                return NamedTupleVariable(items, type(result))
+            return TupleVariable(items)
+        if is_constant_value(result):
+            # A tensor-free result (e.g. torch.broadcast_shapes): fold it, drop the node.
+            if not node.users:
+                self.graph.erase_node(node)
+                self.call_count -= 1
+            return ConstantVariable(result)
+        unsupported("unsupported_object", f"{_target_name(node.target)} returned a {type(result).__name__}")
+
+    # -- conversions ---------------------------------------------------------------------
+    def to_fx(self, v: "VariableTracker") -> Any:
+        from ..variables.dicts import DictVariable
+        from ..variables.lists import BaseListVariable
+        from ..variables.tensor import TensorVariable
+
+        if isinstance(v, TensorVariable):
+            return v.node
+        if isinstance(v, BaseListVariable):
+            items = [self.to_fx(i) for i in v.items]
+            return list(items) if v.python_type() is list else tuple(items)
+        if isinstance(v, DictVariable):
+            return {k: self.to_fx(i) for k, i in v.items.items()}
+        if v.is_python_constant():
+            return v.as_python_constant()
+        unsupported("unsupported_object", f"{v} cannot be passed to a tensor operation")
+
+    def to_fake(self, v: "VariableTracker") -> Any:
+        from ..variables.dicts import DictVariable
+        from ..variables.lists import BaseListVariable
+        from ..variables.tensor import TensorVariable
+
+        if isinstance(v, TensorVariable):
+            return v.example
+        if isinstance(v, BaseListVariable):
+            items = [self.to_fake(i) for i in v.items]
+            return list(items) if v.python_type() is list else tuple(items)
+        if isinstance(v, DictVariable):
+            return {k: self.to_fake(i) for k, i in v.items.items()}
+        return v.as_python_constant()
+
+    def rename(self, node: fx.Node, var_name: str) -> None:
+        """Give a freshly computed node the user's variable name (readable graphs)."""
+        if node.op in ("call_function", "call_method") and not node.meta.get("named"):
+            node.meta["named"] = True
+            try:
+                node._rename(_identifier(var_name))
+            except Exception:  # private API; names are cosmetic
+                pass
+
+
+def _target_name(target: Any) -> str:
+    if isinstance(target, str):
+        return f"Tensor.{target}"
+    mod = getattr(target, "__module__", None) or ""
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or repr(target)
+    return f"{mod}.{name}" if mod else str(name)
+
+
+class OutputCodegen:
+    """Builds the replacement function's body: call the compiled graph, rebuild the return value."""
+
+    def __init__(self, output: OutputGraph) -> None:
+        self.output = output
+        self.pool = ConstPool()
+        self.out_nodes: list[fx.Node] = []
+        self._out_index: dict[fx.Node, int] = {}
+
+    def ref(self, obj: Any, hint: str = "c") -> str:
+        return self.pool.ref(obj, hint)
+
+    def constant(self, value: Any) -> str:
+        if value is None or isinstance(value, (bool, int, str)) and type(value) in (bool, int, str):
+            return repr(value)
+        if type(value) is float and value == value and value not in (float("inf"), float("-inf")):
+            return repr(value)
+        return self.pool.ref(value, "const")
+
+    def graph_output(self, node: fx.Node) -> str:
+        idx = self._out_index.get(node)
+        if idx is None:
+            idx = len(self.out_nodes)
+            self.out_nodes.append(node)
+            self._out_index[node] = idx
+        return f"___out[{idx}]"
+
+
+def finalize_graph(output: OutputGraph, cg: OutputCodegen) -> fx.GraphModule:
+    """Add the output node and wrap the graph in a GraphModule named after the traced code."""
+    output.graph.output(tuple(cg.out_nodes))
+    output.graph.lint()
+    class_name = "GraphModule_" + _identifier(output.code_name)
+    return fx.GraphModule(torch.nn.Module(), output.graph, class_name=class_name)
+
+
+CompiledFn = Callable[..., Any]

@@ -1,0 +1,300 @@
+"""The symbolic bytecode interpreter: one :class:`Translator` per (root or inlined) frame.
+
+It walks the frame's instructions (read with the stdlib ``dis``, which resolves jump targets
+and names on every supported Python version), keeping a stack and locals of variable trackers.
+Each opcode's handler lives in the registry :data:`pyjit.trace.opcodes.OPCODES` (split by
+family). Jumps whose condition is a Python constant are followed; loops over constant-length
+iterables unroll naturally because iterators are materialised. Calls into user Python functions
+are inlined by running a child Translator on the callee's code (depth-limited).
+
+The root translator's result is the traced return value; the graph, guards and fake mode live
+on the shared :class:`~pyjit.trace.output_graph.OutputGraph`.
+"""
+from __future__ import annotations
+
+import dis
+import linecache
+import sys
+import types
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..config import config
+from ..errors import GraphBreak, Unsupported, UserLocation
+from ..guards.source import AttrSource, GlobalSource, ItemSource, Source
+from .graph_breaks import unsupported
+
+if TYPE_CHECKING:
+    from ..variables.base import VariableTracker
+    from ..variables.functions import CellVariable
+    from .output_graph import OutputGraph
+
+PY = sys.version_info[:2]
+_MAX_STEPS = 200_000  # per trace, all frames together: an unbounded loop is a graph break
+
+
+class Instruction:
+    """The fields of ``dis.Instruction`` the interpreter uses (plus the source line)."""
+
+    __slots__ = ("opname", "arg", "argval", "offset", "lineno")
+
+    def __init__(self, opname: str, arg: int | None, argval: Any, offset: int, lineno: int | None) -> None:
+        self.opname = opname
+        self.arg = arg
+        self.argval = argval
+        self.offset = offset
+        self.lineno = lineno
+
+    def __repr__(self) -> str:
+        return f"{self.offset} {self.opname} {self.argval!r}"
+
+
+_decoded: dict[types.CodeType, tuple[list[Instruction], dict[int, int]]] = {}
+
+
+def decode(code: types.CodeType) -> tuple[list[Instruction], dict[int, int]]:
+    """Instructions of ``code`` and a map offset -> index (cached per code object)."""
+    hit = _decoded.get(code)
+    if hit is not None:
+        return hit
+    insts: list[Instruction] = []
+    line: int | None = code.co_firstlineno
+    for ins in dis.get_instructions(code):
+        pos = getattr(ins, "positions", None)
+        if pos is not None and pos.lineno is not None:
+            line = pos.lineno
+        insts.append(Instruction(ins.opname, ins.arg, ins.argval, ins.offset, line))
+    index = {ins.offset: i for i, ins in enumerate(insts)}
+    if len(_decoded) > 4096:
+        _decoded.clear()
+    _decoded[code] = (insts, index)
+    return insts, index
+
+
+class Translator:
+    """Interprets one frame symbolically."""
+
+    def __init__(
+        self,
+        code: types.CodeType,
+        f_locals: dict[str, "VariableTracker"],
+        cells: dict[str, "CellVariable"],
+        f_globals: dict[str, Any],
+        output: "OutputGraph",
+        parent: "Translator | None" = None,
+        fn_source: Source | None = None,
+        root_globals: dict[str, Any] | None = None,
+    ) -> None:
+        self.code = code
+        self.instructions, self.offset_index = decode(code)
+        self.locals = f_locals
+        self.cells = cells
+        self.f_globals = f_globals
+        self.output = output
+        self.parent = parent
+        self.fn_source = fn_source
+        self.root_globals = root_globals if root_globals is not None else f_globals
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.stack: list[VariableTracker] = []
+        self.ip = 0
+        self.current: Instruction | None = None
+        self.return_value: VariableTracker | None = None
+        self.kw_names: tuple[str, ...] | None = None
+        self.yielded: list[VariableTracker] | None = None  # set when inlining a generator body
+        self.steps = parent.steps if parent is not None else [0]
+
+    # -- stack helpers -----------------------------------------------------------------------
+    def push(self, v: "VariableTracker") -> None:
+        self.stack.append(v)
+
+    def pop(self) -> "VariableTracker":
+        return self.stack.pop()
+
+    def popn(self, n: int) -> list["VariableTracker"]:
+        if n == 0:
+            return []
+        items = self.stack[-n:]
+        del self.stack[-n:]
+        return items
+
+    def jump(self, inst: Instruction) -> None:
+        self.ip = self.offset_index[inst.argval]
+
+    # -- the step loop -----------------------------------------------------------------------
+    def run(self) -> "VariableTracker":
+        from .opcodes import OPCODES
+
+        insts = self.instructions
+        while self.return_value is None:
+            if self.ip >= len(insts):
+                raise AssertionError(f"fell off the end of {self.code.co_name}")
+            inst = insts[self.ip]
+            self.ip += 1
+            self.current = inst
+            self.steps[0] += 1
+            if self.steps[0] > _MAX_STEPS:
+                unsupported("loop_limit", f"more than {_MAX_STEPS} instructions")
+            handler = OPCODES.get(inst.opname)
+            if handler is None:
+                unsupported("unsupported_opcode", inst.opname)
+            try:
+                handler(self, inst)
+            except Unsupported as e:
+                raise self._locate(e) from None
+        return self.return_value
+
+    def _locate(self, e: Unsupported) -> Unsupported:
+        gb = e.graph_break
+        if gb.location is not None:
+            return e
+        chain = []
+        t = self.parent
+        while t is not None:
+            chain.append(t.location())
+            t = t.parent
+        located = GraphBreak(gb.kind, gb.explanation, self.location(), tuple(chain), gb.hint)
+        new = type(e)(located)
+        return new
+
+    # -- locations ---------------------------------------------------------------------------
+    def location(self) -> UserLocation:
+        line = self.current.lineno if self.current is not None and self.current.lineno else self.code.co_firstlineno
+        text = linecache.getline(self.code.co_filename, line)
+        return UserLocation(self.code.co_filename, line, self.code.co_name, text)
+
+    def stack_trace(self) -> str:
+        """The user frames chain (outermost first), formatted like a traceback."""
+        frames = []
+        t: Translator | None = self
+        while t is not None:
+            loc = t.location()
+            frames.append(f'  File "{loc.filename}", line {loc.lineno}, in {loc.function}\n    {loc.source_line.strip()}\n')
+            t = t.parent
+        return "".join(reversed(frames))
+
+    # -- globals -----------------------------------------------------------------------------
+    def global_source(self, name: str) -> Source | None:
+        if self.f_globals is self.root_globals:
+            return GlobalSource(name)
+        if self.fn_source is not None:
+            return ItemSource(AttrSource(self.fn_source, "__globals__"), name)
+        return None  # library code (torch.nn...) read without guards: assumed not to change
+
+    def load_global(self, name: str) -> "VariableTracker":
+        from ..variables.builder import wrap
+
+        if name in self.f_globals:
+            return wrap(self, self.f_globals[name], self.global_source(name))
+        builtins_ns = self.f_globals.get("__builtins__", __builtins__)
+        if isinstance(builtins_ns, types.ModuleType):
+            builtins_ns = builtins_ns.__dict__
+        if name in builtins_ns:
+            return wrap(self, builtins_ns[name], None)
+        unsupported("exception", f"NameError: name {name!r} is not defined")
+
+    # -- calls -------------------------------------------------------------------------------
+    def call(self, fn: "VariableTracker", args: list["VariableTracker"], kwargs: dict[str, "VariableTracker"]) -> "VariableTracker":
+        return fn.call_function(self, args, kwargs)
+
+    def inline(
+        self,
+        code: types.CodeType,
+        f_globals: dict[str, Any],
+        args: list["VariableTracker"],
+        kwargs: dict[str, "VariableTracker"],
+        *,
+        fn_source: Source | None,
+        defaults: tuple[Any, ...] | None,
+        kwdefaults: dict[str, Any] | None,
+        cells: tuple["CellVariable", ...],
+    ) -> "VariableTracker":
+        """Run ``code`` symbolically with the given tracked arguments; return its result."""
+        from ..variables.dicts import DictVariable
+        from ..variables.functions import CellVariable
+        from ..variables.lists import ListIteratorVariable, TupleVariable
+
+        if self.depth + 1 > config.inline_depth_limit:
+            unsupported("inline_depth", f"inlining {code.co_name}")
+        is_gen = bool(code.co_flags & (0x20 | 0x80 | 0x200))
+        if code.co_flags & (0x80 | 0x200):
+            unsupported("generator", f"{code.co_name} is a coroutine")
+        f_locals = bind_arguments(code, args, kwargs, defaults, kwdefaults)
+        cellmap: dict[str, CellVariable] = {}
+        for name in code.co_cellvars:
+            cellmap[name] = CellVariable(f_locals.pop(name) if name in f_locals else None)
+        for name, cell in zip(code.co_freevars, cells):
+            cellmap[name] = cell
+        child = Translator(code, f_locals, cellmap, f_globals, self.output, parent=self,
+                           fn_source=fn_source, root_globals=self.root_globals)
+        if is_gen:
+            # A generator (e.g. a generator expression): run it to exhaustion, collecting yields.
+            child.yielded = []
+            child.run()
+            return ListIteratorVariable(child.yielded)
+        result = child.run()
+        return result
+
+
+def bind_arguments(
+    code: types.CodeType,
+    args: list["VariableTracker"],
+    kwargs: dict[str, "VariableTracker"],
+    defaults: tuple[Any, ...] | None,
+    kwdefaults: dict[str, Any] | None,
+) -> dict[str, "VariableTracker"]:
+    """Python's argument binding, over trackers. Defaults are trackers already."""
+    from ..variables.constant import ConstantVariable
+    from ..variables.dicts import DictVariable
+    from ..variables.lists import TupleVariable
+
+    nargs = code.co_argcount
+    nkw = code.co_kwonlyargcount
+    names = code.co_varnames
+    posonly = code.co_posonlyargcount
+    has_varargs = bool(code.co_flags & 0x04)
+    has_varkw = bool(code.co_flags & 0x08)
+    result: dict[str, VariableTracker] = {}
+    for i, a in enumerate(args[:nargs]):
+        result[names[i]] = a
+    extra = args[nargs:]
+    if extra and not has_varargs:
+        unsupported("exception", f"TypeError: {code.co_name}() takes {nargs} positional arguments but {len(args)} were given")
+    varkw: dict[str, VariableTracker] = {}
+    for k, v in kwargs.items():
+        idx = _index_of(names, k, nargs + nkw)
+        if idx is None or idx < posonly:
+            if has_varkw:
+                varkw[k] = v
+                continue
+            unsupported("exception", f"TypeError: {code.co_name}() got an unexpected keyword argument {k!r}")
+        if k in result:
+            unsupported("exception", f"TypeError: {code.co_name}() got multiple values for argument {k!r}")
+        result[k] = v
+    ndef = len(defaults) if defaults else 0
+    for i in range(nargs):
+        n = names[i]
+        if n not in result:
+            j = i - (nargs - ndef)
+            if defaults is None or j < 0:
+                unsupported("exception", f"TypeError: {code.co_name}() missing required argument {n!r}")
+            result[n] = defaults[j]
+    for i in range(nargs, nargs + nkw):
+        n = names[i]
+        if n not in result:
+            if not kwdefaults or n not in kwdefaults:
+                unsupported("exception", f"TypeError: {code.co_name}() missing keyword-only argument {n!r}")
+            result[n] = kwdefaults[n]
+    pos = nargs + nkw
+    if has_varargs:
+        result[names[pos]] = TupleVariable(list(extra))
+        pos += 1
+    if has_varkw:
+        result[names[pos]] = DictVariable(varkw)
+    _ = ConstantVariable
+    return result
+
+
+def _index_of(names: tuple[str, ...], name: str, limit: int) -> int | None:
+    for i in range(limit):
+        if names[i] == name:
+            return i
+    return None

@@ -1,0 +1,74 @@
+"""The variable-tracker protocol: symbolic stand-ins for Python values during tracing.
+
+A tracker knows the value it stands for (as a Python constant, a graph node with a fake
+example, a container of trackers, ...) and, when the value came from outside the traced code,
+its :class:`pyjit.guards.source.Source`. Guards are *not* stored on trackers: the builder and
+the operations install them into the trace's guard set at the moment an assumption is made.
+
+Protocol (defaults raise a structured graph break):
+``python_type``, ``as_python_constant``, ``var_getattr``, ``call_function``, ``call_method``,
+``unpack`` (iteration), ``truth`` (``if v:``), ``reconstruct`` (expression in replacement code).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..guards.source import Source
+from ..trace.graph_breaks import unsupported
+
+if TYPE_CHECKING:
+    from ..trace.translator import Translator
+    from ..trace.output_graph import OutputCodegen
+
+
+class VariableTracker:
+    __slots__ = ("source",)
+
+    def __init__(self, source: Source | None = None) -> None:
+        self.source = source
+
+    # -- what the value is ---------------------------------------------------------------
+    def python_type(self) -> type:
+        unsupported("unsupported_object", f"type of {self}")
+
+    def is_python_constant(self) -> bool:
+        return False
+
+    def as_python_constant(self) -> Any:
+        unsupported("unsupported_object", f"{self} is not a Python constant here")
+
+    # -- operations ----------------------------------------------------------------------
+    def var_getattr(self, tx: "Translator", name: str) -> "VariableTracker":
+        unsupported("unsupported_attr", f"{self}.{name}")
+
+    def call_function(self, tx: "Translator", args: list["VariableTracker"], kwargs: dict[str, "VariableTracker"]) -> "VariableTracker":
+        unsupported("unsupported_call", f"calling {self}")
+
+    def call_method(self, tx: "Translator", name: str, args: list["VariableTracker"], kwargs: dict[str, "VariableTracker"]) -> "VariableTracker":
+        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+    def unpack(self, tx: "Translator") -> list["VariableTracker"]:
+        unsupported("unsupported_object", f"iterating over {self}")
+
+    def truth(self, tx: "Translator") -> bool:
+        unsupported("unsupported_object", f"truth value of {self}")
+
+    def reconstruct(self, cg: "OutputCodegen") -> str:
+        if self.source is not None:
+            return self.source.expr()
+        unsupported("unsupported_return", f"{self}")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class NullVariable(VariableTracker):
+    """The NULL CPython pushes before a callable (3.11/3.12) or after it (3.13)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NULL"
+
+
+NULL = NullVariable()

@@ -1,0 +1,161 @@
+"""The builder: turns a real Python value reached through a source into a tracker, installing
+the guard that makes the trace valid for that value (once, at the moment the value is read).
+
+| value                                   | tracker                     | guard                      |
+|-----------------------------------------|-----------------------------|----------------------------|
+| torch.Tensor / nn.Parameter             | TensorVariable (graph input)| TENSOR_MATCH (+aliasing)   |
+| None                                    | ConstantVariable            | ID_MATCH None              |
+| bool/int/float/str/dtype/device/Size... | ConstantVariable            | EQUALS_MATCH (type + value)|
+| list / tuple                            | List/TupleVariable          | TYPE_MATCH + LEN_MATCH     |
+| dict                                    | DictVariable                | DICT_KEYS                  |
+| namedtuple                              | NamedTupleVariable          | TYPE_MATCH + LEN_MATCH     |
+| nn.Module                               | NNModuleVariable            | ID_MATCH                   |
+| function / builtin / class / module     | *FunctionVariable etc.      | ID_MATCH                   |
+| functools.partial                       | PartialVariable             | TYPE_MATCH, parts by source|
+| other objects                           | UserDefinedObjectVariable   | TYPE_MATCH                 |
+
+Values without a source (library globals, results of constant folding) get no guard.
+"""
+from __future__ import annotations
+
+import functools
+import types
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..guards.guards import GuardKind
+from ..guards.source import AttrSource, ItemSource, Source
+from ..trace.graph_breaks import unsupported
+from .base import VariableTracker
+from .builtins import BuiltinVariable
+from .constant import ConstantVariable, is_constant_value
+from .dicts import DictVariable
+from .functions import PartialVariable, UserFunctionVariable, UserMethodVariable
+from .lists import ListVariable, NamedTupleVariable, TupleVariable
+from .misc import PythonModuleVariable
+from .nn_module import NNModuleVariable
+from .torch_fns import TorchFunctionVariable, is_torch_library_function
+from .user_defined import UserDefinedClassVariable, UserDefinedObjectVariable
+
+if TYPE_CHECKING:
+    from ..trace.translator import Translator
+
+
+_TORCH_CALLABLE_CLASSES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled, torch.Size, torch.device,
+                           torch.dtype, torch.finfo, torch.iinfo)
+
+
+def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker:
+    guards = tx.output.guards
+    if isinstance(value, torch.Tensor):
+        if source is None:
+            unsupported("unsupported_object", "a tensor that pyjit cannot reach from the frame (no source)")
+        return tx.output.add_input(value, source)
+    if value is None:
+        if source is not None:
+            guards.add(GuardKind.ID_MATCH, source, None)
+        return ConstantVariable(None, source)
+    if is_constant_value(value):
+        if source is not None:
+            if isinstance(value, tuple) and type(value) is tuple:
+                guards.add(GuardKind.TYPE_MATCH, source, tuple)
+                guards.add(GuardKind.EQUALS_MATCH, source, value)
+            else:
+                guards.add(GuardKind.EQUALS_MATCH, source, value)
+        return ConstantVariable(value, source)
+    t = type(value)
+    if t in (list, tuple):
+        if source is not None:
+            guards.add(GuardKind.TYPE_MATCH, source, t)
+            guards.add(GuardKind.LEN_MATCH, source, len(value))
+        items = [wrap(tx, v, ItemSource(source, i) if source is not None else None) for i, v in enumerate(value)]
+        return (ListVariable if t is list else TupleVariable)(items, source)
+    if isinstance(value, tuple) and hasattr(t, "_fields"):
+        if source is not None:
+            guards.add(GuardKind.TYPE_MATCH, source, t)
+        items = [wrap(tx, v, ItemSource(source, i) if source is not None else None) for i, v in enumerate(value)]
+        return NamedTupleVariable(items, t, source)
+    if t is dict:
+        if source is not None:
+            guards.add(GuardKind.DICT_KEYS, source, tuple(value.keys()))
+        for k in value:
+            if not is_constant_value(k):
+                unsupported("unsupported_object", f"dict with a non-constant key {type(k).__name__}")
+        items = {k: wrap(tx, v, ItemSource(source, k) if source is not None else None) for k, v in value.items()}
+        return DictVariable(items, source)
+    if isinstance(value, torch.nn.Module):
+        if source is not None:
+            guards.add(GuardKind.ID_MATCH, source, value)
+        return NNModuleVariable(value, source)
+    if isinstance(value, types.ModuleType):
+        if source is not None:
+            guards.add(GuardKind.ID_MATCH, source, value)
+        return PythonModuleVariable(value, source)
+    if isinstance(value, functools.partial):
+        if source is not None:
+            guards.add(GuardKind.TYPE_MATCH, source, functools.partial)
+        func = wrap(tx, value.func, AttrSource(source, "func") if source else None)
+        args = [wrap(tx, a, ItemSource(AttrSource(source, "args"), i) if source else None) for i, a in enumerate(value.args)]
+        kwargs = {k: wrap(tx, v, ItemSource(AttrSource(source, "keywords"), k) if source else None) for k, v in value.keywords.items()}
+        return PartialVariable(func, args, kwargs, source)
+    if isinstance(value, types.MethodType):
+        obj = wrap(tx, value.__self__, AttrSource(source, "__self__") if source else None)
+        fn = value.__func__
+        if isinstance(fn, types.FunctionType):
+            if source is not None:
+                guards.add(GuardKind.ID_MATCH, AttrSource(source, "__func__"), fn)
+            return UserMethodVariable(fn, obj, source)
+        return wrap(tx, fn, None)
+    if callable(value) and not isinstance(value, type) and is_torch_library_function(value):
+        if source is not None:
+            guards.add(GuardKind.ID_MATCH, source, value)
+        return TorchFunctionVariable(value, source)
+    if isinstance(value, types.FunctionType):
+        if source is not None:
+            guards.add(GuardKind.ID_MATCH, source, value)
+        return UserFunctionVariable(value, source)
+    if BuiltinVariable.can_handle(value):
+        if source is not None:
+            guards.add(GuardKind.ID_MATCH, source, value)
+        return BuiltinVariable(value, source)
+    if isinstance(value, type):
+        if source is not None:
+            guards.add(GuardKind.ID_MATCH, source, value)
+        if value in _TORCH_CALLABLE_CLASSES:
+            return TorchFunctionVariable(value, source)
+        return UserDefinedClassVariable(value, source)
+    if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+        if source is not None:
+            guards.add(GuardKind.ID_MATCH, source, value)
+        if getattr(value, "__self__", None) is not None and isinstance(value.__self__, torch.Tensor):
+            unsupported("unsupported_object", "a bound tensor method read from outside")
+        return BuiltinVariable(value, source)
+    if source is not None:
+        guards.add(GuardKind.TYPE_MATCH, source, t)
+    return UserDefinedObjectVariable(value, source)
+
+
+def wrap_constant_result(tx: "Translator", value: Any) -> VariableTracker:
+    """Wrap the result of constant folding (no source, no guard)."""
+    if is_constant_value(value):
+        return ConstantVariable(value)
+    if isinstance(value, list):
+        return ListVariable([wrap_constant_result(tx, v) for v in value])
+    if isinstance(value, tuple) and hasattr(type(value), "_fields"):
+        return NamedTupleVariable([wrap_constant_result(tx, v) for v in value], type(value))
+    if isinstance(value, tuple):
+        return TupleVariable([wrap_constant_result(tx, v) for v in value])
+    if isinstance(value, dict):
+        return DictVariable({k: wrap_constant_result(tx, v) for k, v in value.items()})
+    if isinstance(value, (set, frozenset)):
+        from .dicts import SetVariable
+
+        return SetVariable(list(value))
+    if isinstance(value, (map, zip, enumerate, filter, reversed)) or type(value).__name__.endswith("iterator"):
+        from .lists import ListIteratorVariable
+
+        return ListIteratorVariable([wrap_constant_result(tx, v) for v in value])
+    if isinstance(value, torch.Tensor):
+        unsupported("unsupported_object", "constant folding produced a tensor")
+    return wrap(tx, value, None)

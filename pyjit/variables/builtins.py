@@ -1,0 +1,592 @@
+"""Builtins, ``operator.*`` and ``math.*`` over trackers, and the shared arithmetic helpers.
+
+Pure functions on constants are folded (the inputs they came from are guarded by value).
+Arithmetic and comparisons involving a tensor are recorded as ``operator.*`` graph calls.
+``print`` and other effects are graph breaks.
+"""
+from __future__ import annotations
+
+import builtins
+import math
+import operator
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..trace.graph_breaks import unsupported
+from ..errors import Unsupported
+from .base import VariableTracker
+from .constant import ConstantVariable, is_constant_value
+from .lists import BaseListVariable, ListIteratorVariable, ListVariable, TupleVariable
+
+if TYPE_CHECKING:
+    from ..trace.translator import Translator
+
+Handler = Callable[["Translator", list[VariableTracker], dict[str, VariableTracker]], VariableTracker]
+_HANDLERS: dict[Any, Handler] = {}
+
+# Modules whose functions are pure on constants (folded at trace time).
+_PURE_MODULES = frozenset({"math", "_operator", "operator", "cmath"})
+_PURE_BUILTINS = frozenset({
+    abs, all, any, bin, bool, chr, divmod, float, format, hash, hex, int, len, max, min, oct, ord, pow,
+    repr, round, sorted, str, sum, tuple, list, isinstance, issubclass, callable, complex, frozenset, set,
+    slice, range, bytes,
+})
+
+
+def _is_tensor(v: VariableTracker) -> bool:
+    from .tensor import TensorVariable
+
+    return isinstance(v, TensorVariable)
+
+
+def all_constant(args: list[VariableTracker], kwargs: dict[str, VariableTracker] | None = None) -> bool:
+    return all(a.is_python_constant() for a in args) and all(v.is_python_constant() for v in (kwargs or {}).values())
+
+
+def fold(tx: "Translator", fn: Callable[..., Any], args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    """Call ``fn`` on the constants the trackers stand for; wrap the result."""
+    from .builder import wrap_constant_result
+
+    try:
+        result = fn(*[a.as_python_constant() for a in args], **{k: v.as_python_constant() for k, v in kwargs.items()})
+    except Exception as e:
+        unsupported("exception", f"{getattr(fn, '__name__', fn)}(...) raised {type(e).__name__}: {e}")
+    return wrap_constant_result(tx, result)
+
+
+# -- arithmetic ---------------------------------------------------------------------------------
+
+_INPLACE_TO_BINARY = {
+    operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
+    operator.itruediv: operator.truediv, operator.ifloordiv: operator.floordiv, operator.imod: operator.mod,
+    operator.ipow: operator.pow, operator.imatmul: operator.matmul, operator.iand: operator.and_,
+    operator.ior: operator.or_, operator.ixor: operator.xor, operator.ilshift: operator.lshift,
+    operator.irshift: operator.rshift,
+}
+
+
+def binary_op(tx: "Translator", op: Callable[[Any, Any], Any], a: VariableTracker, b: VariableTracker) -> VariableTracker:
+    if _is_tensor(a) or _is_tensor(b):
+        if op in _INPLACE_TO_BINARY and not _is_tensor(a):
+            op = _INPLACE_TO_BINARY[op]
+        if op in _INPLACE_TO_BINARY:
+            from .tensor import TensorVariable
+
+            assert isinstance(a, TensorVariable)
+            if a.node.op == "placeholder":
+                tx.output.mutates_inputs = True
+        return tx.output.call(tx, "call_function", op, [a, b], {})
+    if a.is_python_constant() and b.is_python_constant():
+        return fold(tx, op, [a, b], {})
+    base = _INPLACE_TO_BINARY.get(op, op)
+    if isinstance(a, BaseListVariable) and isinstance(b, BaseListVariable) and base is operator.add:
+        if op is operator.iadd and isinstance(a, ListVariable):
+            a.call_method(tx, "extend", [b], {})
+            return a
+        return a.new(a.items + b.items) if type(a) is type(b) else unsupported("exception", "can only concatenate same sequence types")
+    if isinstance(a, ListVariable) and op is operator.iadd:
+        a.call_method(tx, "extend", [b], {})
+        return a
+    if isinstance(a, BaseListVariable) and base is operator.mul and b.is_python_constant():
+        return a.new(a.items * b.as_python_constant())
+    if isinstance(b, BaseListVariable) and base is operator.mul and a.is_python_constant():
+        return b.new(b.items * a.as_python_constant())
+    from .dicts import DictVariable
+
+    if isinstance(a, DictVariable) and isinstance(b, DictVariable) and base is operator.or_:
+        return DictVariable({**a.items, **b.items})
+    unsupported("unsupported_call", f"{getattr(op, '__name__', op)} on {a} and {b}")
+
+
+def unary_op(tx: "Translator", op: Callable[[Any], Any], a: VariableTracker) -> VariableTracker:
+    if _is_tensor(a):
+        return tx.output.call(tx, "call_function", op, [a], {})
+    if op is operator.not_:
+        return ConstantVariable(not a.truth(tx))
+    if a.is_python_constant():
+        return fold(tx, op, [a], {})
+    unsupported("unsupported_call", f"{op.__name__} on {a}")
+
+
+def identical(tx: "Translator", a: VariableTracker, b: VariableTracker) -> bool:
+    """``a is b`` over trackers (only where the answer is certain)."""
+    from .tensor import TensorVariable
+
+    if a is b:
+        return True
+    if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
+        if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
+            return a.example is b.example
+        return False
+    va, vb = _object_of(a), _object_of(b)
+    if va is not _NO and vb is not _NO:
+        return va is vb
+    if a.python_type() is not b.python_type():
+        return False
+    unsupported("unsupported_call", f"`is` between {a} and {b}")
+
+
+_NO = object()
+
+
+def _object_of(v: VariableTracker) -> Any:
+    if isinstance(v, ConstantVariable):
+        return v.value
+    obj = getattr(v, "value", _NO)
+    if obj is not _NO:
+        return obj
+    fn = getattr(v, "fn", _NO)
+    if fn is not _NO and type(v).__name__ in ("UserFunctionVariable", "BuiltinVariable", "TorchFunctionVariable"):
+        return fn
+    return _NO
+
+
+def identical_or_equal(tx: "Translator", a: VariableTracker, b: VariableTracker) -> bool:
+    if a.is_python_constant() and b.is_python_constant():
+        return bool(a.as_python_constant() == b.as_python_constant())
+    return identical(tx, a, b)
+
+
+def compare_op(tx: "Translator", op: Callable[[Any, Any], Any], a: VariableTracker, b: VariableTracker) -> VariableTracker:
+    if _is_tensor(a) or _is_tensor(b):
+        if op in (operator.eq, operator.ne) and (isinstance(a, ConstantVariable) and a.value is None or isinstance(b, ConstantVariable) and b.value is None):
+            return ConstantVariable(op is operator.ne)
+        return tx.output.call(tx, "call_function", op, [a, b], {})
+    if a.is_python_constant() and b.is_python_constant():
+        return fold(tx, op, [a, b], {})
+    if op in (operator.eq, operator.ne):
+        if isinstance(a, BaseListVariable) and isinstance(b, BaseListVariable):
+            same = len(a.items) == len(b.items) and all(
+                compare_op(tx, operator.eq, x, y).truth(tx) for x, y in zip(a.items, b.items)
+            )
+            return ConstantVariable(same if op is operator.eq else not same)
+        same = identical(tx, a, b)
+        return ConstantVariable(same if op is operator.eq else not same)
+    unsupported("unsupported_call", f"comparison {op.__name__} of {a} and {b}")
+
+
+def contains(tx: "Translator", container: VariableTracker, item: VariableTracker) -> VariableTracker:
+    from .dicts import DictVariable, SetVariable
+
+    if isinstance(container, DictVariable):
+        return ConstantVariable(item.as_python_constant() in container.items)
+    if isinstance(container, SetVariable):
+        return ConstantVariable(item.as_python_constant() in container.values)
+    if isinstance(container, BaseListVariable):
+        return ConstantVariable(any(identical_or_equal(tx, x, item) for x in container.items))
+    if container.is_python_constant() and item.is_python_constant():
+        return fold(tx, operator.contains, [container, item], {})
+    if _is_tensor(container):
+        unsupported("data_dependent", "`in` on a tensor")
+    unsupported("unsupported_call", f"`in` on {container}")
+
+
+def subscript(tx: "Translator", obj: VariableTracker, key: VariableTracker) -> VariableTracker:
+    return obj.call_method(tx, "__getitem__", [key], {})
+
+
+# -- the builtin tracker ------------------------------------------------------------------------
+
+
+class BuiltinVariable(VariableTracker):
+    """A builtin function, ``operator.*`` or ``math.*`` function."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Any, source: Any = None) -> None:
+        super().__init__(source)
+        self.fn = fn
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+    def is_python_constant(self) -> bool:
+        return True
+
+    def as_python_constant(self) -> Any:
+        return self.fn
+
+    @staticmethod
+    def can_handle(fn: Any) -> bool:
+        if fn in _HANDLERS:
+            return True
+        try:
+            if fn in _PURE_BUILTINS:
+                return True
+        except TypeError:
+            return False
+        return getattr(fn, "__module__", None) in _PURE_MODULES
+
+    def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        handler = _HANDLERS.get(self.fn)
+        if handler is not None:
+            return handler(tx, args, kwargs)
+        if all_constant(args, kwargs):
+            return fold(tx, self.fn, args, kwargs)
+        if getattr(self.fn, "__module__", None) == "math" and any(_is_tensor(a) for a in args):
+            unsupported("data_dependent", f"math.{self.fn.__name__} on a tensor")
+        unsupported("unsupported_call", f"{getattr(self.fn, '__name__', self.fn)} with non-constant arguments")
+
+    def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
+        if name in ("__name__", "__qualname__", "__module__"):
+            return ConstantVariable(getattr(self.fn, name))
+        unsupported("unsupported_attr", f"{self.fn}.{name}")
+
+    def reconstruct(self, cg: Any) -> str:
+        return cg.ref(self.fn, getattr(self.fn, "__name__", "builtin"))
+
+    def __repr__(self) -> str:
+        return f"BuiltinVariable({getattr(self.fn, '__name__', self.fn)})"
+
+
+class ConstantMethodVariable(VariableTracker):
+    """A bound method of a constant (``"{}".format``, ``(1, 2).index``)."""
+
+    __slots__ = ("obj", "name")
+
+    def __init__(self, obj: VariableTracker, name: str) -> None:
+        super().__init__(None)
+        self.obj = obj
+        self.name = name
+
+    def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        return self.obj.call_method(tx, self.name, args, kwargs)
+
+
+def _register(*fns: Any) -> Callable[[Handler], Handler]:
+    def deco(h: Handler) -> Handler:
+        for f in fns:
+            _HANDLERS[f] = h
+        return h
+
+    return deco
+
+
+def _binop_handler(op: Callable[[Any, Any], Any]) -> Handler:
+    return lambda tx, args, kwargs: binary_op(tx, op, args[0], args[1])
+
+
+for _op in (operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.mod,
+            operator.pow, operator.matmul, operator.and_, operator.or_, operator.xor, operator.lshift,
+            operator.rshift, *_INPLACE_TO_BINARY):
+    _HANDLERS[_op] = _binop_handler(_op)
+for _op in (operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne):
+    _HANDLERS[_op] = (lambda op: lambda tx, args, kwargs: compare_op(tx, op, args[0], args[1]))(_op)
+for _op in (operator.neg, operator.pos, operator.invert, operator.not_, operator.abs):
+    _HANDLERS[_op] = (lambda op: lambda tx, args, kwargs: unary_op(tx, op, args[0]))(_op)
+
+
+@_register(operator.getitem)
+def _getitem(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    return subscript(tx, args[0], args[1])
+
+
+@_register(operator.contains)
+def _contains(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    return contains(tx, args[0], args[1])
+
+
+@_register(operator.is_, operator.is_not)
+def _is(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    raise AssertionError("handled by IS_OP")
+
+
+@_register(operator.truth, bool)
+def _bool(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    if not args:
+        return ConstantVariable(False)
+    return ConstantVariable(args[0].truth(tx))
+
+
+@_register(len)
+def _len(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    return args[0].call_method(tx, "__len__", [], {})
+
+
+@_register(abs)
+def _abs(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    return unary_op(tx, operator.abs, args[0])
+
+
+@_register(isinstance)
+def _isinstance(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    obj, cls = args
+    return ConstantVariable(issubclass(obj.python_type(), cls.as_python_constant()))
+
+
+@_register(issubclass)
+def _issubclass(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    return ConstantVariable(issubclass(args[0].as_python_constant(), args[1].as_python_constant()))
+
+
+@_register(type)
+def _type(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    from .builder import wrap
+
+    if len(args) != 1:
+        unsupported("unsupported_call", "type() with 3 arguments (class creation)")
+    return wrap(tx, args[0].python_type(), None)
+
+
+@_register(callable)
+def _callable(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    if args[0].is_python_constant():
+        return ConstantVariable(callable(args[0].as_python_constant()))
+    return ConstantVariable(callable(getattr(args[0], "value", None)) or type(args[0]).__name__.endswith("FunctionVariable"))
+
+
+def _missing_attr(e: Unsupported) -> bool:
+    return e.graph_break.kind in ("exception", "unsupported_attr")
+
+
+@_register(getattr)
+def _getattr(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    name = args[1].as_python_constant()
+    if len(args) == 3:
+        if not has_attr(tx, args[0], name):
+            return args[2]
+    return args[0].var_getattr(tx, name)
+
+
+@_register(hasattr)
+def _hasattr(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    return ConstantVariable(has_attr(tx, args[0], args[1].as_python_constant()))
+
+
+def has_attr(tx: "Translator", obj: VariableTracker, name: str) -> bool:
+    from .tensor import TensorVariable
+
+    if isinstance(obj, TensorVariable):
+        return hasattr(obj.example, name)
+    if obj.is_python_constant():
+        return hasattr(obj.as_python_constant(), name)
+    real = getattr(obj, "value", _NO)
+    if real is not _NO:
+        from ..guards.guards import GuardKind
+
+        # The answer depends on the object's attributes: the type guard (installed by the
+        # builder) covers class attributes; instance attributes are covered by the object's
+        # identity/type guard plus dict-keys where we have a source.
+        return hasattr(real, name)
+    try:
+        obj.var_getattr(tx, name)
+        return True
+    except Unsupported as e:
+        if _missing_attr(e):
+            return False
+        raise
+
+
+@_register(setattr, delattr)
+def _setattr(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    unsupported("side_effect", "setattr()/delattr()")
+
+
+@_register(print)
+def _print(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    unsupported("print", "print()")
+
+
+@_register(id)
+def _id(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    unsupported("unsupported_call", "id()")
+
+
+@_register(range)
+def _range(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    return fold(tx, range, args, kwargs)
+
+
+def _iter_items(tx: "Translator", v: VariableTracker) -> list[VariableTracker]:
+    return v.unpack(tx)
+
+
+@_register(iter)
+def _iter(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    if isinstance(args[0], ListIteratorVariable):
+        return args[0]
+    return ListIteratorVariable(_iter_items(tx, args[0]))
+
+
+@_register(next)
+def _next(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    it = args[0]
+    if not isinstance(it, ListIteratorVariable):
+        unsupported("unsupported_call", f"next() on {it}")
+    item = it.next_item()
+    if item is None:
+        if len(args) > 1:
+            return args[1]
+        unsupported("exception", "StopIteration from next()")
+    return item
+
+
+@_register(enumerate)
+def _enumerate(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    start = args[1].as_python_constant() if len(args) > 1 else kwargs["start"].as_python_constant() if "start" in kwargs else 0
+    items = _iter_items(tx, args[0])
+    return ListIteratorVariable([TupleVariable([ConstantVariable(start + i), v]) for i, v in enumerate(items)])
+
+
+@_register(zip)
+def _zip(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    lists = [_iter_items(tx, a) for a in args]
+    if kwargs.get("strict") is not None and kwargs["strict"].as_python_constant() and len({len(x) for x in lists}) > 1:
+        unsupported("exception", "zip(strict=True) lengths differ")
+    return ListIteratorVariable([TupleVariable(list(t)) for t in zip(*lists)])
+
+
+@_register(reversed)
+def _reversed(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    return ListIteratorVariable(list(reversed(_iter_items(tx, args[0]))))
+
+
+@_register(map)
+def _map(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    fn = args[0]
+    lists = [_iter_items(tx, a) for a in args[1:]]
+    return ListIteratorVariable([tx.call(fn, list(t), {}) for t in zip(*lists)])
+
+
+@_register(filter)
+def _filter(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    fn = args[0]
+    items = _iter_items(tx, args[1])
+    if isinstance(fn, ConstantVariable) and fn.value is None:
+        return ListIteratorVariable([i for i in items if i.truth(tx)])
+    return ListIteratorVariable([i for i in items if tx.call(fn, [i], {}).truth(tx)])
+
+
+@_register(list)
+def _list(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    return ListVariable(_iter_items(tx, args[0]) if args else [])
+
+
+@_register(tuple)
+def _tuple(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    if args and isinstance(args[0], ConstantVariable):
+        return fold(tx, tuple, args, kwargs)
+    return TupleVariable(_iter_items(tx, args[0]) if args else [])
+
+
+@_register(dict)
+def _dict(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    from .dicts import DictVariable
+
+    d = DictVariable({})
+    if args:
+        d.call_method(tx, "update", [args[0]], {})
+    d.items.update(kwargs)
+    return d
+
+
+@_register(set, frozenset)
+def _set(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    from .dicts import SetVariable
+
+    return SetVariable([i.as_python_constant() for i in _iter_items(tx, args[0])] if args else [])
+
+
+@_register(sorted)
+def _sorted(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    items = _iter_items(tx, args[0])
+    if all(i.is_python_constant() for i in items) and all_constant([], kwargs):
+        from .builder import wrap_constant_result
+
+        return ListVariable([ConstantVariable(v) for v in sorted([i.as_python_constant() for i in items], **{k: v.as_python_constant() for k, v in kwargs.items()})])
+    unsupported("unsupported_call", "sorted() of non-constants")
+
+
+@_register(all, any)
+def _all_any(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    raise AssertionError  # replaced below
+
+
+def _all(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    return ConstantVariable(all(i.truth(tx) for i in _iter_items(tx, args[0])))
+
+
+def _any(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    return ConstantVariable(any(i.truth(tx) for i in _iter_items(tx, args[0])))
+
+
+_HANDLERS[all] = _all
+_HANDLERS[any] = _any
+
+
+@_register(sum)
+def _sum(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    items = _iter_items(tx, args[0])
+    start = args[1] if len(args) > 1 else kwargs.get("start")
+    if all(i.is_python_constant() for i in items) and (start is None or start.is_python_constant()):
+        vals = [i.as_python_constant() for i in items]
+        return ConstantVariable(sum(vals, start.as_python_constant()) if start is not None else sum(vals))
+    acc: VariableTracker | None = start
+    for i in items:
+        if acc is None:
+            # `0 + t` equals `t` for tensors; skip the implicit start so the graph stays minimal.
+            acc = i if _is_tensor(i) else binary_op(tx, operator.add, ConstantVariable(0), i)
+        else:
+            acc = binary_op(tx, operator.add, acc, i)
+    return acc if acc is not None else ConstantVariable(0)
+
+
+def _minmax(fn: Callable[..., Any]) -> Handler:
+    def handler(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        items = _iter_items(tx, args[0]) if len(args) == 1 else args
+        if all(i.is_python_constant() for i in items) and all_constant([], kwargs):
+            return fold(tx, fn, [ListVariable(items)], kwargs)
+        if any(_is_tensor(i) for i in items) and len(items) == 2 and not kwargs:
+            import torch
+
+            # max(t, 3) / min(t, u) on tensors: elementwise, like torch.maximum/clamp semantics
+            # would differ for Python (it compares truthiness), so only the tensor-vs-tensor
+            # elementwise case with equal shapes is not expressible; be safe: break.
+            unsupported("data_dependent", f"{fn.__name__}() comparing tensors")
+        unsupported("unsupported_call", f"{fn.__name__}() of non-constants")
+
+    return handler
+
+
+_HANDLERS[min] = _minmax(min)
+_HANDLERS[max] = _minmax(max)
+
+
+def _numeric(fn: Callable[..., Any]) -> Handler:
+    def handler(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        if args and _is_tensor(args[0]):
+            unsupported("data_dependent", f"{fn.__name__}(tensor)")
+        return fold(tx, fn, args, kwargs)
+
+    return handler
+
+
+for _fn in (int, float, complex, str, round, repr, format, hash):
+    _HANDLERS[_fn] = _numeric(_fn)
+
+
+@_register(slice)
+def _slice(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    return fold(tx, slice, args, kwargs)
+
+
+@_register(super)
+def _super(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    from .misc import SuperVariable
+
+    if args:
+        return SuperVariable(args[0].as_python_constant(), args[1])
+    # zero-argument super(): the __class__ cell and the first argument of the current frame
+    cell = tx.cells.get("__class__")
+    if cell is None or not tx.code.co_varnames:
+        unsupported("unsupported_call", "super() outside a method")
+    cls = cell.get(tx, "__class__").as_python_constant()
+    first = tx.code.co_varnames[0]
+    obj = tx.locals.get(first)
+    if obj is None and first in tx.cells:
+        obj = tx.cells[first].get(tx, first)
+    if obj is None:
+        unsupported("unsupported_call", "super() without self")
+    return SuperVariable(cls, obj)
+
+
+_ = (builtins, math)

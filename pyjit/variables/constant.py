@@ -1,0 +1,96 @@
+"""Trackers of immutable Python constants: None, bool, int, float, complex, str, bytes,
+torch.dtype/device/Size, slice, range, Ellipsis, and tuples of those that are known constants.
+
+Operations on constants are folded at trace time (the inputs they came from are guarded by
+value), so they never reach the graph.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..trace.graph_breaks import unsupported
+from .base import VariableTracker
+
+if TYPE_CHECKING:
+    from ..trace.output_graph import OutputCodegen
+    from ..trace.translator import Translator
+
+_LITERAL_TYPES = (type(None), bool, int, float, complex, str, bytes)
+
+
+def is_constant_value(value: Any) -> bool:
+    """Values safe to treat as constants (immutable; guarded by equality when read from a source)."""
+    if isinstance(value, _LITERAL_TYPES) or value is Ellipsis or value is NotImplemented:
+        return True
+    if isinstance(value, (slice, range)):
+        return True
+    t = type(value)
+    mod = getattr(t, "__module__", "")
+    if mod == "torch" and t.__name__ in ("dtype", "device", "Size", "layout", "memory_format"):
+        return True
+    if isinstance(value, tuple) and type(value) is tuple:
+        return all(is_constant_value(v) for v in value)
+    import enum
+
+    if isinstance(value, enum.Enum):
+        return True
+    return False
+
+
+class ConstantVariable(VariableTracker):
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any, source: Any = None) -> None:
+        super().__init__(source)
+        self.value = value
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def is_python_constant(self) -> bool:
+        return True
+
+    def as_python_constant(self) -> Any:
+        return self.value
+
+    def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
+        try:
+            attr = getattr(self.value, name)
+        except AttributeError:
+            unsupported("exception", f"{type(self.value).__name__} has no attribute {name!r}")
+        if callable(attr) and not is_constant_value(attr):
+            from .builtins import ConstantMethodVariable
+
+            return ConstantMethodVariable(self, name)
+        return ConstantVariable(attr)
+
+    def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        from .builder import wrap_constant_result
+
+        if all(a.is_python_constant() for a in args) and all(v.is_python_constant() for v in kwargs.values()):
+            try:
+                result = getattr(self.value, name)(*[a.as_python_constant() for a in args], **{k: v.as_python_constant() for k, v in kwargs.items()})
+            except Exception as e:
+                unsupported("exception", f"{type(self.value).__name__}.{name}(...) raised {type(e).__name__}: {e}")
+            return wrap_constant_result(tx, result)
+        # e.g. `2 * x` where the tensor is an argument reaches here only through binary ops
+        if isinstance(self.value, tuple) and name in ("__getitem__", "index", "count"):
+            from .lists import TupleVariable
+
+            return TupleVariable([ConstantVariable(v) for v in self.value]).call_method(tx, name, args, kwargs)
+        unsupported("unsupported_call", f"{type(self.value).__name__}.{name} with non-constant arguments")
+
+    def unpack(self, tx: "Translator") -> list[VariableTracker]:
+        try:
+            return [ConstantVariable(v) for v in self.value]
+        except TypeError:
+            unsupported("exception", f"{type(self.value).__name__} is not iterable")
+
+    def truth(self, tx: "Translator") -> bool:
+        return bool(self.value)
+
+    def reconstruct(self, cg: "OutputCodegen") -> str:
+        return cg.constant(self.value)
+
+    def __repr__(self) -> str:
+        return f"ConstantVariable({self.value!r})"

@@ -1,0 +1,165 @@
+"""Trackers of dicts (and sets) with constant keys and tracker values.
+
+A dict read from the frame gets a DICT_KEYS guard (key order matters for iteration); its values
+are wrapped with ``ItemSource`` so each one guards itself. Dicts built inside the trace are
+mutable; mutating a dict that came from outside is a side effect (graph break in this issue).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..trace.graph_breaks import unsupported
+from .base import VariableTracker
+from .constant import ConstantVariable
+from .lists import ListVariable, TupleVariable
+
+if TYPE_CHECKING:
+    from ..trace.output_graph import OutputCodegen
+    from ..trace.translator import Translator
+
+
+def _key(tx: "Translator", k: VariableTracker) -> Any:
+    if k.is_python_constant():
+        return k.as_python_constant()
+    unsupported("unsupported_object", f"dict key {k} is not a Python constant")
+
+
+class DictVariable(VariableTracker):
+    __slots__ = ("items", "dict_type")
+
+    def __init__(self, items: dict[Any, VariableTracker], source: Any = None, dict_type: type = dict) -> None:
+        super().__init__(source)
+        self.items = dict(items)
+        self.dict_type = dict_type
+
+    def python_type(self) -> type:
+        return self.dict_type
+
+    def is_python_constant(self) -> bool:
+        return all(v.is_python_constant() for v in self.items.values())
+
+    def as_python_constant(self) -> Any:
+        return self.dict_type((k, v.as_python_constant()) for k, v in self.items.items())
+
+    def unpack(self, tx: "Translator") -> list[VariableTracker]:
+        return [ConstantVariable(k) for k in self.items]
+
+    def truth(self, tx: "Translator") -> bool:
+        return len(self.items) > 0
+
+    def _check_mutable(self) -> None:
+        if self.source is not None:
+            unsupported("side_effect", f"mutating the dict {self.source.name()} that came from outside the frame")
+
+    def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        items = self.items
+        if name == "__getitem__":
+            k = _key(tx, args[0])
+            if k not in items:
+                unsupported("exception", f"KeyError: {k!r}")
+            return items[k]
+        if name == "get":
+            k = _key(tx, args[0])
+            default = args[1] if len(args) > 1 else ConstantVariable(None)
+            return items.get(k, default)
+        if name == "__contains__":
+            return ConstantVariable(_key(tx, args[0]) in items)
+        if name == "__len__":
+            return ConstantVariable(len(items))
+        if name == "keys":
+            return ListVariable([ConstantVariable(k) for k in items])
+        if name == "values":
+            return ListVariable(list(items.values()))
+        if name == "items":
+            return ListVariable([TupleVariable([ConstantVariable(k), v]) for k, v in items.items()])
+        if name == "copy":
+            return DictVariable(items, dict_type=self.dict_type)
+        if name in ("__setitem__", "update", "pop", "setdefault", "__delitem__", "clear", "popitem"):
+            self._check_mutable()
+            if name == "__setitem__":
+                items[_key(tx, args[0])] = args[1]
+            elif name == "update":
+                for a in args:
+                    if isinstance(a, DictVariable):
+                        items.update(a.items)
+                    else:
+                        for pair in a.unpack(tx):
+                            kv = pair.unpack(tx)
+                            items[_key(tx, kv[0])] = kv[1]
+                for k, v in kwargs.items():
+                    items[k] = v
+            elif name == "pop":
+                k = _key(tx, args[0])
+                if k in items:
+                    return items.pop(k)
+                if len(args) > 1:
+                    return args[1]
+                unsupported("exception", f"KeyError: {k!r}")
+            elif name == "setdefault":
+                k = _key(tx, args[0])
+                if k not in items:
+                    items[k] = args[1] if len(args) > 1 else ConstantVariable(None)
+                return items[k]
+            elif name == "__delitem__":
+                del items[_key(tx, args[0])]
+            elif name == "clear":
+                items.clear()
+            else:
+                unsupported("unsupported_call", f"dict.{name}")
+            return ConstantVariable(None)
+        unsupported("unsupported_call", f"dict.{name}")
+
+    def reconstruct(self, cg: "OutputCodegen") -> str:
+        body = ", ".join(f"{cg.constant(k)}: {v.reconstruct(cg)}" for k, v in self.items.items())
+        if self.dict_type is dict:
+            return "{" + body + "}"
+        return f"{cg.ref(self.dict_type, self.dict_type.__name__)}({{{body}}})"
+
+    def __repr__(self) -> str:
+        return f"DictVariable({self.items!r})"
+
+
+class SetVariable(VariableTracker):
+    """A set of constants built in the trace (``{1, 2}``, ``set(...)``)."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: list[Any]) -> None:
+        super().__init__(None)
+        self.values: list[Any] = []
+        for v in values:
+            if v not in self.values:
+                self.values.append(v)
+
+    def python_type(self) -> type:
+        return set
+
+    def is_python_constant(self) -> bool:
+        return True
+
+    def as_python_constant(self) -> Any:
+        return set(self.values)
+
+    def unpack(self, tx: "Translator") -> list[VariableTracker]:
+        return [ConstantVariable(v) for v in self.values]
+
+    def truth(self, tx: "Translator") -> bool:
+        return bool(self.values)
+
+    def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        if name == "add":
+            v = args[0].as_python_constant()
+            if v not in self.values:
+                self.values.append(v)
+            return ConstantVariable(None)
+        if name == "__contains__":
+            return ConstantVariable(args[0].as_python_constant() in self.values)
+        if name == "__len__":
+            return ConstantVariable(len(self.values))
+        result = getattr(set(self.values), name)(*[a.as_python_constant() for a in args])
+        from .builder import wrap_constant_result
+
+        return wrap_constant_result(tx, result)
+
+    def reconstruct(self, cg: "OutputCodegen") -> str:
+        return cg.constant(set(self.values))

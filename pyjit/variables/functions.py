@@ -1,0 +1,214 @@
+"""Trackers of Python functions: user functions (inlined), bound methods, functions created
+inside the trace (closures, lambdas, comprehensions), ``functools.partial``, and closure cells.
+
+Calling any of them inlines the callee's bytecode into the current trace
+(:meth:`pyjit.trace.translator.Translator.inline`), with Python's own argument binding
+(defaults, keywords, ``*args``/``**kwargs``).
+"""
+from __future__ import annotations
+
+import types
+from typing import TYPE_CHECKING, Any
+
+from ..guards.source import AttrSource, FuncAttrSource, ItemSource, Source
+from ..trace.graph_breaks import unsupported
+from .base import VariableTracker
+from .constant import ConstantVariable, is_constant_value
+
+if TYPE_CHECKING:
+    from ..trace.output_graph import OutputCodegen
+    from ..trace.translator import Translator
+
+
+class CellVariable(VariableTracker):
+    """A closure cell: created by the traced code (mutable) or an existing cell read from outside."""
+
+    __slots__ = ("contents", "real_cell", "_wrapped")
+
+    def __init__(self, contents: VariableTracker | None = None, real_cell: Any = None, source: Source | None = None) -> None:
+        super().__init__(source)
+        self.contents = contents
+        self.real_cell = real_cell
+        self._wrapped = False
+
+    def get(self, tx: "Translator", name: str) -> VariableTracker:
+        if self.contents is None and self.real_cell is not None and not self._wrapped:
+            from .builder import wrap
+
+            try:
+                value = self.real_cell.cell_contents
+            except ValueError:
+                unsupported("exception", f"NameError: free variable {name!r} referenced before assignment")
+            self.contents = wrap(tx, value, self.source)
+            self._wrapped = True
+        if self.contents is None:
+            unsupported("exception", f"NameError: free variable {name!r} referenced before assignment")
+        return self.contents
+
+    def set(self, tx: "Translator", value: VariableTracker, name: str) -> None:
+        if self.real_cell is not None:
+            unsupported("side_effect", f"assigning the outer variable {name!r} (nonlocal)")
+        self.contents = value
+
+
+def _wrap_defaults(tx: "Translator", values: tuple[Any, ...] | None, source: Source | None, attr: str) -> tuple[VariableTracker, ...] | None:
+    from .builder import wrap
+
+    if values is None:
+        return None
+    out = []
+    for i, v in enumerate(values):
+        if is_constant_value(v):
+            out.append(ConstantVariable(v))  # defaults are evaluated once; treated as constants
+        else:
+            out.append(wrap(tx, v, ItemSource(FuncAttrSource(source, attr), i) if source is not None else None))
+    return tuple(out)
+
+
+def _wrap_kwdefaults(tx: "Translator", values: dict[str, Any] | None, source: Source | None) -> dict[str, VariableTracker] | None:
+    from .builder import wrap
+
+    if not values:
+        return None
+    out = {}
+    for k, v in values.items():
+        if is_constant_value(v):
+            out[k] = ConstantVariable(v)
+        else:
+            out[k] = wrap(tx, v, ItemSource(FuncAttrSource(source, "__kwdefaults__"), k) if source is not None else None)
+    return out
+
+
+def function_cells(fn: types.FunctionType, source: Source | None) -> tuple[CellVariable, ...]:
+    cells = []
+    for i, cell in enumerate(fn.__closure__ or ()):
+        src = AttrSource(ItemSource(FuncAttrSource(source, "__closure__"), i), "cell_contents") if source is not None else None
+        cells.append(CellVariable(real_cell=cell, source=src))
+    return tuple(cells)
+
+
+class UserFunctionVariable(VariableTracker):
+    """A plain Python function reached from the frame (guarded by identity)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: types.FunctionType, source: Source | None = None) -> None:
+        super().__init__(source)
+        self.fn = fn
+
+    def python_type(self) -> type:
+        return types.FunctionType
+
+    def as_python_constant(self) -> Any:
+        return self.fn
+
+    def is_python_constant(self) -> bool:
+        return True
+
+    def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        fn = self.fn
+        return tx.inline(
+            fn.__code__, fn.__globals__, args, kwargs,
+            fn_source=self.source,
+            defaults=_wrap_defaults(tx, fn.__defaults__, self.source, "__defaults__"),
+            kwdefaults=_wrap_kwdefaults(tx, fn.__kwdefaults__, self.source),
+            cells=function_cells(fn, self.source),
+        )
+
+    def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
+        if name in ("__name__", "__qualname__", "__module__", "__doc__"):
+            return ConstantVariable(getattr(self.fn, name))
+        from .builder import wrap
+
+        return wrap(tx, getattr(self.fn, name), AttrSource(self.source, name) if self.source else None)
+
+    def reconstruct(self, cg: "OutputCodegen") -> str:
+        if self.source is not None:
+            return self.source.expr()
+        return cg.ref(self.fn, self.fn.__name__)
+
+    def __repr__(self) -> str:
+        return f"UserFunctionVariable({self.fn.__qualname__})"
+
+
+class UserMethodVariable(VariableTracker):
+    """A function bound to a tracked ``self`` (``obj.method`` / ``self.helper``)."""
+
+    __slots__ = ("fn", "obj")
+
+    def __init__(self, fn: types.FunctionType, obj: VariableTracker, source: Source | None = None) -> None:
+        super().__init__(source)
+        self.fn = fn
+        self.obj = obj
+
+    def python_type(self) -> type:
+        return types.MethodType
+
+    def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        from .torch_fns import is_torch_library_function, TorchFunctionVariable
+
+        if is_torch_library_function(self.fn) and not getattr(self.fn, "__name__", "") == "forward":
+            # e.g. a torch method implemented in Python: record it in the graph as a call.
+            return TorchFunctionVariable(self.fn).call_function(tx, [self.obj, *args], kwargs)
+        fn_src = AttrSource(self.source, "__func__") if self.source is not None else None
+        return UserFunctionVariable(self.fn, fn_src).call_function(tx, [self.obj, *args], kwargs)
+
+    def __repr__(self) -> str:
+        return f"UserMethodVariable({self.fn.__qualname__})"
+
+
+class NestedFunctionVariable(VariableTracker):
+    """A function created while tracing (``def`` inside the frame, lambda, comprehension)."""
+
+    __slots__ = ("code", "f_globals", "defaults", "kwdefaults", "closure", "qualname")
+
+    def __init__(self, code: types.CodeType, f_globals: dict[str, Any], qualname: str) -> None:
+        super().__init__(None)
+        self.code = code
+        self.f_globals = f_globals
+        self.qualname = qualname
+        self.defaults: tuple[VariableTracker, ...] | None = None
+        self.kwdefaults: dict[str, VariableTracker] | None = None
+        self.closure: tuple[CellVariable, ...] = ()
+
+    def python_type(self) -> type:
+        return types.FunctionType
+
+    def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        return tx.inline(self.code, self.f_globals, args, kwargs, fn_source=None, defaults=self.defaults,
+                         kwdefaults=self.kwdefaults, cells=self.closure)
+
+    def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
+        if name in ("__name__", "__qualname__"):
+            return ConstantVariable(self.code.co_name if name == "__name__" else self.qualname)
+        unsupported("unsupported_attr", f"attribute {name} of a function created in the trace")
+
+    def __repr__(self) -> str:
+        return f"NestedFunctionVariable({self.qualname})"
+
+
+class PartialVariable(VariableTracker):
+    """``functools.partial(fn, *args, **kw)`` over trackers."""
+
+    __slots__ = ("func", "args", "kwargs")
+
+    def __init__(self, func: VariableTracker, args: list[VariableTracker], kwargs: dict[str, VariableTracker], source: Source | None = None) -> None:
+        super().__init__(source)
+        self.func = func
+        self.args = args
+        self.kwargs = kwargs
+
+    def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        return self.func.call_function(tx, [*self.args, *args], {**self.kwargs, **kwargs})
+
+    def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
+        from .lists import TupleVariable
+        from .dicts import DictVariable
+
+        if name == "func":
+            return self.func
+        if name == "args":
+            return TupleVariable(self.args)
+        if name == "keywords":
+            return DictVariable(dict(self.kwargs))
+        unsupported("unsupported_attr", f"partial.{name}")

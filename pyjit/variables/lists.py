@@ -1,0 +1,237 @@
+"""Trackers of sequences: lists, tuples, named tuples, and iterators over trackers.
+
+Lists created inside the traced code are mutable trackers; a list that came from outside
+(has a source) may be read but not mutated (that would be a side effect to replay: a graph
+break kind in this issue). Iterators (``iter``, ``enumerate``, ``zip``, ``map``, ``reversed``)
+are materialised eagerly into a list of trackers plus a position, which is how loops over
+constant-length iterables unroll.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..trace.graph_breaks import unsupported
+from .base import VariableTracker
+from .constant import ConstantVariable
+
+if TYPE_CHECKING:
+    from ..trace.output_graph import OutputCodegen
+    from ..trace.translator import Translator
+
+
+def _const_args(args: list[VariableTracker]) -> list[Any]:
+    return [a.as_python_constant() for a in args]
+
+
+class BaseListVariable(VariableTracker):
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[VariableTracker], source: Any = None) -> None:
+        super().__init__(source)
+        self.items = list(items)
+
+    def is_python_constant(self) -> bool:
+        return all(i.is_python_constant() for i in self.items)
+
+    def as_python_constant(self) -> Any:
+        return self.python_type()(i.as_python_constant() for i in self.items)
+
+    def unpack(self, tx: "Translator") -> list[VariableTracker]:
+        return list(self.items)
+
+    def truth(self, tx: "Translator") -> bool:
+        return len(self.items) > 0
+
+    def new(self, items: list[VariableTracker]) -> "BaseListVariable":
+        return type(self)(items)
+
+    def getitem(self, tx: "Translator", key: VariableTracker) -> VariableTracker:
+        k = key.as_python_constant()
+        if isinstance(k, slice):
+            return self.new(self.items[k])
+        try:
+            return self.items[k]
+        except (IndexError, TypeError) as e:
+            unsupported("exception", f"{self.python_type().__name__} index {k!r}: {e}")
+
+    def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        if name == "__getitem__" and len(args) == 1:
+            return self.getitem(tx, args[0])
+        if name == "__len__":
+            return ConstantVariable(len(self.items))
+        if name == "__contains__":
+            from .builtins import contains
+
+            return contains(tx, self, args[0])
+        if name == "index" and len(args) == 1:
+            from .builtins import identical_or_equal
+
+            for i, item in enumerate(self.items):
+                if identical_or_equal(tx, item, args[0]):
+                    return ConstantVariable(i)
+            unsupported("exception", "value not in sequence")
+        if name == "count" and len(args) == 1:
+            from .builtins import identical_or_equal
+
+            return ConstantVariable(sum(1 for i in self.items if identical_or_equal(tx, i, args[0])))
+        unsupported("unsupported_call", f"{self.python_type().__name__}.{name}")
+
+    def reconstruct(self, cg: "OutputCodegen") -> str:
+        parts = [i.reconstruct(cg) for i in self.items]
+        return self._build(cg, parts)
+
+    def _build(self, cg: "OutputCodegen", parts: list[str]) -> str:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.items!r})"
+
+
+class TupleVariable(BaseListVariable):
+    __slots__ = ()
+
+    def python_type(self) -> type:
+        return tuple
+
+    def _build(self, cg: "OutputCodegen", parts: list[str]) -> str:
+        return "(" + "".join(p + ", " for p in parts) + ")"
+
+
+class ListVariable(BaseListVariable):
+    __slots__ = ()
+
+    def python_type(self) -> type:
+        return list
+
+    def _build(self, cg: "OutputCodegen", parts: list[str]) -> str:
+        return "[" + ", ".join(parts) + "]"
+
+    def _check_mutable(self) -> None:
+        if self.source is not None:
+            unsupported("side_effect", f"mutating the list {self.source.name()} that came from outside the frame")
+
+    def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        mutating = {"append", "extend", "insert", "pop", "reverse", "clear", "__setitem__", "__delitem__", "sort", "remove"}
+        if name in mutating:
+            self._check_mutable()
+        if name == "append":
+            self.items.append(args[0])
+        elif name == "extend":
+            self.items.extend(args[0].unpack(tx))
+        elif name == "insert":
+            self.items.insert(args[0].as_python_constant(), args[1])
+        elif name == "pop":
+            idx = args[0].as_python_constant() if args else -1
+            return self.items.pop(idx)
+        elif name == "reverse":
+            self.items.reverse()
+        elif name == "clear":
+            self.items.clear()
+        elif name == "copy":
+            return ListVariable(self.items)
+        elif name == "__setitem__":
+            k = args[0].as_python_constant()
+            if isinstance(k, slice):
+                self.items[k] = args[1].unpack(tx)
+            else:
+                self.items[k] = args[1]
+        elif name == "__delitem__":
+            del self.items[args[0].as_python_constant()]
+        elif name == "sort" and self.is_python_constant():
+            vals = sorted(self.as_python_constant(), **{k: v.as_python_constant() for k, v in kwargs.items()})
+            self.items[:] = [ConstantVariable(v) for v in vals]
+        elif name == "remove":
+            from .builtins import identical_or_equal
+
+            for i, item in enumerate(self.items):
+                if identical_or_equal(tx, item, args[0]):
+                    del self.items[i]
+                    break
+            else:
+                unsupported("exception", "list.remove(x): x not in list")
+        else:
+            return super().call_method(tx, name, args, kwargs)
+        return ConstantVariable(None)
+
+
+class NamedTupleVariable(TupleVariable):
+    """A namedtuple instance (or torch.return_types structseq); fields read by name."""
+
+    __slots__ = ("tuple_cls",)
+
+    def __init__(self, items: list[VariableTracker], tuple_cls: type, source: Any = None) -> None:
+        super().__init__(items, source)
+        self.tuple_cls = tuple_cls
+
+    def python_type(self) -> type:
+        return self.tuple_cls
+
+    def new(self, items: list[VariableTracker]) -> BaseListVariable:
+        return TupleVariable(items)
+
+    def as_python_constant(self) -> Any:
+        vals = [i.as_python_constant() for i in self.items]
+        if hasattr(self.tuple_cls, "_make"):
+            return self.tuple_cls._make(vals)
+        return self.tuple_cls(vals)
+
+    def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
+        fields = getattr(self.tuple_cls, "_fields", None)
+        if fields is not None and name in fields:
+            return self.items[fields.index(name)]
+        if fields is None:  # structseq (torch.return_types.max ...)
+            names = [n for n in dir(self.tuple_cls) if not n.startswith("_") and n not in ("count", "index", "n_fields", "n_sequence_fields", "n_unnamed_fields")]
+            for i in range(len(self.items)):
+                try:
+                    probe = self.tuple_cls(tuple(range(len(self.items))))
+                    for n in names:
+                        if getattr(probe, n) == i and n == name:
+                            return self.items[i]
+                except Exception:
+                    break
+        unsupported("unsupported_attr", f"{self.tuple_cls.__name__}.{name}")
+
+    def _build(self, cg: "OutputCodegen", parts: list[str]) -> str:
+        cls = cg.ref(self.tuple_cls, self.tuple_cls.__name__)
+        if hasattr(self.tuple_cls, "_make"):
+            return f"{cls}({', '.join(parts)})"
+        return f"{cls}(({''.join(p + ', ' for p in parts)}))"
+
+
+class ListIteratorVariable(VariableTracker):
+    """An iterator over a materialised list of trackers (iter/enumerate/zip/map/reversed...)."""
+
+    __slots__ = ("items", "index")
+
+    def __init__(self, items: list[VariableTracker]) -> None:
+        super().__init__(None)
+        self.items = list(items)
+        self.index = 0
+
+    def python_type(self) -> type:
+        return type(iter([]))
+
+    def next_item(self) -> VariableTracker | None:
+        if self.index >= len(self.items):
+            return None
+        item = self.items[self.index]
+        self.index += 1
+        return item
+
+    def unpack(self, tx: "Translator") -> list[VariableTracker]:
+        rest = self.items[self.index:]
+        self.index = len(self.items)
+        return rest
+
+    def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        if name == "__next__":
+            item = self.next_item()
+            if item is None:
+                unsupported("exception", "StopIteration")
+            return item
+        if name == "__iter__":
+            return self
+        unsupported("unsupported_call", f"iterator.{name}")
+
+    def truth(self, tx: "Translator") -> bool:
+        return True

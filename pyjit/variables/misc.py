@@ -1,0 +1,80 @@
+"""Small trackers that fit no family: Python modules (``torch``, ``math``, ``F``) and ``super()``."""
+from __future__ import annotations
+
+import types
+from typing import TYPE_CHECKING, Any
+
+from ..guards.source import AttrSource, Source
+from ..trace.graph_breaks import unsupported
+from .base import VariableTracker
+from .constant import ConstantVariable
+
+if TYPE_CHECKING:
+    from ..trace.translator import Translator
+
+
+class PythonModuleVariable(VariableTracker):
+    """A module object; attribute reads are wrapped (library modules without guards)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: types.ModuleType, source: Source | None = None) -> None:
+        super().__init__(source)
+        self.value = value
+
+    def python_type(self) -> type:
+        return types.ModuleType
+
+    def is_python_constant(self) -> bool:
+        return True
+
+    def as_python_constant(self) -> Any:
+        return self.value
+
+    def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
+        from .builder import wrap
+
+        try:
+            value = getattr(self.value, name)
+        except AttributeError:
+            unsupported("exception", f"AttributeError: module {self.value.__name__!r} has no attribute {name!r}")
+        mod_name = self.value.__name__
+        library = mod_name == "torch" or mod_name.startswith("torch.") or mod_name in ("math", "operator", "functools", "builtins")
+        # Attributes of library modules are taken as constants (no guard); user modules are guarded.
+        src = None if library or self.source is None else AttrSource(self.source, name)
+        return wrap(tx, value, src)
+
+    def __repr__(self) -> str:
+        return f"PythonModuleVariable({self.value.__name__})"
+
+
+class SuperVariable(VariableTracker):
+    """``super(cls, obj)``: attribute lookup continues after ``cls`` in ``type(obj).__mro__``."""
+
+    __slots__ = ("cls", "obj")
+
+    def __init__(self, cls: type, obj: VariableTracker) -> None:
+        super().__init__(None)
+        self.cls = cls
+        self.obj = obj
+
+    def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
+        from .builder import wrap
+        from .functions import UserMethodVariable
+
+        mro = self.obj.python_type().__mro__
+        start = mro.index(self.cls) + 1 if self.cls in mro else 0
+        for klass in mro[start:]:
+            if name in klass.__dict__:
+                attr = klass.__dict__[name]
+                if isinstance(attr, types.FunctionType):
+                    return UserMethodVariable(attr, self.obj)
+                if isinstance(attr, staticmethod):
+                    return wrap(tx, attr.__func__, None)
+                if isinstance(attr, (types.BuiltinFunctionType, types.WrapperDescriptorType, types.MethodDescriptorType)):
+                    unsupported("unsupported_call", f"super().{name} implemented in C")
+                return wrap(tx, attr, None)
+        unsupported("exception", f"AttributeError: 'super' object has no attribute {name!r}")
+
+
+_ = ConstantVariable

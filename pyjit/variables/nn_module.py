@@ -1,0 +1,194 @@
+"""``torch.nn.Module`` instances: attribute reads, submodule calls inlined through ``forward``,
+parameters and buffers as graph inputs (so in-place optimizer updates are seen on every call).
+
+A module reached through a source is guarded by identity. Its parameters/buffers/children are
+reached through ``ModuleDictSource`` (``L['self'].fc.weight``, read from ``_parameters`` by the
+replacement code); plain attributes (``self.scale``, ``self.training``) are wrapped by the builder,
+which guards them by value.
+"""
+from __future__ import annotations
+
+import types
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..guards.source import AttrSource, ModuleDictSource, Source
+from ..trace.graph_breaks import unsupported
+from .base import VariableTracker
+from .constant import ConstantVariable
+
+if TYPE_CHECKING:
+    from ..trace.output_graph import OutputCodegen
+    from ..trace.translator import Translator
+
+
+def _has_hooks(m: torch.nn.Module) -> bool:
+    if m._forward_hooks or m._forward_pre_hooks or getattr(m, "_backward_hooks", None) or getattr(m, "_backward_pre_hooks", None):
+        return True
+    from torch.nn.modules import module as _mod
+
+    return bool(_mod._global_forward_hooks or _mod._global_forward_pre_hooks or _mod._global_backward_hooks
+                or getattr(_mod, "_global_backward_pre_hooks", None))
+
+
+class NNModuleVariable(VariableTracker):
+    __slots__ = ("value",)
+
+    def __init__(self, value: torch.nn.Module, source: Source | None) -> None:
+        super().__init__(source)
+        self.value = value
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def _child_source(self, dict_name: str, key: str) -> Source | None:
+        return ModuleDictSource(self.source, dict_name, key) if self.source is not None else None
+
+    def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
+        from .builder import wrap
+
+        m = self.value
+        d = m.__dict__
+        if "_parameters" in d and name in d["_parameters"]:
+            return wrap(tx, d["_parameters"][name], self._child_source("_parameters", name))
+        if "_buffers" in d and name in d["_buffers"]:
+            return wrap(tx, d["_buffers"][name], self._child_source("_buffers", name))
+        if "_modules" in d and name in d["_modules"]:
+            return wrap(tx, d["_modules"][name], self._child_source("_modules", name))
+        if name in d:
+            return wrap(tx, d[name], AttrSource(self.source, name) if self.source is not None else None)
+        if name == "__class__":
+            return wrap(tx, type(m), None)
+        cls_attr = _lookup_class_attr(type(m), name)
+        if cls_attr is _MISSING:
+            unsupported("exception", f"AttributeError: {type(m).__name__} has no attribute {name!r}")
+        if isinstance(cls_attr, staticmethod):
+            return wrap(tx, cls_attr.__func__, None)
+        if isinstance(cls_attr, classmethod):
+            from .functions import UserMethodVariable
+
+            return UserMethodVariable(cls_attr.__func__, wrap(tx, type(m), None))
+        if isinstance(cls_attr, property):
+            from .functions import UserFunctionVariable
+
+            return UserFunctionVariable(cls_attr.fget).call_function(tx, [self], {})  # type: ignore[arg-type]
+        if isinstance(cls_attr, types.FunctionType):
+            from .functions import UserMethodVariable
+
+            return UserMethodVariable(cls_attr, self)
+        # class-level constants (e.g. __constants__, a default stored on the class)
+        return wrap(tx, getattr(m, name), AttrSource(self.source, name) if self.source is not None else None)
+
+    def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        m = self.value
+        if _has_hooks(m):
+            unsupported("hooks", f"{type(m).__name__} has hooks")
+        forward = _lookup_class_attr(type(m), "forward")
+        if "forward" in m.__dict__:
+            unsupported("unsupported_call", f"{type(m).__name__} instance has its own forward attribute")
+        if not isinstance(forward, types.FunctionType):
+            unsupported("unsupported_call", f"{type(m).__name__}.forward is not a Python function")
+        from .functions import UserFunctionVariable
+
+        return UserFunctionVariable(forward).call_function(tx, [self, *args], kwargs)
+
+    def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        m = self.value
+        if name == "__len__" and hasattr(m, "__len__"):
+            return ConstantVariable(len(m))  # type: ignore[arg-type]
+        if name == "__getitem__" and isinstance(m, (torch.nn.Sequential, torch.nn.ModuleList)):
+            key = args[0].as_python_constant()
+            if isinstance(key, slice):
+                unsupported("unsupported_call", "slicing a Sequential/ModuleList")
+            keys = list(m._modules.keys())
+            return self.var_getattr(tx, keys[key])
+        if name == "__getitem__" and isinstance(m, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
+            return self.var_getattr(tx, args[0].as_python_constant())
+        if name == "__getitem__" and isinstance(m, torch.nn.ParameterList):
+            return self.var_getattr(tx, str(range(len(m))[args[0].as_python_constant()]))
+        if isinstance(m, torch.nn.ModuleDict) and name in ("keys", "values", "items"):
+            from .lists import ListVariable, TupleVariable
+
+            keys = list(m._modules.keys())
+            if name == "keys":
+                return ListVariable([ConstantVariable(k) for k in keys])
+            vals = [self.var_getattr(tx, k) for k in keys]
+            if name == "values":
+                return ListVariable(vals)
+            return ListVariable([TupleVariable([ConstantVariable(k), v]) for k, v in zip(keys, vals)])
+        if name in ("parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children", "modules"):
+            return self._enumerate(tx, name, args, kwargs)
+        if name == "__contains__" and isinstance(m, torch.nn.ModuleDict):
+            return ConstantVariable(args[0].as_python_constant() in m._modules)
+        return super().call_method(tx, name, args, kwargs)
+
+    def _enumerate(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        from .lists import ListVariable, TupleVariable
+
+        m = self.value
+        out: list[VariableTracker] = []
+        if name in ("children", "named_children"):
+            for k in m._modules:
+                v = self.var_getattr(tx, k)
+                out.append(TupleVariable([ConstantVariable(k), v]) if name.startswith("named") else v)
+            return ListVariable(out)
+        if name in ("parameters", "named_parameters", "buffers", "named_buffers"):
+            dict_name = "_parameters" if "param" in name else "_buffers"
+            recurse = kwargs["recurse"].as_python_constant() if "recurse" in kwargs else True
+            for prefix, sub, sub_var in self._walk(tx, recurse):
+                for k, p in getattr(sub, dict_name).items():
+                    if p is None:
+                        continue
+                    v = sub_var.var_getattr(tx, k)
+                    out.append(TupleVariable([ConstantVariable(prefix + k), v]) if name.startswith("named") else v)
+            return ListVariable(out)
+        if name == "modules":
+            return ListVariable([sv for _, _, sv in self._walk(tx, True)])
+        unsupported("unsupported_call", f"Module.{name}")
+
+    def _walk(self, tx: "Translator", recurse: bool) -> list[tuple[str, torch.nn.Module, "NNModuleVariable"]]:
+        result = [("", self.value, self)]
+        if not recurse:
+            return result
+        seen = {id(self.value)}
+        i = 0
+        while i < len(result):
+            prefix, mod, var = result[i]
+            i += 1
+            for k, child in mod._modules.items():
+                if child is None or id(child) in seen:
+                    continue
+                seen.add(id(child))
+                cv = var.var_getattr(tx, k)
+                assert isinstance(cv, NNModuleVariable)
+                result.append((prefix + k + ".", child, cv))
+        return result
+
+    def unpack(self, tx: "Translator") -> list[VariableTracker]:
+        m = self.value
+        if isinstance(m, (torch.nn.Sequential, torch.nn.ModuleList)):
+            return [self.var_getattr(tx, k) for k in m._modules]
+        if isinstance(m, torch.nn.ModuleDict):
+            return [ConstantVariable(k) for k in m._modules]
+        if isinstance(m, torch.nn.ParameterList):
+            return [self.var_getattr(tx, k) for k in m._parameters]
+        unsupported("unsupported_object", f"iterating over {type(m).__name__}")
+
+    def truth(self, tx: "Translator") -> bool:
+        if hasattr(self.value, "__len__"):
+            return len(self.value) > 0  # type: ignore[arg-type]
+        return True
+
+    def __repr__(self) -> str:
+        return f"NNModuleVariable({type(self.value).__name__})"
+
+
+_MISSING = object()
+
+
+def _lookup_class_attr(cls: type, name: str) -> Any:
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    return _MISSING

@@ -1,0 +1,111 @@
+"""Tensor trackers: a graph node plus its fake example value.
+
+Sizes are static in this issue: ``x.shape``, ``x.size(1)``, ``x.dim()``, ``x.numel()``... fold to
+constants (the tensor-match guard on every input makes that sound). Tensor methods are recorded
+as ``call_method`` nodes; reading a tensor's *data* (``item()``, ``tolist()``, ``bool(x)``) is a
+``data_dependent`` graph break.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..trace.graph_breaks import unsupported
+from .base import VariableTracker
+from .constant import ConstantVariable
+
+if TYPE_CHECKING:
+    import torch.fx as fx
+
+    from ..trace.output_graph import OutputCodegen
+    from ..trace.translator import Translator
+
+# Attributes answered from the (static) fake example without touching the graph.
+_STATIC_ATTRS = frozenset({
+    "shape", "dtype", "device", "ndim", "is_cuda", "is_sparse", "is_quantized", "is_meta", "layout",
+    "requires_grad", "is_nested", "is_mkldnn", "is_complex_dtype", "itemsize",
+})
+# Methods answered from static metadata.
+_STATIC_METHODS = frozenset({
+    "size", "dim", "ndimension", "numel", "nelement", "stride", "is_contiguous", "element_size",
+    "get_device", "is_floating_point", "is_complex", "__len__", "is_signed", "storage_offset",
+})
+_DATA_METHODS = frozenset({
+    "item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "data_ptr", "__array__",
+    "nonzero_static", "cpu_numpy",
+})
+
+
+class TensorVariable(VariableTracker):
+    __slots__ = ("node", "example", "ptype")
+
+    def __init__(self, node: "fx.Node", example: torch.Tensor, source: Any = None, python_type: type | None = None) -> None:
+        super().__init__(source)
+        self.node = node
+        self.example = example
+        self.ptype = python_type or torch.Tensor
+
+    def python_type(self) -> type:
+        return self.ptype
+
+    def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
+        ex = self.example
+        if name in _STATIC_ATTRS:
+            return ConstantVariable(getattr(ex, name))
+        if name == "T":
+            dims = list(range(ex.dim()))[::-1]
+            return tx.output.call(tx, "call_method", "permute", [self, ConstantVariable(tuple(dims))], {})
+        if name == "mT":
+            return tx.output.call(tx, "call_method", "transpose", [self, ConstantVariable(-2), ConstantVariable(-1)], {})
+        if name in ("real", "imag"):
+            return tx.output.call(tx, "call_function", getattr(torch, name), [self], {})
+        if name in ("data", "grad", "grad_fn", "_base", "untyped_storage"):
+            unsupported("unsupported_attr", f"Tensor.{name}")
+        attr = getattr(torch.Tensor, name, None)
+        if attr is not None and callable(attr):
+            from .torch_fns import TensorMethodVariable
+
+            return TensorMethodVariable(self, name)
+        unsupported("unsupported_attr", f"Tensor.{name}")
+
+    def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        ex = self.example
+        if name in _DATA_METHODS:
+            unsupported("data_dependent", f"Tensor.{name}()")
+        if name in _STATIC_METHODS:
+            cargs = [a.as_python_constant() for a in args]
+            ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
+            return ConstantVariable(getattr(ex, name)(*cargs, **ckw))
+        if name == "__getitem__":
+            return tx.output.call(tx, "call_function", _getitem, [self, args[0]], {})
+        if name == "__setitem__":
+            return tx.output.call(tx, "call_function", _setitem, [self, args[0], args[1]], {})
+        if name in ("type",) and not args and not kwargs:
+            return ConstantVariable(ex.type())
+        if name in ("register_hook", "retain_grad", "backward", "record_stream"):
+            unsupported("unsupported_call", f"Tensor.{name}()")
+        return tx.output.call(tx, "call_method", name, [self, *args], kwargs)
+
+    def unpack(self, tx: "Translator") -> list[VariableTracker]:
+        if self.example.dim() == 0:
+            unsupported("exception", "iteration over a 0-d tensor")
+        return [tx.output.call(tx, "call_function", _getitem, [self, ConstantVariable(i)], {}) for i in range(self.example.size(0))]
+
+    def truth(self, tx: "Translator") -> bool:
+        unsupported("data_dependent", "truth value of a tensor (`if tensor:` / `and`/`or` on tensors)")
+
+    def reconstruct(self, cg: "OutputCodegen") -> str:
+        if self.node.op == "placeholder" and self.source is not None:
+            return self.source.expr()
+        return cg.graph_output(self.node)
+
+    def __repr__(self) -> str:
+        return f"TensorVariable({self.node.name}, {tuple(self.example.shape)}, {self.example.dtype})"
+
+
+import operator as _operator
+
+# Indexing nodes use operator.getitem/setitem, like FX's own tracer.
+_getitem = _operator.getitem
+_setitem = _operator.setitem

@@ -1,0 +1,196 @@
+"""``torch.*`` / ``torch.nn.functional.*`` functions and ``Tensor`` methods as graph calls,
+plus the grad-mode context managers (``torch.no_grad()``, ``enable_grad()``, ``set_grad_enabled``).
+
+Calls are recorded as ``call_function`` nodes on the original callable (readable graphs, and the
+backend sees what the user wrote). A few functions are answered at trace time instead, each with
+the guard that makes that sound (``torch.is_grad_enabled()`` is guarded by the global-state guard).
+"""
+from __future__ import annotations
+
+import types
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..guards.guards import GuardKind
+from ..trace.graph_breaks import unsupported
+from .base import VariableTracker
+from .constant import ConstantVariable
+
+if TYPE_CHECKING:
+    from ..trace.output_graph import OutputCodegen
+    from ..trace.translator import Translator
+
+_TORCH_PREFIXES = ("torch.", "torch")
+
+
+def is_torch_library_function(fn: Any) -> bool:
+    mod = getattr(fn, "__module__", None) or ""
+    if mod == "torch" or mod.startswith("torch."):
+        # Module subclasses' forward methods (nn.Linear.forward...) are inlined, not called.
+        return not mod.startswith("torch.nn.modules")
+    return False
+
+
+# Functions whose result depends only on global state guarded below, or on constant args.
+_FOLD_ON_CONSTANTS = {
+    torch.is_tensor: lambda v: False,
+}
+_EFFECTFUL = {
+    torch.manual_seed: "torch.manual_seed",
+    torch.set_default_dtype: "torch.set_default_dtype",
+    torch.set_grad_enabled: None,  # handled as a context manager/function below
+}
+
+
+class TorchFunctionVariable(VariableTracker):
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Any, source: Any = None) -> None:
+        super().__init__(source)
+        self.fn = fn
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+    def is_python_constant(self) -> bool:
+        return True
+
+    def as_python_constant(self) -> Any:
+        return self.fn
+
+    def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        fn = self.fn
+        if fn in (torch.no_grad, torch.enable_grad):
+            return GradModeVariable(fn is torch.enable_grad)
+        if fn is torch.set_grad_enabled:
+            mode = args[0].as_python_constant()
+            gm = GradModeVariable(bool(mode))
+            gm.apply(tx)  # also usable as a plain function call
+            return gm
+        if fn is torch.is_grad_enabled:
+            return ConstantVariable(torch.is_grad_enabled())
+        if fn is torch.get_default_dtype:
+            return ConstantVariable(torch.get_default_dtype())
+        if fn is torch.is_tensor or fn is torch.is_floating_point and not _has_tensor(args):
+            from .tensor import TensorVariable
+
+            if fn is torch.is_tensor:
+                return ConstantVariable(isinstance(args[0], TensorVariable))
+        if fn in (torch.is_floating_point, torch.is_complex, torch.numel) and _has_tensor(args):
+            return ConstantVariable(fn(args[0].example))  # type: ignore[attr-defined]
+        if fn in (torch.Size, torch.device, torch.dtype, torch.finfo, torch.iinfo, torch.broadcast_shapes) or fn in _FOLD_ON_CONSTANTS:
+            from .builtins import fold
+
+            return fold(tx, fn, args, kwargs)
+        if fn in _EFFECTFUL or getattr(fn, "__name__", "").startswith("_set_"):
+            unsupported("side_effect", f"{getattr(fn, '__name__', fn)}() changes global state")
+        if isinstance(fn, type) and issubclass(fn, torch.nn.Module):
+            unsupported("unsupported_call", f"constructing {fn.__name__} inside the traced code")
+        return tx.output.call(tx, "call_function", fn, args, kwargs)
+
+    def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
+        from .builder import wrap
+
+        return wrap(tx, getattr(self.fn, name), None)
+
+    def reconstruct(self, cg: "OutputCodegen") -> str:
+        return cg.ref(self.fn, getattr(self.fn, "__name__", "torch_fn"))
+
+    def __repr__(self) -> str:
+        return f"TorchFunctionVariable({getattr(self.fn, '__qualname__', self.fn)})"
+
+
+def _has_tensor(args: list[VariableTracker]) -> bool:
+    from .tensor import TensorVariable
+
+    return any(isinstance(a, TensorVariable) for a in args)
+
+
+class TensorMethodVariable(VariableTracker):
+    """``x.add`` before it is called."""
+
+    __slots__ = ("tensor", "name")
+
+    def __init__(self, tensor: VariableTracker, name: str) -> None:
+        super().__init__(None)
+        self.tensor = tensor
+        self.name = name
+
+    def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        return self.tensor.call_method(tx, self.name, args, kwargs)
+
+
+class GradModeVariable(VariableTracker):
+    """``torch.no_grad()`` / ``torch.enable_grad()`` / ``torch.set_grad_enabled(b)`` as a context.
+
+    Entering records ``torch._C._set_grad_enabled(mode)`` in the graph (so the compiled graph
+    reproduces the mode change) and flips the real grad mode while tracing (so fake results get
+    the right ``requires_grad``); exiting restores the previous mode the same way.
+    """
+
+    __slots__ = ("mode", "prev")
+
+    def __init__(self, mode: bool) -> None:
+        super().__init__(None)
+        self.mode = mode
+        self.prev: bool | None = None
+
+    def python_type(self) -> type:
+        return torch.no_grad if not self.mode else torch.enable_grad
+
+    def apply(self, tx: "Translator") -> None:
+        self.prev = torch.is_grad_enabled()
+        _set_grad(tx, self.mode)
+
+    def enter(self, tx: "Translator") -> VariableTracker:
+        self.apply(tx)
+        return ConstantVariable(None)
+
+    def exit(self, tx: "Translator") -> VariableTracker:
+        assert self.prev is not None
+        _set_grad(tx, self.prev)
+        return ConstantVariable(None)
+
+    def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        # @torch.no_grad() used as a decorator inside the trace
+        unsupported("unsupported_call", "torch.no_grad() as a decorator inside traced code")
+
+    def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
+        if name == "__enter__":
+            return _BoundCtx(self, True)
+        if name == "__exit__":
+            return _BoundCtx(self, False)
+        unsupported("unsupported_attr", f"grad-mode context .{name}")
+
+
+class _BoundCtx(VariableTracker):
+    __slots__ = ("ctx", "is_enter")
+
+    def __init__(self, ctx: GradModeVariable, is_enter: bool) -> None:
+        super().__init__(None)
+        self.ctx = ctx
+        self.is_enter = is_enter
+
+    def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        return self.ctx.enter(tx) if self.is_enter else self.ctx.exit(tx)
+
+
+def _set_grad(tx: "Translator", mode: bool) -> None:
+    if torch.is_grad_enabled() == mode:
+        return
+    node = tx.output.graph.call_function(torch._C._set_grad_enabled, (mode,))
+    node.meta["stack_trace"] = tx.stack_trace()
+    node.meta["example_value"] = None
+    torch._C._set_grad_enabled(mode)
+
+
+def install_global_state_guards(tx: "Translator") -> None:
+    """Results depend on grad mode, the default dtype and autocast: guard all three."""
+    g = tx.output.guards
+    g.add(GuardKind.GLOBAL_STATE, None, torch.is_grad_enabled(), extra=torch.is_grad_enabled)
+    g.add(GuardKind.GLOBAL_STATE, None, torch.get_default_dtype(), extra=torch.get_default_dtype)
+    g.add(GuardKind.GLOBAL_STATE, None, torch._C._is_any_autocast_enabled(), extra=torch._C._is_any_autocast_enabled)
+
+
+_ = types

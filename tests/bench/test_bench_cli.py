@@ -1,0 +1,133 @@
+"""End-to-end runs of the harness: it runs, its JSON has the documented schema, outputs land in --out."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bench import schema
+from bench.cli import main
+from bench.compare import compare_docs
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _run(tmp_path, *args: str) -> dict:
+    code = main([*args, "--out", str(tmp_path), "--name", "t", "--quiet", "--samples", "3"])
+    assert code == 0
+    with open(tmp_path / "t.json") as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def kernels_doc(tmp_path_factory):
+    out = tmp_path_factory.mktemp("kernels")
+    return _run(out, "--suite", "kernels", "--workloads", "softmax,mlp", "--backends", "eager,wrong", "--csv"), out
+
+
+def test_json_matches_schema_and_wrong_backend_fails(kernels_doc):
+    doc, out = kernels_doc
+    assert schema.validate(doc) == []
+    rows = {(r["workload"], r["backend"]): r for r in doc["results"]}
+    assert set(rows) == {("softmax", "eager"), ("softmax", "wrong"), ("mlp", "eager"), ("mlp", "wrong")}
+    for wl in ("softmax", "mlp"):
+        assert rows[(wl, "eager")]["status"] == "OK"
+        assert rows[(wl, "wrong")]["status"] == "FAIL"
+        assert "timing" not in rows[(wl, "wrong")]
+    meta = doc["metadata"]
+    assert meta["torch"] and meta["python"] and meta["device"]["type"] == "cpu"
+    assert meta["copy_bandwidth"]["gbps"] > 0
+    assert os.path.exists(out / "t.csv")
+
+
+def test_plots_are_png_files(kernels_doc, tmp_path):
+    pytest.importorskip("matplotlib")
+    from bench.plots import write_plots
+
+    doc, out = kernels_doc
+    # eager vs a FAIL backend has no speed-up to plot: no PNG is claimed that does not exist
+    for name in doc["plots"]:
+        assert os.path.getsize(out / name) > 0
+    doc = json.loads(json.dumps(doc))
+    fast = dict(next(r for r in doc["results"] if r["backend"] == "eager"), backend="fast", speedup_vs_eager=2.0)
+    compiled = {"suite": "compile", "workload": "softmax", "backend": "fast", "status": "OK", "reason": None,
+                "params": {}, "compile": {"cold_s": 2.0, "warm_s": 0.5}}
+    doc["results"] += [fast, compiled]
+    written, why = write_plots(doc, str(tmp_path), "p")
+    assert why is None and sorted(written) == ["p_compile.png", "p_speedup.png"]
+    for name in written:
+        with open(tmp_path / name, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_schema_validator_rejects_bad_documents(kernels_doc):
+    doc, _ = kernels_doc
+    bad = json.loads(json.dumps(doc))
+    bad["results"][0]["status"] = "MAYBE"
+    del bad["metadata"]["git"]
+    fail_row = next(r for r in bad["results"] if r["status"] == "FAIL")
+    fail_row["timing"] = bad["results"][0].get("timing") or {}
+    problems = schema.validate(bad)
+    assert any("MAYBE" in p for p in problems)
+    assert any("git" in p for p in problems)
+    assert any("never be timed" in p for p in problems)
+
+
+def test_compare_flags_only_changes_beyond_noise(kernels_doc):
+    doc, _ = kernels_doc
+    old = json.loads(json.dumps(doc))
+    new = json.loads(json.dumps(doc))
+    entries, _ = compare_docs(old, new)
+    assert entries and not any(e["regression"] for e in entries)
+    for r in new["results"]:
+        if r["status"] == "OK":
+            r["timing"]["median"] *= 3.0
+    entries, _ = compare_docs(old, new)
+    assert all(e["regression"] for e in entries if e["metric"] == "median")
+    # a status that went from OK to FAIL is a regression
+    new2 = json.loads(json.dumps(doc))
+    eager_row = next(r for r in new2["results"] if r["status"] == "OK")
+    eager_row["status"] = "FAIL"
+    entries, _ = compare_docs(old, new2)
+    assert any(e["metric"] == "status" and e["regression"] for e in entries)
+
+
+def test_time_budget_skips_rather_than_drops(tmp_path):
+    doc = _run(tmp_path, "--suite", "kernels", "--workloads", "softmax,gelu", "--backends", "eager",
+               "--time-budget", "0.001")
+    assert schema.validate(doc) == []
+    assert {r["workload"] for r in doc["results"]} == {"softmax", "gelu"}
+    assert all(r["status"] == "SKIPPED" and "budget" in r["reason"] for r in doc["results"])
+
+
+def test_overhead_suite_reports_overhead_and_unavailable_pieces(tmp_path):
+    doc = _run(tmp_path, "--suite", "overhead", "--workloads", "call_1_tensor", "--backends", "eager,wrong")
+    assert schema.validate(doc) == []
+    hook = next(r for r in doc["results"] if r["workload"] == "hook_pure_python")
+    assert hook["status"] in ("OK", "UNAVAILABLE", "ERROR") and (hook["status"] == "OK" or hook["reason"])
+    for name in ("core_overhead", "frontend_overhead"):
+        assert doc["external"][name]["status"] in ("OK", "UNAVAILABLE", "ERROR", "SKIPPED")
+
+
+def test_compile_suite_runs_workers_in_new_processes(tmp_path):
+    doc = _run(tmp_path, "--suite", "compile", "--workloads", "pointwise_chain", "--backends", "eager,wrong")
+    assert schema.validate(doc) == []
+    (row,) = doc["results"]
+    assert row["backend"] == "wrong" and row["status"] == "FAIL"
+    assert row["compile"]["cold"]["process_s"] > 0
+    assert "cold" in row["reason"]
+
+
+def test_module_entry_point_lists_backends():
+    out = subprocess.run([sys.executable, "-m", "bench", "--list"], cwd=REPO_ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    for name in ("eager", "pyjit", "torch.compile", "pyjit+inductor", "dynamo+pyjit"):
+        assert name in out.stdout
+
+
+def test_unknown_suite_is_an_error(tmp_path):
+    assert main(["--suite", "nope", "--out", str(tmp_path)]) == 2

@@ -1,0 +1,184 @@
+"""Shared helpers of the end-to-end tests: a counting backend and a strict eager-vs-jit comparison.
+
+The counting backend follows the backend protocol (``backend(gm, example_inputs) -> callable``)
+and runs the graph it receives as is, so results must be bit-identical to eager execution.
+
+How graph calls are counted (:func:`count_graph_calls`) -- the corpus's expected numbers use
+exactly this rule:
+
+- every FX node whose ``op`` is ``call_function``, ``call_method`` or ``call_module`` counts 1;
+  ``placeholder``, ``get_attr`` and ``output`` nodes never count;
+- except nodes that only switch global autograd/autocast state (``torch._C._set_grad_enabled``,
+  ``torch.autograd.grad_mode`` helpers, autocast enter/exit): how a frontend represents a
+  ``torch.no_grad()`` region inside the graph is its choice, so those are not counted. The
+  comparison instead checks ``requires_grad`` of every output, which catches a region run with
+  the wrong grad mode.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import torch
+import torch.fx
+
+GRAPH_CALL_OPS = ("call_function", "call_method", "call_module")
+
+# Names of callables that only switch global state; see the module docstring.
+_STATE_SWITCH_NAMES = frozenset(
+    {
+        "_set_grad_enabled",
+        "set_grad_enabled",
+        "_enter_autocast",
+        "_exit_autocast",
+        "_enter_grad_mode",
+        "_exit_grad_mode",
+    }
+)
+
+
+def is_state_switch(node: torch.fx.Node) -> bool:
+    """True for nodes that only flip grad mode / autocast state (not counted as graph calls)."""
+    if node.op != "call_function":
+        return False
+    name = getattr(node.target, "__name__", "")
+    return name in _STATE_SWITCH_NAMES
+
+
+def count_graph_calls(gm: torch.fx.GraphModule) -> int:
+    """The corpus's op count of one graph (rule in the module docstring)."""
+    return sum(1 for n in gm.graph.nodes if n.op in GRAPH_CALL_OPS and not is_state_switch(n))
+
+
+def describe_graph_calls(gm: torch.fx.GraphModule) -> list[str]:
+    """One short line per counted node, for assertion messages."""
+    out = []
+    for n in gm.graph.nodes:
+        if n.op in GRAPH_CALL_OPS and not is_state_switch(n):
+            target = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", repr(n.target))
+            out.append(f"{n.op}:{target}")
+    return out
+
+
+@dataclasses.dataclass
+class CountingBackend:
+    """Backend that records every graph it is given and runs it unchanged (eager semantics)."""
+
+    graphs: list[torch.fx.GraphModule] = dataclasses.field(default_factory=list)
+    call_counts: list[int] = dataclasses.field(default_factory=list)
+    example_inputs: list[list[Any]] = dataclasses.field(default_factory=list)
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        self.graphs.append(gm)
+        self.call_counts.append(count_graph_calls(gm))
+        self.example_inputs.append(list(example_inputs))
+        return gm.forward
+
+    @property
+    def frame_count(self) -> int:
+        return len(self.graphs)
+
+    def graph_listing(self) -> str:
+        """All received graphs as readable code, for failure messages."""
+        parts = []
+        for i, gm in enumerate(self.graphs):
+            parts.append(f"--- graph {i} ({self.call_counts[i]} counted calls: {describe_graph_calls(gm)})")
+            parts.append(gm.code.strip())
+        return "\n".join(parts) if parts else "(no graphs)"
+
+
+# ----------------------------------------------------------------------------------------------
+# comparison
+
+
+def tensor_leaves(value: Any) -> list[torch.Tensor]:
+    """Tensors inside ``value`` (args tuples, lists, dicts, namedtuples, dataclasses) in a fixed order."""
+    out: list[torch.Tensor] = []
+    _collect(value, out, set())
+    return out
+
+
+def _collect(value: Any, out: list[torch.Tensor], seen: set[int]) -> None:
+    if isinstance(value, torch.Tensor):
+        out.append(value)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _collect(v, out, seen)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _collect(v, out, seen)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            _collect(getattr(value, f.name), out, seen)
+
+
+def assert_same(expected: Any, actual: Any, path: str = "result", *, exact: bool = True) -> None:
+    """Structural equality: same container types and keys, tensors equal in value, dtype, shape,
+    device and requires_grad (bit-identical when ``exact``, NaNs equal)."""
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(actual, torch.Tensor), f"{path}: expected a Tensor, got {type(actual).__name__}"
+        assert actual.dtype == expected.dtype, f"{path}: dtype {actual.dtype} != eager {expected.dtype}"
+        assert actual.shape == expected.shape, f"{path}: shape {tuple(actual.shape)} != eager {tuple(expected.shape)}"
+        assert actual.device == expected.device, f"{path}: device {actual.device} != eager {expected.device}"
+        assert actual.requires_grad == expected.requires_grad, (
+            f"{path}: requires_grad {actual.requires_grad} != eager {expected.requires_grad} "
+            "(was a no_grad/enable_grad region run in the wrong grad mode?)"
+        )
+        if exact:
+            torch.testing.assert_close(actual.detach(), expected.detach(), rtol=0, atol=0, equal_nan=True, msg=lambda m: f"{path}: {m}")
+        else:
+            torch.testing.assert_close(actual.detach(), expected.detach(), equal_nan=True, msg=lambda m: f"{path}: {m}")
+        return
+    assert type(actual) is type(expected), f"{path}: type {type(actual).__name__} != eager {type(expected).__name__}"
+    if isinstance(expected, (list, tuple)):
+        assert len(actual) == len(expected), f"{path}: length {len(actual)} != eager {len(expected)}"
+        for i, (e, a) in enumerate(zip(expected, actual)):
+            assert_same(e, a, f"{path}[{i}]", exact=exact)
+    elif isinstance(expected, dict):
+        assert list(actual.keys()) == list(expected.keys()), f"{path}: keys {list(actual)} != eager {list(expected)}"
+        for k in expected:
+            assert_same(expected[k], actual[k], f"{path}[{k!r}]", exact=exact)
+    elif dataclasses.is_dataclass(expected):
+        for f in dataclasses.fields(expected):
+            assert_same(getattr(expected, f.name), getattr(actual, f.name), f"{path}.{f.name}", exact=exact)
+    else:
+        assert actual == expected, f"{path}: {actual!r} != eager {expected!r}"
+
+
+def assert_same_aliasing(eager_args: Any, eager_out: Any, jit_args: Any, jit_out: Any) -> None:
+    """Where eager returns one of its input tensors itself, the jitted call must return the
+    corresponding input object too (inputs returned unchanged are rebuilt, not copied)."""
+    eager_in = {id(t): i for i, t in enumerate(tensor_leaves(eager_args))}
+    jit_in = tensor_leaves(jit_args)
+    for j, (e, a) in enumerate(zip(tensor_leaves(eager_out), tensor_leaves(jit_out))):
+        if id(e) in eager_in:
+            assert a is jit_in[eager_in[id(e)]], (
+                f"output tensor #{j} is input tensor #{eager_in[id(e)]} itself in eager, but a different object under jit"
+            )
+
+
+def seeded(seed: int) -> torch.Generator:
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return g
+
+
+def run_against_eager(case: Any, wrap: Callable[[Callable[..., Any]], Callable[..., Any]],
+                      seeds: tuple[int, ...] = (0, 1), *, exact: bool = True) -> None:
+    """Run a corpus case eagerly and through ``wrap(fn)`` on fresh inputs from each seed and
+    compare results, input mutations and input identity. The same ``wrap``ped callable serves
+    every seed, so the later seeds exercise the cache-hit path."""
+    fn = case.build_fn()
+    compiled = wrap(fn)
+    for seed in seeds:
+        eager_args, eager_kwargs = case.make_inputs(seed)
+        jit_args, jit_kwargs = case.make_inputs(seed)
+        expected = fn(*eager_args, **eager_kwargs)
+        actual = compiled(*jit_args, **jit_kwargs)
+        where = f"case {case.name!r}, inputs seed {seed}"
+        try:
+            assert_same(expected, actual, "result", exact=exact)
+            assert_same((eager_args, eager_kwargs), (jit_args, jit_kwargs), "inputs after the call", exact=exact)
+            assert_same_aliasing((eager_args, eager_kwargs), expected, (jit_args, jit_kwargs), actual)
+        except AssertionError as e:
+            raise AssertionError(f"{where}: {e}") from None

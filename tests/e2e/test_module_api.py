@@ -1,0 +1,199 @@
+"""``pyjit.jit(module)``: a module whose forward is compiled and that otherwise behaves like the
+original (attributes, ``state_dict``, ``train()``/``eval()``, parameters updated in place by an
+optimizer seen by the next call, autograd through the compiled forward), plus methods
+decorated in a class body.
+"""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+
+import pyjit
+
+from .support import CountingBackend, assert_same
+
+
+@pytest.fixture(autouse=True)
+def _fresh_pyjit():
+    pyjit.reset()
+    with pyjit.config.patch(raise_on_internal_error=True):
+        yield
+    pyjit.reset()
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.drop = nn.Dropout(0.5)
+        self.fc2 = nn.Linear(16, 4)
+        self.register_buffer("offset", torch.zeros(4))
+        self.label = "net"
+
+    def forward(self, x):
+        h = self.drop(torch.relu(self.fc1(x)))
+        return self.fc2(h) + self.offset
+
+    def describe(self):
+        return f"{self.label}:{self.fc1.in_features}"
+
+
+def _net():
+    torch.manual_seed(0)
+    return Net()
+
+
+def test_jit_module_keeps_attributes_and_methods():
+    m = _net()
+    jm = pyjit.jit(m, backend=CountingBackend())
+    assert isinstance(jm, nn.Module)
+    assert jm.fc1.weight is m.fc1.weight
+    assert jm.label == "net"
+    assert jm.describe() == "net:8"
+    assert [n for n, _ in jm.named_parameters()] == [n for n, _ in m.named_parameters()]
+    assert all(a is b for a, b in zip(jm.parameters(), m.parameters()))
+
+
+def test_jit_module_state_dict_has_original_keys():
+    m = _net()
+    jm = pyjit.jit(m, backend=CountingBackend())
+    sd, jsd = m.state_dict(), jm.state_dict()
+    assert list(jsd.keys()) == list(sd.keys())
+    for k in sd:
+        assert torch.equal(jsd[k], sd[k])
+
+
+def test_load_state_dict_through_jitted_module_is_seen():
+    m = _net().eval()
+    backend = CountingBackend()
+    jm = pyjit.jit(m, backend=backend)
+    x = torch.randn(2, 8)
+    assert_same(m(x), jm(x))
+    other = Net()
+    jm.load_state_dict(other.state_dict())
+    assert torch.equal(m.fc1.weight, other.fc1.weight)
+    assert_same(other.eval()(x), jm(x))
+
+
+def test_train_eval_switch_follows_original():
+    m = _net()
+    jm = pyjit.jit(m, backend=CountingBackend())
+    jm.eval()
+    assert not m.training and not m.fc1.training
+    x = torch.randn(3, 8)
+    assert_same(m(x), jm(x))
+    jm.train()
+    assert m.training and m.drop.training
+    # Dropout in training mode: compare under the same RNG state.
+    torch.manual_seed(7)
+    expected = m(x)
+    torch.manual_seed(7)
+    actual = jm(x)
+    assert_same(expected, actual)
+    m.eval()  # switching the original is seen by the jitted module too
+    assert not jm.training
+    assert_same(m(x), jm(x))
+
+
+def test_optimizer_updates_are_seen_without_recompiling():
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+    m = copy.deepcopy(ref)
+    backend = CountingBackend()
+    jm = pyjit.jit(m, backend=backend)
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    g = torch.Generator().manual_seed(1)
+    for step in range(4):
+        x, y = torch.randn(5, 8, generator=g), torch.randn(5, 1, generator=g)
+        loss_ref = ((ref(x) - y) ** 2).mean()
+        loss = ((jm(x) - y) ** 2).mean()
+        assert_same(loss_ref, loss, f"loss at step {step}")
+        opt_ref.zero_grad()
+        opt.zero_grad()
+        loss_ref.backward()
+        loss.backward()
+        for (name, p_ref), p in zip(ref.named_parameters(), m.parameters()):
+            assert_same(p_ref.grad, p.grad, f"grad of {name} at step {step}")
+        opt_ref.step()
+        opt.step()
+    assert backend.frame_count == 1, "in-place parameter updates must not need a new graph"
+
+
+def test_batchnorm_training_updates_buffers_like_eager():
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
+    m = copy.deepcopy(ref)
+    jm = pyjit.jit(m, backend=CountingBackend())
+    g = torch.Generator().manual_seed(2)
+    for step in range(3):
+        x = torch.randn(2, 3, 6, 6, generator=g)
+        assert_same(ref(x), jm(x), f"output at step {step}")
+        for (name, b_ref), b in zip(ref.named_buffers(), m.buffers()):
+            assert_same(b_ref, b, f"buffer {name} at step {step}")
+
+
+def test_jitted_module_called_with_keywords():
+    class WithKw(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x, scale=1.0, *, bias=None):
+            y = self.lin(x) * scale
+            return y if bias is None else y + bias
+
+    torch.manual_seed(0)
+    m = WithKw()
+    jm = pyjit.jit(m, backend=CountingBackend())
+    x, b = torch.randn(2, 4), torch.randn(4)
+    assert_same(m(x), jm(x))
+    assert_same(m(x, 2.0, bias=b), jm(x, 2.0, bias=b))
+    assert_same(m(x, scale=3.0), jm(x, scale=3.0))
+
+
+def test_method_decorated_in_class_body_distinguishes_instances():
+    # Defined here, not at module level, so a missing pyjit.jit fails this test only.
+    class Decorated(nn.Module):
+        def __init__(self, k: float):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.k = k
+
+        @pyjit.jit
+        def forward(self, x):
+            return self.lin(x) * self.k
+
+    torch.manual_seed(0)
+    a, b = Decorated(2.0), Decorated(3.0)
+    x = torch.randn(3, 4)
+    for m in (a, b, a):
+        expected = m.lin(x) * m.k
+        assert_same(expected, m(x))
+
+
+def test_jit_of_bound_method():
+    torch.manual_seed(0)
+    m = nn.Linear(4, 2)
+    backend = CountingBackend()
+    jf = pyjit.jit(m.forward, backend=backend)
+    x = torch.randn(3, 4)
+    assert_same(m(x), jf(x))
+    assert backend.frame_count == 1
+
+
+def test_jitted_module_inside_plain_training_loop_backward_matches():
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(6, 6), nn.LayerNorm(6), nn.GELU())
+    m = copy.deepcopy(ref)
+    jm = pyjit.jit(m, backend=CountingBackend())
+    x = torch.randn(4, 6, requires_grad=True)
+    xj = x.detach().clone().requires_grad_(True)
+    ref(x).pow(2).sum().backward()
+    jm(xj).pow(2).sum().backward()
+    assert_same(x.grad, xj.grad, "input grad")
+    for (name, p_ref), p in zip(ref.named_parameters(), m.parameters()):
+        assert_same(p_ref.grad, p.grad, f"grad of {name}")
