@@ -54,25 +54,35 @@ def _short_exc(exc: BaseException) -> str:
     return first[:200]
 
 
-def _import_pyjit() -> tuple[Any | None, str]:
+def pyjit_api() -> tuple[Any | None, str]:
+    """The object carrying pyjit's public functions (``jit``, ``reset``, ``enable``...).
+
+    Normally the ``pyjit`` package itself. ADAPTER (bench-only, while the package root does not
+    export them yet): falls back to ``pyjit.api``, which defines them.
+    """
     try:
         import pyjit
     except Exception as exc:  # a half-built tree must still be benchmarkable
         return None, f"import pyjit failed ({_short_exc(exc)})"
-    if not callable(getattr(pyjit, "jit", None)):
-        return None, "pyjit.jit does not exist yet (frontend not built)"
-    return pyjit, ""
+    if callable(getattr(pyjit, "jit", None)):
+        return pyjit, ""
+    try:
+        from pyjit import api
+    except Exception as exc:
+        return None, f"pyjit.jit does not exist and pyjit.api does not import ({_short_exc(exc)})"
+    if callable(getattr(api, "jit", None)):
+        return api, ""
+    return None, "pyjit.jit does not exist yet (frontend not built)"
 
 
 def _pyjit_reset() -> None:
-    try:
-        import pyjit
-
-        reset = getattr(pyjit, "reset", None)
-        if callable(reset):
+    api, _ = pyjit_api()
+    reset = getattr(api, "reset", None)
+    if callable(reset):
+        try:
             reset()
-    except Exception:
-        pass  # reset is best effort between cases; a broken reset shows up as case errors
+        except Exception:
+            pass  # reset is best effort between cases; a broken reset shows up as case errors
 
 
 def _dynamo_reset() -> None:
@@ -160,7 +170,7 @@ def make_backend(name: str, device: torch.device) -> Backend:
         return Backend(name, "harness self-test: eager with a perturbed output (must FAIL)", True, "", _wrong_compile, lambda: None)
     if name == "pyjit":
         desc = "pyjit.jit(fn): pyjit frontend + pyjit backend"
-        pyjit, why = _import_pyjit()
+        pyjit, why = pyjit_api()
         if pyjit is None:
             return _unavailable(name, desc, why)
         return Backend(name, desc, True, "", _wrap_pyjit(pyjit), _pyjit_reset, uses_pyjit=True)
@@ -172,7 +182,7 @@ def make_backend(name: str, device: torch.device) -> Backend:
         return Backend(name, desc, True, "", lambda fn: torch.compile(fn), _dynamo_reset)
     if name == "pyjit+inductor":
         desc = "pyjit.jit(fn, backend=TorchInductor): pyjit frontend, peer backend"
-        pyjit, why = _import_pyjit()
+        pyjit, why = pyjit_api()
         if pyjit is None:
             return _unavailable(name, desc, why)
         problem = _torch_compile_problem(device)

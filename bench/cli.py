@@ -23,6 +23,9 @@ from typing import Any
 
 from bench import SCHEMA_VERSION
 
+DEFAULT_BUDGET_S = 540.0  # fits the GPU machine's 10-minute command limit with room to write
+QUICK_BUDGET_S = 110.0  # the quick suite's promise: under two minutes on a 2-core CPU
+
 
 def build_parser() -> argparse.ArgumentParser:
     from bench.backends import ALL_BACKENDS, DEFAULT_BACKENDS
@@ -44,10 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
     p.add_argument("--compare", metavar="OLD.json", default=None, help="print changes against an earlier run")
     p.add_argument("--fail-on-regression", action="store_true", help="exit 2 when --compare flags a regression")
-    p.add_argument("--time-budget", type=float, default=540.0, metavar="SECONDS",
+    p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                    help="stop starting new work after this many seconds; the rest is SKIPPED (0 = unlimited; "
-                        "default 540, under a 10-minute command limit)")
+                        f"default {QUICK_BUDGET_S:.0f} for the quick suite alone, else {DEFAULT_BUDGET_S:.0f}, "
+                        "under a 10-minute command limit)")
     p.add_argument("--samples", type=int, default=None, help="timed samples per case (default 15, quick 9)")
+    p.add_argument("--no-external", action="store_true",
+                   help="do not run the layers' plug-in scripts (bench/core_overhead.py ...): reported as SKIPPED")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--list", action="store_true", help="list suites, workloads and backend availability, then exit")
     return p
@@ -124,7 +130,10 @@ def _run(args: argparse.Namespace, device: Any, size: str, suites: list[str], ba
     from bench.suites import RUNNERS, Budget, RunContext, planned_units
 
     started = time.monotonic()
-    budget = Budget(args.time_budget if args.time_budget and args.time_budget > 0 else None)
+    total = args.time_budget
+    if total is None:
+        total = QUICK_BUDGET_S if suites == ["quick"] else DEFAULT_BUDGET_S
+    budget = Budget(total if total > 0 else None)
     meta: dict[str, Any] = {
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": ["python", "-m", "bench", *args.argv],
@@ -156,7 +165,7 @@ def _run(args: argparse.Namespace, device: Any, size: str, suites: list[str], ba
         save()
 
     ctx = RunContext(device=device, size=size, plan=plan, backends=backends, budget=budget, quick=False, on_row=on_row,
-                     workload_filter=workload_filter,
+                     workload_filter=workload_filter, run_external=not args.no_external,
                      copy_gbps=(meta["copy_bandwidth"] or {}).get("gbps"), results=doc["results"],
                      external=doc["external"])
     total = 0

@@ -3,9 +3,10 @@
 The scripts belong to their layers (see ``docs/contracts.md``, section ``bench/``):
 ``bench/core_overhead.py`` (C core), ``bench/frontend_overhead.py`` (frontend),
 ``bench/backend_kernels.py`` (backend). A script that exposes ``run_bench(quick=, device=,
-time_budget_s=)`` is called in-process and its rows are kept as they are; one without it is run
-as ``python -m bench.<name>`` in a time-limited subprocess (full suites only) and its output is
-stored as text. A missing or failing script is reported, never dropped.
+time_budget_s=)`` is called in-process and its rows are kept as they are; one that only has
+``run(quick=)`` returning a dict is called in-process and the dict is kept under ``data``; any
+other is run as ``python -m bench.<name>`` in a time-limited subprocess (full suites only) and
+its output is stored as text. A missing or failing script is reported, never dropped.
 """
 from __future__ import annotations
 
@@ -46,6 +47,10 @@ def run_script(name: str, *, quick: bool, device: str, time_budget_s: float | No
     run_bench = getattr(module, "run_bench", None)
     if callable(run_bench):
         return _call_in_process(entry, run_bench, quick=quick, device=device, time_budget_s=time_budget_s)
+    run = getattr(module, "run", None)
+    if callable(run) and "quick" in inspect.signature(run).parameters:
+        # Adapter for a script that returns one dict of its own shape: kept verbatim under "data".
+        return _call_run(entry, run, quick=quick, time_budget_s=time_budget_s)
     if quick:
         entry.update(status="SKIPPED", reason=f"no run_bench(); run `python -m bench.{name}` (not part of quick)")
         return entry
@@ -74,6 +79,21 @@ def _call_in_process(entry: dict[str, Any], run_bench: Any, **kwargs: Any) -> di
         clean.append(_jsonable(row))
     entry.update(status="OK" if not problems else "ERROR", rows=clean,
                  reason="; ".join(problems[:3]) if problems else None)
+    return entry
+
+
+def _call_run(entry: dict[str, Any], run: Any, *, quick: bool, time_budget_s: float | None) -> dict[str, Any]:
+    try:
+        with deadline(time_budget_s):
+            data = run(quick=quick)
+    except CaseTimeout as exc:
+        entry.update(status="ERROR", reason=str(exc))
+        return entry
+    except Exception as exc:
+        entry.update(status="ERROR", reason=f"{type(exc).__name__}: {exc}"[:300],
+                     traceback=traceback.format_exc(limit=8)[-2000:])
+        return entry
+    entry.update(status="OK", data=_jsonable(data), mode="run(quick=...) in-process; its own dict kept under data")
     return entry
 
 

@@ -6,10 +6,12 @@ and a table printer for ``python -m bench.frontend_overhead``:
 - :func:`measure_call_overhead`: per-call time of a function with 1, 4 and 16 tiny tensor
   arguments (``a + 1`` chains) called plainly, through ``pyjit.jit(backend="eager")`` and
   through ``torch.compile(backend="eager")``, all in the same process, samples interleaved so
-  that machine noise hits every variant alike. Overhead = median(compiled) - median(plain).
+  that machine noise hits every variant alike. Overhead = median of the paired per-sample
+  differences compiled - plain.
 - :func:`measure_capture_time`: wall time of the first call (tracing, guard building and the
   "eager" backend, plus one run of the tiny graph) for the end-to-end corpus functions
-  (``tests/e2e/corpus.py``), each after a full reset, pyjit vs torch.compile.
+  (``tests/e2e/corpus.py``), each after a full reset, pyjit vs torch.compile, compared only
+  where both captured a graph (a frame run as plain Python is fast but captured nothing).
 
 A variant that cannot run (for example ``pyjit.jit`` before the frontend exists) is reported
 with ``None`` values and the reason, never silently dropped.
@@ -99,6 +101,30 @@ COMPILERS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
 }
 
 
+class _GraphCountingEager:
+    """The "eager" backend (run the graph as is) that also counts graphs, so capture times of
+    frames that fell back to plain Python (no graph: fast, but nothing captured) are excluded."""
+
+    def __init__(self) -> None:
+        self.graphs = 0
+
+    def __call__(self, gm: Any, example_inputs: list[Any]) -> Callable[..., Any]:
+        self.graphs += 1
+        return gm.forward
+
+
+def _capture_compilers() -> dict[str, Callable[[Callable[..., Any], Any], Callable[..., Any]]]:
+    def pyjit_jit(fn: Callable[..., Any], backend: Any) -> Callable[..., Any]:
+        import pyjit
+
+        return pyjit.jit(fn, backend=backend)
+
+    def torch_compile(fn: Callable[..., Any], backend: Any) -> Callable[..., Any]:
+        return torch.compile(fn, backend=backend)
+
+    return {"pyjit": pyjit_jit, "torch.compile": torch_compile}
+
+
 # ----------------------------------------------------------------------------------------------
 # (a) cache-hit overhead
 
@@ -171,49 +197,56 @@ def _corpus_cases() -> list[Any]:
 
 def measure_capture_time(case_names: list[str] | None = None, *, repeats: int = 3, limit: int | None = None) -> dict[str, Any]:
     """First-call wall time (s) per corpus case for each compiler, best of ``repeats`` (each
-    repeat after a full reset of both compilers), plus per-compiler medians and the median of
-    per-case ratios pyjit/torch.compile. Cases a compiler cannot run get ``None`` and an error."""
+    repeat after a full reset of both compilers), with the number of graphs captured.
+
+    The summary (per-compiler medians and totals, and the median/geomean of per-case ratios
+    pyjit/torch.compile) covers only the cases where *both* compilers captured at least one
+    graph; ``excluded`` lists the others (a frame that falls back to plain Python is fast but
+    captured nothing). Cases a compiler raises on get ``None`` and an error string."""
     cases = _corpus_cases()
     if case_names:
         wanted = set(case_names)
         cases = [c for c in cases if c.name in wanted]
     if limit is not None:
         cases = cases[:limit]
+    compilers = _capture_compilers()
     # One throwaway compile per compiler: first-use imports are not capture time.
-    warm_args = (torch.randn(4),)
-    for name, compile_fn in COMPILERS.items():
+    for name, compile_fn in compilers.items():
         try:
             _reset_all()
-            compile_fn(add1_args1)(*warm_args)
+            compile_fn(add1_args1, _GraphCountingEager())(torch.randn(4))
         except Exception:
             pass
     per_case: dict[str, dict[str, Any]] = {}
     for case in cases:
         row: dict[str, Any] = {}
-        for name, compile_fn in COMPILERS.items():
+        for name, compile_fn in compilers.items():
             times = []
             try:
                 for _ in range(repeats):
                     _reset_all()
                     fn = case.build_fn()
                     args, kwargs = case.make_inputs(0)
-                    compiled = compile_fn(fn)
+                    backend = _GraphCountingEager()
+                    compiled = compile_fn(fn, backend)
                     start = time.perf_counter()
                     compiled(*args, **kwargs)
                     times.append(time.perf_counter() - start)
                 row[name] = min(times)
+                row[f"{name}_graphs"] = backend.graphs
             except Exception as e:
                 row[name] = None
                 row[f"{name}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         per_case[case.name] = row
     _reset_all()
-    summary: dict[str, Any] = {}
-    for name in COMPILERS:
-        vals = [r[name] for r in per_case.values() if r.get(name) is not None]
+    both = {k: r for k, r in per_case.items()
+            if all(r.get(n) is not None and r.get(f"{n}_graphs", 0) > 0 for n in compilers)}
+    summary: dict[str, Any] = {"compared_cases": len(both), "excluded": sorted(set(per_case) - set(both))}
+    for name in compilers:
+        vals = [r[name] for r in both.values()]
         summary[name] = {"cases": len(vals), "median": statistics.median(vals) if vals else None,
                          "total": sum(vals) if vals else None}
-    ratios = [r["pyjit"] / r["torch.compile"] for r in per_case.values()
-              if r.get("pyjit") is not None and r.get("torch.compile")]
+    ratios = [r["pyjit"] / r["torch.compile"] for r in both.values()]
     summary["ratio_pyjit_over_torch_compile"] = {
         "cases": len(ratios),
         "median": statistics.median(ratios) if ratios else None,
@@ -280,6 +313,9 @@ def format_capture_time(res: dict[str, Any], *, per_case: bool = False) -> str:
     if r["median"] is not None:
         lines.append(f"pyjit / torch.compile per case: median {r['median']:.3f}, geomean {r['geomean']:.3f} "
                      f"over {r['cases']} cases")
+    if s["excluded"]:
+        lines.append(f"excluded (a compiler captured no graph or raised): {len(s['excluded'])} case(s): "
+                     f"{', '.join(s['excluded'][:12])}{' ...' if len(s['excluded']) > 12 else ''}")
     errors = {k: v for k, v in res["per_case"].items() if any(key.endswith("_error") for key in v)}
     if errors:
         lines.append(f"{len(errors)} case(s) failed under a compiler, e.g.:")
@@ -287,9 +323,10 @@ def format_capture_time(res: dict[str, Any], *, per_case: bool = False) -> str:
             msgs = "; ".join(f"{k}={v}" for k, v in row.items() if k.endswith("_error"))
             lines.append(f"  {name}: {msgs[:160]}")
     if per_case:
-        lines.append(f"{'case':>40} | {'pyjit':>8} | {'t.c':>8}")
+        lines.append(f"{'case':>40} | {'pyjit':>8} | {'t.c':>8} | graphs (pyjit, t.c)")
         for name, row in res["per_case"].items():
-            lines.append(f"{name:>40} | {_ms(row.get('pyjit'))} | {_ms(row.get('torch.compile'))}")
+            lines.append(f"{name:>40} | {_ms(row.get('pyjit'))} | {_ms(row.get('torch.compile'))} | "
+                         f"{row.get('pyjit_graphs', '-')}, {row.get('torch.compile_graphs', '-')}")
     return "\n".join(lines)
 
 

@@ -5,7 +5,8 @@ pre-built input sets (rotated so that caches do not hold the inputs of the previ
 CPU the clock is ``time.perf_counter``; on CUDA it is a pair of CUDA events around the batch,
 so host-side launch work overlaps device work exactly as it does in a real program.
 ``calls`` is calibrated once after warm-up so that one sample lasts about ``sample_time_s``.
-Every raw sample is kept: the JSON report stores them all.
+Several variants (backends) of one workload are sampled *interleaved*, round by round, so the
+noise of a shared machine hits all of them alike. Every raw sample is kept in the JSON.
 """
 from __future__ import annotations
 
@@ -86,70 +87,104 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+class BatchTimer:
+    """Times ``fn(*inputs)`` over rotated input sets, one sample (batch of calls) at a time.
+
+    :meth:`calibrate` runs the warm-up (never timed) and picks the calls per sample from the
+    *fastest* warm-up call, so one call slowed down by another process on a shared machine does
+    not shrink the batches. The caller has already called ``fn`` once (the correctness check),
+    so compilation is never inside a timed region.
+    """
+
+    def __init__(self, fn: Callable[..., Any], input_sets: Sequence[tuple[Any, ...]], device: torch.device,
+                 plan: TimingPlan):
+        self.fn = fn
+        self.input_sets = input_sets
+        self.device = device
+        self.plan = plan
+        self.next_set = 0
+        self.calls = 1
+        self.warmup_calls = 0
+        self.per_call_s = 0.0
+        self.samples: list[float] = []
+
+    def _run(self, calls: int) -> None:
+        fn, sets, i, n = self.fn, self.input_sets, self.next_set, len(self.input_sets)
+        for _ in range(calls):
+            fn(*sets[i])
+            i += 1
+            if i == n:
+                i = 0
+        self.next_set = i
+
+    def _time(self, calls: int) -> float:
+        if self.device.type == "cuda":
+            begin = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            begin.record()
+            self._run(calls)
+            end.record()
+            end.synchronize()
+            return begin.elapsed_time(end) / 1e3  # ms -> s
+        t0 = time.perf_counter()
+        self._run(calls)
+        return time.perf_counter() - t0
+
+    def calibrate(self) -> None:
+        plan = self.plan
+        fastest = math.inf
+        start = time.perf_counter()
+        while self.warmup_calls < plan.warmup_calls or (time.perf_counter() - start) < plan.warmup_time_s:
+            t0 = time.perf_counter()
+            self._run(1)
+            _sync(self.device)
+            fastest = min(fastest, time.perf_counter() - t0)
+            self.warmup_calls += 1
+            if self.warmup_calls >= 10_000:
+                break
+        self.per_call_s = max(fastest, 1e-9)
+        self.calls = int(min(plan.max_calls_per_sample, max(1, math.ceil(plan.sample_time_s / self.per_call_s))))
+
+    def sample(self) -> float:
+        """One sample: mean seconds per call over a batch of ``calls`` calls."""
+        t = self._time(self.calls) / self.calls
+        self.samples.append(t)
+        return t
+
+    def timing(self) -> Timing:
+        return Timing(samples=list(self.samples), calls_per_sample=self.calls, warmup_calls=self.warmup_calls,
+                      timer="cuda_event" if self.device.type == "cuda" else "perf_counter",
+                      input_sets=len(self.input_sets))
+
+
+def sample_count(timers: Sequence[BatchTimer], plan: TimingPlan) -> int:
+    """Samples per timer so that all of them together take about ``max_time_s`` each (>= 3)."""
+    per_round = sum(t.per_call_s * t.calls for t in timers)
+    if per_round <= 0:
+        return plan.samples
+    return max(3, min(plan.samples, int(plan.max_time_s * len(timers) / per_round)))
+
+
+def time_interleaved(timers: Sequence[BatchTimer], plan: TimingPlan) -> None:
+    """Take the samples of several timers round by round, so that noise from other processes hits
+    every variant alike; the order within a round rotates so no variant always goes first."""
+    n = sample_count(timers, plan)
+    for r in range(n):
+        for k in range(len(timers)):
+            timers[(r + k) % len(timers)].sample()
+
+
 def time_calls(
     fn: Callable[..., Any],
     input_sets: Sequence[tuple[Any, ...]],
     device: torch.device,
     plan: TimingPlan,
 ) -> Timing:
-    """Time ``fn(*inputs)`` rotating over ``input_sets``; the first calls (warm-up) are not timed.
-
-    The caller has already called ``fn`` at least once (the correctness check), so compilation
-    is never inside the timed region.
-    """
-    n_sets = len(input_sets)
-    state = {"i": 0}
-
-    def run_batch(calls: int) -> None:
-        i = state["i"]
-        for _ in range(calls):
-            fn(*input_sets[i])
-            i += 1
-            if i == n_sets:
-                i = 0
-        state["i"] = i
-
-    # Warm-up: at least warmup_calls calls and warmup_time_s seconds (allocator, caches, JIT state).
-    warm = 0
-    start = time.perf_counter()
-    while warm < plan.warmup_calls or (time.perf_counter() - start) < plan.warmup_time_s:
-        run_batch(1)
-        warm += 1
-        if warm >= 10_000:
-            break
-    _sync(device)
-    # Calibrate calls per sample from one timed call batch that is not kept.
-    calls = 1
-    while True:
-        t = _time_batch(run_batch, calls, device)
-        if t >= plan.sample_time_s / 4 or calls >= plan.max_calls_per_sample:
-            break
-        calls = min(plan.max_calls_per_sample, calls * 4)
-    per_call = max(t / calls, 1e-9)
-    calls = int(min(plan.max_calls_per_sample, max(1, math.ceil(plan.sample_time_s / per_call))))
-    n_samples = max(3, min(plan.samples, int(plan.max_time_s / (per_call * calls))))
-    samples = [_time_batch(run_batch, calls, device) / calls for _ in range(n_samples)]
-    return Timing(
-        samples=samples,
-        calls_per_sample=calls,
-        warmup_calls=warm,
-        timer="cuda_event" if device.type == "cuda" else "perf_counter",
-        input_sets=n_sets,
-    )
-
-
-def _time_batch(run_batch: Callable[[int], None], calls: int, device: torch.device) -> float:
-    if device.type == "cuda":
-        begin = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        begin.record()
-        run_batch(calls)
-        end.record()
-        end.synchronize()
-        return begin.elapsed_time(end) / 1e3  # ms -> s
-    t0 = time.perf_counter()
-    run_batch(calls)
-    return time.perf_counter() - t0
+    """Time one callable on its own (warm-up excluded)."""
+    timer = BatchTimer(fn, input_sets, device, plan)
+    timer.calibrate()
+    time_interleaved([timer], plan)
+    return timer.timing()
 
 
 def rotation_count(bytes_per_set: int, device: torch.device, cap_bytes: int) -> int:
@@ -197,5 +232,8 @@ def copy_bandwidth(device: torch.device, nbytes: int, plan: TimingPlan) -> dict[
     dst = torch.empty_like(src)
     timing = time_calls(lambda s, d: d.copy_(s), [(src, dst)], device, plan)
     moved = 2 * n * 4
-    med = timing.median
-    return {"bytes": moved, "gbps": moved / med / 1e9 if med > 0 else math.nan, "timing": timing.summary()}
+    # The best sample, not the median: this is the reference of what the memory system can do,
+    # and on a shared machine noise only ever makes a copy slower.
+    best = min(timing.samples)
+    return {"bytes": moved, "gbps": moved / best / 1e9 if best > 0 else math.nan, "statistic": "best sample",
+            "timing": timing.summary()}

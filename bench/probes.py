@@ -31,10 +31,11 @@ def hook_overhead_row(plan: TimingPlan) -> dict[str, Any]:
     row: dict[str, Any] = {"suite": "overhead", "workload": "hook_pure_python", "backend": "pyjit.enable",
                            "status": STATUS_UNAVAILABLE, "reason": None,
                            "params": {"device": "cpu", "description": "fib(15) in pure Python, hook on vs off"}}
-    try:
-        import pyjit
-    except Exception as exc:
-        row["reason"] = f"import pyjit failed: {type(exc).__name__}: {exc}"[:300]
+    from bench.backends import pyjit_api
+
+    pyjit, why = pyjit_api()
+    if pyjit is None:
+        row["reason"] = why
         return row
     enable = getattr(pyjit, "enable", None)
     if not callable(enable):

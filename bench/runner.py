@@ -3,8 +3,10 @@
 Order inside a case, which is what makes the numbers trustworthy:
 1. eager reference outputs on two different input sets;
 2. per backend: compile + first call (timed once, as ``first_call_s``), correctness against
-   eager on both input sets (a mismatch is ``FAIL`` and is never timed, an exception ``ERROR``);
-3. timing with warm-up excluded over rotated input sets (:mod:`bench.measure`);
+   eager on both input sets (a mismatch is ``FAIL`` and is never timed, an exception ``ERROR``),
+   warm-up and calibration;
+3. the samples of all backends that passed, interleaved round by round over rotated input sets
+   (:mod:`bench.measure`);
 4. speed-up against eager, achieved bandwidth for memory-bound workloads.
 While a pyjit backend runs, pyjit's ``fallbacks``/``graph_breaks``/``recompiles``/``compile_times``
 log channels are captured into the row, so a "pyjit" number that really ran eagerly is visible.
@@ -12,6 +14,7 @@ log channels are captured into the row, so a "pyjit" number that really ran eage
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import re
 import signal
@@ -24,7 +27,7 @@ import torch
 
 from bench.backends import Backend
 from bench.correctness import compare
-from bench.measure import TimingPlan, rotation_count, time_calls
+from bench.measure import BatchTimer, TimingPlan, rotation_count, time_interleaved
 from bench.spec import Built, Workload
 
 STATUS_OK, STATUS_FAIL, STATUS_ERROR = "OK", "FAIL", "ERROR"
@@ -139,8 +142,23 @@ def _clone(value: Any) -> Any:
     return pytree.tree_map(lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, value)
 
 
+@dataclasses.dataclass
+class _Prepared:
+    """A backend that compiled and passed the correctness check, ready for timing."""
+
+    backend: Backend
+    row: dict[str, Any]
+    timer: BatchTimer
+    records: list[logging.LogRecord]
+
+
 class Case:
-    """One workload built once, with its inputs and eager references, run on several backends."""
+    """One workload built once, with its inputs and eager references, run on several backends.
+
+    :meth:`run_all` compiles and checks every backend first, then samples all the ones that passed
+    interleaved (see :func:`bench.measure.time_interleaved`), eager included, so speed-ups compare
+    numbers taken under the same machine noise.
+    """
 
     def __init__(self, workload: Workload, device: torch.device, size: str, plan: TimingPlan,
                  copy_gbps: float | None, input_cap_bytes: int):
@@ -175,60 +193,107 @@ class Case:
         }
 
     def run(self, backend: Backend, time_limit_s: float | None) -> dict[str, Any]:
-        row = self.base_row(backend.name)
-        if not backend.available:
-            row.update(status=STATUS_UNAVAILABLE, reason=backend.reason)
-            return row
+        """One backend on its own (eager must have run first for a speed-up)."""
+        return self.run_all([backend], lambda: time_limit_s)[0]
+
+    def run_all(self, backends: list[Backend], time_limit: Callable[[], float | None]) -> list[dict[str, Any]]:
+        """Rows for ``backends`` in order; ``time_limit()`` gives each backend's compile-phase limit
+        (None = unlimited; <= 0 = no time left: the row is SKIPPED)."""
+        rows: list[dict[str, Any]] = []
+        ready: list[_Prepared] = []
+        for b in backends:
+            row = self.base_row(b.name)
+            rows.append(row)
+            limit = time_limit()
+            if not b.available:
+                row.update(status=STATUS_UNAVAILABLE, reason=b.reason)
+            elif limit is not None and limit <= 0:
+                row["reason"] = "time budget exhausted"
+            else:
+                prepared = self._prepare(b, row, limit)
+                if prepared is not None:
+                    ready.append(prepared)
+        if ready:
+            self._time(ready)
+        for p in ready:
+            if p.backend.uses_pyjit:
+                p.row["pyjit_logs"] = summarize_logs(p.records)
+            try:
+                p.backend.reset()
+            except Exception:
+                pass
+        return rows
+
+    def _prepare(self, backend: Backend, row: dict[str, Any], limit: float | None) -> _Prepared | None:
+        """Compile, first call, correctness on two input sets, warm-up: everything but the samples."""
+        w = self.workload
+        prepared: _Prepared | None = None
         with capture_pyjit_logs(backend.uses_pyjit) as logs:
             try:
-                with deadline(time_limit_s), self._grad_mode():
-                    self._run_backend(backend, row)
+                with deadline(limit), self._grad_mode():
+                    t0 = time.perf_counter()
+                    compiled: Callable[..., Any] = backend.compile(self.built.fn)
+                    out0 = compiled(*self.input_sets[0])
+                    if self.device.type == "cuda":
+                        torch.cuda.synchronize(self.device)
+                    row["first_call_s"] = time.perf_counter() - t0
+                    verdict = compare(self.refs[0], out0, w.atol, w.rtol)
+                    if verdict.ok:
+                        # A second, different input set catches results baked in at compile time.
+                        verdict = compare(self.refs[1], compiled(*self.input_sets[1]), w.atol, w.rtol)
+                    row["correctness"] = verdict.as_dict(w.atol, w.rtol)
+                    if not verdict.ok:
+                        row.update(status=STATUS_FAIL, reason=verdict.reason)
+                    else:
+                        timer = BatchTimer(compiled, self.input_sets, self.device, self.plan)
+                        timer.calibrate()
+                        prepared = _Prepared(backend, row, timer, logs.records)
             except CaseTimeout as exc:
                 row.update(status=STATUS_ERROR, reason=str(exc))
             except Exception as exc:  # any backend failure is a result, not a harness crash
                 row.update(status=STATUS_ERROR, reason=_short_error(exc),
                            traceback=traceback.format_exc(limit=8)[-2000:])
-            finally:
-                try:
-                    backend.reset()
-                except Exception:
-                    pass
-        if backend.uses_pyjit:
-            row["pyjit_logs"] = summarize_logs(logs.records)
         row.setdefault("correctness", None)
-        if row["status"] == STATUS_OK and backend.name == "eager":
-            self.eager_median = row["timing"]["median"]
-            row["speedup_vs_eager"] = 1.0
-        return row
+        if prepared is None and backend.uses_pyjit:
+            row["pyjit_logs"] = summarize_logs(logs.records)
+        if prepared is None:
+            try:
+                backend.reset()
+            except Exception:
+                pass
+        return prepared
 
-    def _run_backend(self, backend: Backend, row: dict[str, Any]) -> None:
-        w = self.workload
-        t0 = time.perf_counter()
-        compiled: Callable[..., Any] = backend.compile(self.built.fn)
-        out0 = compiled(*self.input_sets[0])
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        row["first_call_s"] = time.perf_counter() - t0
-        verdict = compare(self.refs[0], out0, w.atol, w.rtol)
-        if verdict.ok:
-            # A second, different input set catches results baked in at compile time.
-            verdict = compare(self.refs[1], compiled(*self.input_sets[1]), w.atol, w.rtol)
-        row["correctness"] = verdict.as_dict(w.atol, w.rtol)
-        if not verdict.ok:
-            row.update(status=STATUS_FAIL, reason=verdict.reason)
-            return
-        timing = time_calls(compiled, self.input_sets, self.device, self.plan)
-        row["timing"] = timing.summary()
-        row["status"] = STATUS_OK
-        med = timing.median
-        if self.eager_median is not None and med > 0:
-            row["speedup_vs_eager"] = self.eager_median / med
-        if self.bytes_moved is not None and med > 0:
-            gbps = self.bytes_moved / med / 1e9
-            row["bandwidth"] = {
-                "bytes": self.bytes_moved,
-                "gbps": gbps,
-                "fraction_of_copy": (gbps / self.copy_gbps) if self.copy_gbps else None,
-            }
-        if self.built.flops:
-            row["tflops"] = self.built.flops / med / 1e12
+    def _time(self, ready: list[_Prepared]) -> None:
+        # Each timer's samples are taken with its own pyjit log capture attached (recompiles
+        # during timing would mean the guards reject rotated inputs: worth seeing).
+        for p in ready:
+            p.timer.sample = _capturing(p.timer.sample, p)  # type: ignore[method-assign]
+        with self._grad_mode():
+            time_interleaved([p.timer for p in ready], self.plan)
+        eager = next((p for p in ready if p.backend.name == "eager"), None)
+        if eager is not None:
+            self.eager_median = eager.timer.timing().median
+        for p in ready:
+            timing = p.timer.timing()
+            row = p.row
+            row["timing"] = timing.summary()
+            row["status"] = STATUS_OK
+            med = timing.median
+            if self.eager_median is not None and med > 0:
+                row["speedup_vs_eager"] = self.eager_median / med
+            if self.bytes_moved is not None and med > 0:
+                gbps = self.bytes_moved / med / 1e9
+                row["bandwidth"] = {"bytes": self.bytes_moved, "gbps": gbps,
+                                    "fraction_of_copy": (gbps / self.copy_gbps) if self.copy_gbps else None}
+            if self.built.flops:
+                row["tflops"] = self.built.flops / med / 1e12
+
+
+def _capturing(sample: Callable[[], float], p: _Prepared) -> Callable[[], float]:
+    def sample_with_logs() -> float:
+        with capture_pyjit_logs(p.backend.uses_pyjit) as logs:
+            t = sample()
+        p.records.extend(logs.records)
+        return t
+
+    return sample_with_logs

@@ -31,6 +31,9 @@ SUITES = ("quick", "overhead", "compile", "kernels", "models")
 # Workloads of the compile suite (full and quick): one pointwise, one reduction, one block.
 COMPILE_WORKLOADS = ("pointwise_chain", "softmax", "gpt2_block")
 COMPILE_WORKLOADS_QUICK = ("pointwise_chain",)
+# The quick suite compiles with pyjit and its peer only: each cold compile is a new process
+# (10-40 s for Inductor on 2 cores); the crossings are in the full compile suite.
+COMPILE_BACKENDS_QUICK = ("pyjit", "torch.compile")
 
 
 class Budget:
@@ -62,6 +65,7 @@ class RunContext:
     quick: bool
     on_row: Callable[[dict[str, Any]], None]  # progress bar + incremental JSON
     workload_filter: set[str] | None = None
+    run_external: bool = True  # run the layers' plug-in scripts (bench/core_overhead.py ...)
     copy_gbps: float | None = None
     results: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     external: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -97,7 +101,7 @@ def planned_units(suite: str, ctx: RunContext) -> int:
     if suite == "models":
         return len(_model_workloads(ctx)) * n_b
     if suite == "compile":
-        return len(_compile_workloads(ctx)) * sum(1 for b in ctx.backends if b.name != "eager")
+        return len(_compile_workloads(ctx)) * len(_compile_backends(ctx))
     return 0
 
 
@@ -116,6 +120,10 @@ def _model_workloads(ctx: RunContext) -> list[Workload]:
 def _compile_workloads(ctx: RunContext) -> list[Workload]:
     names = COMPILE_WORKLOADS_QUICK if ctx.quick else COMPILE_WORKLOADS
     return [w for w in ctx.selected(workloads.KERNELS + models.MODELS) if w.name in names]
+
+
+def _compile_backends(ctx: RunContext) -> list[Backend]:
+    return [b for b in ctx.backends if b.name != "eager" and (not ctx.quick or b.name in COMPILE_BACKENDS_QUICK)]
 
 
 def _skip_rows(ctx: RunContext, suite: str, w: Workload, reason: str, backends: list[Backend]) -> None:
@@ -148,19 +156,21 @@ def run_workloads(ctx: RunContext, suite: str, items: list[Workload]) -> None:
                        ctx.backends)
             runs_left -= len(ctx.backends)
             continue
-        for b in ctx.backends:
+
+        def limit() -> float | None:
+            nonlocal runs_left
+            runs_left -= 1
             left = ctx.time_left()
-            if left is not None and left < 1.0 and b.available:
-                row = case.base_row(b.name)
-                row["reason"] = "time budget exhausted"
-            else:
-                row = case.run(b, _run_time_limit(ctx, runs_left))
+            if left is not None and left < 1.0:
+                return 0.0
+            return _run_time_limit(ctx, runs_left + 1)
+
+        for row in case.run_all(ctx.backends, limit):
             row["suite"] = suite
             if suite == "overhead" and row.get("status") == STATUS_OK and case.eager_median is not None:
                 # Per-call cost over plain eager, the number the overhead suite is about.
                 row["overhead_vs_eager_s"] = row["timing"]["median"] - case.eager_median
             ctx.add(row)
-            runs_left -= 1
         del case
 
 
@@ -169,18 +179,28 @@ def run_overhead(ctx: RunContext) -> None:
     ctx.add(probes.hook_overhead_row(ctx.plan))
     for n in (1, 4, 16):
         ctx.add(probes.guard_check_row(n, ctx.plan))
-    budget = ctx.time_left()
     for name in ("core_overhead", "frontend_overhead"):
-        ctx.external[name] = external.run_script(name, quick=ctx.quick, device=str(ctx.device),
-                                                 time_budget_s=None if budget is None else max(5.0, budget / 2))
+        _external(ctx, name)
 
 
 def run_kernels(ctx: RunContext) -> None:
     run_workloads(ctx, "kernels", _kernel_workloads(ctx))
     if not ctx.quick:
-        left = ctx.time_left()
-        ctx.external["backend_kernels"] = external.run_script(
-            "backend_kernels", quick=ctx.quick, device=str(ctx.device), time_budget_s=left)
+        _external(ctx, "backend_kernels")
+
+
+def _external(ctx: RunContext, name: str) -> None:
+    if not ctx.run_external:
+        ctx.external[name] = {"description": external.SCRIPTS.get(name, ""), "status": STATUS_SKIPPED,
+                              "reason": "--no-external", "rows": [], "output": None}
+        return
+    left = ctx.time_left()
+    if left is not None and left < 5.0:
+        ctx.external[name] = {"description": external.SCRIPTS.get(name, ""), "status": STATUS_SKIPPED,
+                              "reason": "time budget exhausted", "rows": [], "output": None}
+        return
+    ctx.external[name] = external.run_script(name, quick=ctx.quick, device=str(ctx.device),
+                                             time_budget_s=None if left is None else left / 2)
 
 
 def run_models(ctx: RunContext) -> None:
@@ -190,7 +210,7 @@ def run_models(ctx: RunContext) -> None:
 def run_compile(ctx: RunContext) -> None:
     """Cold and warm compile time per workload and backend, each in a new process."""
     items = _compile_workloads(ctx)
-    compilers = [b for b in ctx.backends if b.name != "eager"]
+    compilers = _compile_backends(ctx)
     runs_left = len(items) * len(compilers) * 2
     for w in items:
         for b in compilers:

@@ -12,7 +12,11 @@
  */
 #include "cache.h"
 
-static Py_ssize_t extra_index = -1;
+Py_ssize_t pyjit_extra_index = -1;
+/* 1 once module init verified pyjit_code_extra_mirror against the co_extra API. */
+int pyjit_mirror_ok = 0;
+#define extra_index pyjit_extra_index
+#define mirror_ok pyjit_mirror_ok
 /* Doubly linked registry of live CodeExtra structs; head sentinel-free (NULL = empty). */
 static CodeExtra *registry = NULL;
 static Py_ssize_t registry_count = 0;
@@ -59,6 +63,27 @@ static void extra_free(void *ptr)
     free_entries(entries);
 }
 
+/* Check the mirrored co_extra layout on a scratch code object (see compat.h): attach real
+ * state through the API, read it back through the mirror; the code object's death frees it. */
+static void verify_mirror(void)
+{
+    PyCodeObject *co = PyCode_NewEmpty("<pyjit-probe>", "probe", 1);
+    if (co == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    CodeExtra *ex = pyjit_extra_ensure(co); /* mirror_ok is still 0: goes through the API */
+    if (ex == NULL) {
+        PyErr_Clear();
+    }
+    else {
+        pyjit_code_extra_mirror *holder = (pyjit_code_extra_mirror *)co->co_extra;
+        mirror_ok = holder != NULL && holder->ce_size > extra_index &&
+                    holder->ce_extras[extra_index] == (void *)ex;
+    }
+    Py_DECREF(co);
+}
+
 int pyjit_cache_init(void)
 {
     if (extra_index >= 0) {
@@ -71,10 +96,11 @@ int pyjit_cache_init(void)
                         "pyjit._C: no free co_extra index (too many tools use code extras)");
         return -1;
     }
+    verify_mirror();
     return 0;
 }
 
-CodeExtra *pyjit_extra_get(PyCodeObject *co)
+CodeExtra *pyjit_extra_get_slow(PyCodeObject *co)
 {
     void *ptr = NULL;
     if (PYJIT_Code_GetExtra((PyObject *)co, extra_index, &ptr) < 0) {

@@ -52,6 +52,21 @@
 #define PYJIT_Code_SetExtra PyUnstable_Code_SetExtra
 #endif
 
+/* Interpreter shutdown: no new compilation once finalisation started (modules are torn down). */
+#if PYJIT_PY313
+#define PYJIT_IsFinalizing Py_IsFinalizing
+#else
+#define PYJIT_IsFinalizing _Py_IsFinalizing
+#endif
+
+/* Hot-path read of co_extra without a call into libpython. The holder struct is private to
+ * Objects/codeobject.c but has had this layout since 3.7 (3.7-3.13 identical); module init
+ * verifies it against the API on a scratch code object and falls back to the API if not. */
+typedef struct {
+    Py_ssize_t ce_size;
+    void *ce_extras[1];
+} pyjit_code_extra_mirror;
+
 /* Weak identity: a weakref's referent pointer, Py_None once the referent died. Reading the
  * field directly (public struct in cpython/weakrefobject.h) avoids the deprecated
  * PyWeakref_GET_OBJECT and any reference counting; we only ever compare the pointer. */

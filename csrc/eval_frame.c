@@ -28,6 +28,23 @@ typedef struct {
  * The callback reference of a thread that exits while enabled is leaked (one object). */
 static _Thread_local ThreadState tls;
 
+/* The last thread's state, keyed by PyThreadState.id (unique per interpreter, never reused,
+ * so a dead thread's entry can never match): saves the __tls_get_addr call a shared object
+ * pays per TLS access on the hot path while one thread runs. Guarded by the GIL. */
+static uint64_t cached_thread_id = 0;
+static ThreadState *cached_thread_state = NULL;
+
+static inline ThreadState *current_thread_state(PyThreadState *tstate)
+{
+    if (tstate->id == cached_thread_id) {
+        return cached_thread_state;
+    }
+    ThreadState *t = &tls;
+    cached_thread_id = tstate->id;
+    cached_thread_state = t;
+    return t;
+}
+
 static _PyFrameEvalFunction previous_eval = NULL;
 static Py_ssize_t active_threads = 0;
 static int entry_limit = 8;
@@ -94,6 +111,12 @@ static PyObject *run_replacement(PyThreadState *tstate, _PyInterpreterFrame *fra
     PyObject *res = NULL;
     PyObject *fn = PyFunction_New((PyObject *)code, func->func_globals);
     if (fn != NULL) {
+        /* PyFunction_New derives builtins from globals["__builtins__"]; use the original's
+         * so LOAD_GLOBAL falls back to exactly what the original would have seen. */
+        PyFunctionObject *op = (PyFunctionObject *)fn;
+        if (op->func_builtins != func->func_builtins) {
+            Py_XSETREF(op->func_builtins, Py_NewRef(func->func_builtins));
+        }
         if (func->func_closure == NULL || PyFunction_SetClosure(fn, func->func_closure) == 0) {
             t->expected_code = code;
             /* No PY_VECTORCALL_ARGUMENTS_OFFSET: localsplus[-1] belongs to the frame header. */
@@ -177,7 +200,7 @@ static void report_limit(ThreadState *t, CodeExtra *ex, PyCodeObject *co)
 static PyObject *handle_miss(PyThreadState *tstate, _PyInterpreterFrame *frame, ThreadState *t,
                              PyCodeObject *co, CodeExtra *ex, Py_ssize_t nargs)
 {
-    if (t->run_only || t->callback == NULL || (ex != NULL && ex->run_only)) {
+    if (t->run_only || t->callback == NULL || (ex != NULL && ex->run_only) || PYJIT_IsFinalizing()) {
         return run_original(tstate, frame, 0);
     }
     if ((ex != NULL ? ex->n_entries : 0) >= entry_limit) {
@@ -249,7 +272,7 @@ error:
 
 static PyObject *pyjit_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
 {
-    ThreadState *t = &tls;
+    ThreadState *t = current_thread_state(tstate);
     if (!t->enabled || t->busy || throwflag) {
         return run_original(tstate, frame, throwflag);
     }
@@ -277,6 +300,12 @@ static PyObject *pyjit_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *fr
         t->busy++;
         for (CacheEntry *e = ex->head; e != NULL; prev = e, e = e->next) {
             long failed = e->guard == NULL ? -1 : pyjit_guard_check(e->guard, func, frame->localsplus, nargs);
+            if (failed == PYJIT_GUARD_ERROR) {
+                /* KeyboardInterrupt/SystemExit raised inside a Python-level check. */
+                t->busy--;
+                pyjit_release_unrun_frame(tstate, frame);
+                return NULL;
+            }
             if (ex->version != version) {
                 break; /* a Python-level check changed the list: `e` may be gone; miss */
             }
@@ -369,7 +398,37 @@ static PyObject *py_hook_installed(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a
     return PyBool_FromLong(_PyInterpreterState_GetEvalFrameFunc(interp) == pyjit_eval_frame);
 }
 
+/* A hook that does nothing but forward: the floor any PEP 523 hook pays (CPython stops
+ * inlining Python-to-Python calls while one is installed). Benchmarks only. */
+static PyObject *passthrough_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
+{
+    return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+}
+
+static PyObject *py_bench_passthrough(PyObject *Py_UNUSED(m), PyObject *flag)
+{
+    int on = PyObject_IsTrue(flag);
+    if (on < 0) {
+        return NULL;
+    }
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
+    if (on && current == _PyEval_EvalFrameDefault) {
+        _PyInterpreterState_SetEvalFrameFunc(interp, passthrough_eval_frame);
+    }
+    else if (!on && current == passthrough_eval_frame) {
+        _PyInterpreterState_SetEvalFrameFunc(interp, _PyEval_EvalFrameDefault);
+    }
+    else if (on || current != _PyEval_EvalFrameDefault) {
+        PyErr_SetString(PyExc_RuntimeError, "_bench_passthrough: another eval function is installed");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 PyMethodDef pyjit_eval_frame_methods[] = {
+    {"_bench_passthrough", py_bench_passthrough, METH_O,
+     "_bench_passthrough(flag): install/remove a do-nothing PEP 523 hook (benchmark floor)."},
     {"set_callback", py_set_callback, METH_O,
      "set_callback(cb | None) -> previous: this thread's callback cb(func, args) -> None | (guard, code)."},
     {"get_callback", py_get_callback, METH_NOARGS, "get_callback() -> this thread's callback or None."},

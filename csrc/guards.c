@@ -281,6 +281,17 @@ static long first_id(GuardNode *n)
     return -1;
 }
 
+/* An error inside a check or accessor: an ordinary Exception means "does not match" and is
+ * cleared; anything else (KeyboardInterrupt, SystemExit) must reach the user. */
+static inline int swallow_error(void)
+{
+    if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_Exception)) {
+        PyErr_Clear();
+        return 1;
+    }
+    return 0;
+}
+
 static long eval_node(GuardNode *n, PyObject *value, EvalCtx *ctx)
 {
     /* Arrays are re-read every iteration and checks copied: a Python-level check may add
@@ -289,8 +300,8 @@ static long eval_node(GuardNode *n, PyObject *value, EvalCtx *ctx)
         Check c = n->checks[i];
         int r = run_check(&c, value);
         if (r != 1) {
-            if (r < 0) {
-                PyErr_Clear();
+            if (r < 0 && !swallow_error()) {
+                return PYJIT_GUARD_ERROR;
             }
             return c.id;
         }
@@ -299,7 +310,9 @@ static long eval_node(GuardNode *n, PyObject *value, EvalCtx *ctx)
         GuardNode *child = n->children[i];
         PyObject *child_value = IS_ROOT(n) ? access_root_child(child, ctx) : access_child(child, value);
         if (child_value == NULL) {
-            PyErr_Clear();
+            if (!swallow_error()) {
+                return PYJIT_GUARD_ERROR;
+            }
             long id = first_id(child);
             if (id >= 0) {
                 return id;
@@ -308,8 +321,8 @@ static long eval_node(GuardNode *n, PyObject *value, EvalCtx *ctx)
         }
         long r = eval_node(child, child_value, ctx);
         Py_DECREF(child_value);
-        if (r >= 0) {
-            return r;
+        if (r != -1) {
+            return r; /* a failing id, or PYJIT_GUARD_ERROR */
         }
     }
     return -1;
@@ -723,7 +736,7 @@ static PyObject *m_check(GuardNode *self, PyObject *const *args, Py_ssize_t narg
     PyObject *tup = args[1];
     long r = pyjit_guard_check((PyObject *)self, (PyFunctionObject *)args[0],
                                &PyTuple_GET_ITEM(tup, 0), PyTuple_GET_SIZE(tup));
-    return PyLong_FromLong(r);
+    return r == PYJIT_GUARD_ERROR ? NULL : PyLong_FromLong(r);
 }
 
 static PyObject *describe_check(const Check *c)

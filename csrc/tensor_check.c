@@ -208,14 +208,10 @@ int pyjit_tensor_match(const TensorSpec *spec, PyObject *v)
     ok = (o == spec->device) ? 1 : PyObject_RichCompareBool(o, spec->device, Py_EQ);
     Py_DECREF(o);
 done:
-    if (ok < 0) {
-        goto error;
-    }
     return ok;
 error:
-    /* A tensor whose metadata cannot be read does not match; the guard reports its id. */
-    PyErr_Clear();
-    return 0;
+    /* The caller decides: an Exception fails the check, a KeyboardInterrupt propagates. */
+    return -1;
 }
 
 /* Parse a tuple of int|None into values (PYJIT_DYN for None). Returns 1 if any is static. */

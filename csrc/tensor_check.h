@@ -37,7 +37,7 @@ typedef struct TensorSpec {
 TensorSpec *pyjit_tensor_spec_new(PyObject *type, PyObject *dtype, PyObject *device,
                                   int requires_grad, PyObject *sizes, PyObject *strides);
 void pyjit_tensor_spec_free(TensorSpec *spec);
-/* 1: matches, 0: does not (also when reading metadata raised: the error is cleared). */
+/* 1: matches, 0: does not, -1: reading metadata raised (exception set; guards.c decides). */
 int pyjit_tensor_match(const TensorSpec *spec, PyObject *value);
 /* Python-visible description of a spec (a dict), for pretty printing and explanations. */
 PyObject *pyjit_tensor_spec_describe(const TensorSpec *spec);

@@ -28,7 +28,7 @@ class JitFunction:
     def __init__(self, fn: Callable[..., Any], options: JitOptions) -> None:
         self._fn = fn
         self._options = options
-        func = fn.__func__ if isinstance(fn, types.MethodType) else fn
+        func = _target_function(fn)
         if not isinstance(func, types.FunctionType):
             raise TypeError(f"pyjit.jit expects a Python function, method or nn.Module, got {type(fn).__name__}")
         if func.__code__.co_flags & (0x20 | 0x80 | 0x200):
@@ -64,6 +64,17 @@ class JitFunction:
         from .frame.python_runtime import call_python
 
         return call_python(self, args, kwargs)
+
+
+def _target_function(fn: Any) -> Any:
+    """The Python function whose frames calling ``fn`` runs (through methods and partials)."""
+    while True:
+        if isinstance(fn, types.MethodType):
+            fn = fn.__func__
+        elif isinstance(fn, functools.partial):
+            fn = fn.func
+        else:
+            return fn
 
 
 def _jit_module(module: Any, options: JitOptions) -> Any:

@@ -35,7 +35,7 @@ def _dense_layout_hint(val: Any) -> tuple[int, ...] | None:
     """Eager's strides for an output when they are dense and non-overlapping (so kernels can write them)."""
     if not isinstance(val, torch.Tensor):
         return None
-    if val.is_contiguous() or not torch._prims_common.is_non_overlapping_and_dense(val):
+    if val.is_contiguous() or not torch._prims_common.is_non_overlapping_and_dense_or_false(val):
         return None
     return tuple(int(s) for s in val.stride())
 
@@ -45,6 +45,7 @@ class GraphLowering(torch.fx.Interpreter):
         super().__init__(gm, garbage_collect_values=False)
         self.device = device
         self.graph_inputs: list[InputBuffer] = []
+        self.constants: list[tuple[InputBuffer, torch.Tensor]] = []
         self.buffers: list[Buffer] = []
         self.outputs: list[Any] = []
         self.mutations: list[tuple[str, Any]] = []  # (input buffer name, realized new value)
@@ -129,7 +130,13 @@ class GraphLowering(torch.fx.Interpreter):
         return buf
 
     def get_attr(self, target: Any, args: Any, kwargs: Any) -> Any:
-        raise LoweringError("get_attr", reason="graphs with constant attributes are not lowered yet")
+        # A constant tensor of the traced graph: passed to ``call`` after the inputs.
+        value = super().get_attr(target, args, kwargs)
+        if not isinstance(value, torch.Tensor):
+            raise LoweringError("get_attr", reason=f"constant {target} is not a tensor")
+        buf = InputBuffer(f"constant{len(self.constants)}", Layout.of(value))
+        self.constants.append((buf, value))
+        return buf
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
         if target is operator.getitem:

@@ -45,20 +45,24 @@ def _ext_count(arg: int) -> int:
 
 def compute_layout(varnames: Sequence[str], cellvars: Sequence[str], freevars: Sequence[str]) -> dict[str, int]:
     """localsplus index of every name, following CPython's code constructor: varnames first,
-    cell variables that are also varnames share that slot, other cells next, free vars last."""
+    cell variables that are also varnames share that slot, other cells next, free vars last.
+    (A name that is both a cell and a free variable, as in 3.12 class-body comprehensions, maps
+    to its first slot here; :func:`layout_slots` lists all of them.)"""
     index: dict[str, int] = {}
-    for i, name in enumerate(varnames):
+    for i, name in enumerate(layout_slots(varnames, cellvars, freevars)):
         index.setdefault(name, i)
-    slot = len(varnames)
-    for name in cellvars:
-        if name in index:
-            continue
-        index[name] = slot
-        slot += 1
-    for name in freevars:
-        index[name] = slot
-        slot += 1
     return index
+
+
+def layout_slots(varnames: Sequence[str], cellvars: Sequence[str], freevars: Sequence[str]) -> list[str]:
+    """Names of the localsplus slots in order (a name may occur twice: cell and free)."""
+    slots = list(varnames)
+    known = set(varnames)
+    for name in cellvars:
+        if name not in known:
+            slots.append(name)
+    slots.extend(freevars)
+    return slots
 
 
 _FAST_OPS = frozenset(
@@ -147,7 +151,10 @@ def assemble(instructions: list[Instruction], template: types.CodeType, **code_f
                         raise AssemblyError(f"{inst!r}: local variable name must be a str, not {name!r}")
                     varnames.append(name)
                     known.add(name)
+    slots = layout_slots(varnames, cellvars, freevars)
     layout = compute_layout(varnames, cellvars, freevars)
+    # Names with two slots (cell and free): Instruction.flags picks the occurrence.
+    duplicated = {n: [i for i, m in enumerate(slots) if m == n] for n in set(slots) if slots.count(n) > 1}
 
     # 2. arguments of non-jump instructions.
     if opcodes.PAIR_LOCAL_OPS:
@@ -164,7 +171,7 @@ def assemble(instructions: list[Instruction], template: types.CodeType, **code_f
             if inst.target is None:
                 raise AssemblyError(f"{inst!r} has no jump target")
             continue
-        _encode_arg(inst, tables, layout)
+        _encode_arg(inst, tables, layout, duplicated)
 
     # 3. jumps and EXTENDED_ARG, to a fixed point.
     position = {id(inst): i for i, inst in enumerate(instructions)}
@@ -255,9 +262,8 @@ def assemble(instructions: list[Instruction], template: types.CodeType, **code_f
         **fields,
     )
     actual = localsplus_names(result)
-    expected = sorted(layout, key=layout.__getitem__)
-    if actual != expected:  # our index computation must match CPython's constructor exactly
-        raise AssemblyError(f"local layout mismatch: CPython {actual} vs computed {expected}")
+    if actual != slots:  # our index computation must match CPython's constructor exactly
+        raise AssemblyError(f"local layout mismatch: CPython {actual} vs computed {slots}")
     return result
 
 
@@ -279,7 +285,9 @@ def _exn_entry(owner: Instruction, start: int, end: int, starts: list[int], posi
     return RawExnEntry(start, end, starts[position[id(exn.target)]], exn.depth, exn.lasti)
 
 
-def _encode_arg(inst: Instruction, tables: _Tables, layout: dict[str, int]) -> None:
+def _encode_arg(
+    inst: Instruction, tables: _Tables, layout: dict[str, int], duplicated: dict[str, list[int]]
+) -> None:
     """Set ``inst.arg`` from ``inst.argval`` for instructions that reference tables."""
     name = inst.opname
     if name in opcodes.CONST_OPS:
@@ -295,7 +303,10 @@ def _encode_arg(inst: Instruction, tables: _Tables, layout: dict[str, int]) -> N
             raise AssemblyError(
                 f"{inst!r}: {inst.argval!r} is not a local, cell or free variable of the code"
             )
-        inst.arg = layout[inst.argval]
+        if inst.argval in duplicated:
+            inst.arg = duplicated[inst.argval][inst.flags]
+        else:
+            inst.arg = layout[inst.argval]
     elif name in opcodes.COMPARE_OPS:
         if inst.argval in opcodes.CMP_OPS:
             inst.arg = (opcodes.CMP_OPS.index(inst.argval) << opcodes.COMPARE_SHIFT) | inst.flags

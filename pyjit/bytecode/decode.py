@@ -32,7 +32,9 @@ def localsplus_names(code: types.CodeType) -> list[str]:
     return names
 
 
-def decode_argval(opname: str, arg: int, code: types.CodeType, local_names: list[str]) -> tuple[object, int]:
+def decode_argval(
+    opname: str, arg: int, code: types.CodeType, local_names: list[str], duplicated: frozenset[str] = frozenset()
+) -> tuple[object, int]:
     """(argval, flags) of a non-jump instruction's raw argument."""
     if opname in opcodes.CONST_OPS:
         return code.co_consts[arg], 0
@@ -42,7 +44,10 @@ def decode_argval(opname: str, arg: int, code: types.CodeType, local_names: list
     if opname in opcodes.PAIR_LOCAL_OPS:
         return (local_names[arg >> 4], local_names[arg & 15]), 0
     if opname in opcodes.LOCAL_OPS:
-        return local_names[arg], 0
+        name = local_names[arg]
+        # A name with two slots (cell and free, 3.12 class-body comprehensions): flags records
+        # which occurrence the instruction uses.
+        return name, (local_names[:arg].count(name) if name in duplicated else 0)
     if opname in opcodes.COMPARE_OPS:
         shift = opcodes.COMPARE_SHIFT
         return opcodes.CMP_OPS[arg >> shift], arg & ((1 << shift) - 1)
@@ -54,6 +59,7 @@ def decode(code: types.CodeType) -> list[Instruction]:
     and exception handlers resolved. ``Instruction.offset`` is the byte offset in ``co_code``."""
     raw = code.co_code
     local_names = localsplus_names(code)
+    duplicated = frozenset(n for n in set(local_names) if local_names.count(n) > 1)
     instructions: list[Instruction] = []
     by_start: dict[int, Instruction] = {}  # start offset (incl. EXTENDED_ARG prefix) -> instr
     start_of: dict[int, int] = {}  # id(instr) -> start offset
@@ -87,7 +93,7 @@ def decode(code: types.CodeType) -> list[Instruction]:
             if name in opcodes.REAL_TO_VIRTUAL:  # 3.11: present one name for both directions
                 inst.opname = opcodes.REAL_TO_VIRTUAL[name]
         elif arg is not None:
-            inst.argval, inst.flags = decode_argval(name, arg, code, local_names)
+            inst.argval, inst.flags = decode_argval(name, arg, code, local_names, duplicated)
         instructions.append(inst)
         by_start[start] = inst
         start_of[id(inst)] = start

@@ -15,9 +15,12 @@ breaks never compound):
 4. reads of live locals the caller did not pass become ``LOAD_FAST_CHECK`` (3.12+), so a
    missing variable raises ``UnboundLocalError`` instead of crashing the interpreter.
 
-Parameters: stack slots are ``___stack0``...; a plain live local keeps its own name; a cell
-variable ``x`` is passed as its *cell object* as ``___cell_x`` (closures created before the break
-share it with the resume code). Cell variables not passed start as fresh empty cells.
+Parameters (:func:`resume_parameter_names`): stack slots are ``___stack0``...; a live local keeps
+its own name. A cell variable is passed as its *cell object* (closures created before the break
+share it with the resume code): its parameter slot is the cell slot and the prologue does not
+wrap it again. Cell variables not passed start as fresh empty cells. When the original can use
+zero-argument ``super()`` (``__class__`` is a free variable), its first argument is moved to the
+front of the parameters, because ``super()`` reads the frame's first slot.
 
 Results are cached by (original code, offset, stack depth, live locals, NULL slots, context slots).
 """
@@ -39,7 +42,6 @@ from .instruction import Instruction, create_instruction
 from .transform import CO_GENERATOR_FLAGS, CO_NESTED, CO_NEWLOCALS, CO_OPTIMIZED
 
 STACK_PREFIX = "___stack"
-CELL_PREFIX = "___cell_"
 
 
 class ResumeError(PyjitError):
@@ -142,15 +144,21 @@ def resume_cache_size(code: Optional[types.CodeType] = None) -> int:
 
 
 def resume_parameter_names(
+    original: types.CodeType,
     stack_depth: int,
     live_locals: Sequence[str],
-    cellvars: Iterable[str],
     null_slots: Sequence[int] = (),
 ) -> list[str]:
-    """Parameter names of a resume function, in calling order."""
-    cells = set(cellvars)
-    names = [f"{STACK_PREFIX}{i}" for i in range(stack_depth) if i not in set(null_slots)]
-    names += [CELL_PREFIX + n if n in cells else n for n in live_locals]
+    """Parameter names of a resume function of ``original``, in calling order: the stack
+    values (bottom first, NULL slots skipped) then ``live_locals`` in the given order, except
+    that a passed first argument of a method using zero-argument ``super()`` comes first."""
+    nulls = set(null_slots)
+    names = [f"{STACK_PREFIX}{i}" for i in range(stack_depth) if i not in nulls]
+    names += list(live_locals)
+    if "__class__" in original.co_freevars and original.co_argcount and original.co_varnames[0] in live_locals:
+        first = original.co_varnames[0]
+        names.remove(first)
+        names.insert(0, first)
     return names
 
 
@@ -216,11 +224,12 @@ def _build(
             raise ResumeError(f"{name!r} is not a local variable of {original.co_qualname}")
     live_at_target = live_locals_map(instructions)[id(target)]
 
-    params = resume_parameter_names(stack_depth, live_locals, cells, tuple(null_slots))
+    params = resume_parameter_names(original, stack_depth, live_locals, tuple(null_slots))
     varnames = params + [n for n in original.co_varnames if n not in params]
     cellvars = list(original.co_cellvars)
     freevars = list(original.co_freevars)
     layout = compute_layout(varnames, cellvars, freevars)
+    passed_cells = [n for n in live_locals if n in cells]
 
     # Body: the original without its prologue.
     first = 0
@@ -232,7 +241,8 @@ def _build(
         body = _check_unpassed_loads(body, live_at_target - passed)
 
     pos = target.positions
-    new: list[Instruction] = prologue(freevars, cellvars, layout)
+    # Passed cells arrive as cell objects in their (argument) slots: no MAKE_CELL for them.
+    new: list[Instruction] = prologue(freevars, [c for c in cellvars if c not in passed_cells], layout)
     new[-1].positions = dis.Positions(original.co_firstlineno, original.co_firstlineno, None, None)
     restore: list[Instruction] = []
     clear: list[str] = []
@@ -245,10 +255,6 @@ def _build(
         if i in context_slots:
             restore.append(create_instruction("BEFORE_WITH"))
             restore.append(create_instruction("POP_TOP"))  # the __enter__ result (the with target was already bound)
-    for name in live_locals:
-        if name in cells:
-            restore.append(_load_and_clear(CELL_PREFIX + name, clear))
-            restore.append(create_instruction("STORE_FAST", argval=name))  # the cell object itself
     restore += [create_instruction("DELETE_FAST", argval=n) for n in clear]
     restore.append(create_instruction("JUMP_FORWARD", target=target))
     for inst in restore:

@@ -47,14 +47,11 @@ class CompiledFrame:
     arg_names: list[str]
 
 
-def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Callable[..., Any]) -> CompiledFrame:
-    t0 = time.perf_counter()
+def root_translator(func: types.FunctionType, args: tuple[Any, ...], output: OutputGraph) -> Translator:
+    """The translator of the frame itself: argument slots and closure cells wrapped with sources."""
     code = func.__code__
-    names = flat_arg_names(code)
-    output = OutputGraph(code.co_qualname if hasattr(code, "co_qualname") else code.co_name)
     tx = Translator(code, {}, {}, func.__globals__, output)
-    install_global_state_guards(tx)
-    f_locals = {name: wrap(tx, value, LocalSource(name, i)) for i, (name, value) in enumerate(zip(names, args))}
+    f_locals = {name: wrap(tx, value, LocalSource(name, i)) for i, (name, value) in enumerate(zip(flat_arg_names(code), args))}
     cells: dict[str, CellVariable] = {}
     for name in code.co_cellvars:
         cells[name] = CellVariable(f_locals.pop(name) if name in f_locals else None)
@@ -62,6 +59,16 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
         cells[name] = CellVariable(real_cell=func.__closure__[i], source=ClosureSource(name, i))  # type: ignore[index]
     tx.locals = f_locals
     tx.cells = cells
+    return tx
+
+
+def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Callable[..., Any]) -> CompiledFrame:
+    t0 = time.perf_counter()
+    code = func.__code__
+    names = flat_arg_names(code)
+    output = OutputGraph(code.co_qualname if hasattr(code, "co_qualname") else code.co_name)
+    tx = root_translator(func, args, output)
+    install_global_state_guards(tx)
     grad_mode = torch.is_grad_enabled()
     try:
         result = tx.run()

@@ -132,13 +132,16 @@ def callback(func: types.FunctionType, args: tuple[Any, ...]) -> tuple[Any, type
         if not _global_options:
             return None
         state = register_target(code, _global_options[-1])
+    if _C.get_entry_limit() != config.entry_limit:
+        _C.set_entry_limit(config.entry_limit)
     frame = compile_for(func, args, state)
     if frame is None:
         _C.mark_skip(code)
         return None
     from ..guards.guards import compile_c_tree
 
-    tree = compile_c_tree(frame.guards, _C)
+    names = frame.arg_names
+    tree = compile_c_tree(frame.guards, _C, lambda a: frame_values(func, names, tuple(a)))
     return tree, frame.code
 
 
@@ -202,13 +205,9 @@ def _on_limit(code: types.CodeType) -> None:
                            config.entry_limit)
 
 
-_installed: list[bool] = []
-
-
 def ensure_installed() -> None:
-    """One-time C core settings (entry limit, limit callback)."""
-    if _installed or _C is None:
+    """C core settings pyjit relies on (entry limit, limit callback); cheap, called per jit()."""
+    if _C is None:
         return
     _C.set_entry_limit(config.entry_limit)
     _C.set_limit_callback(_on_limit)
-    _installed.append(True)

@@ -54,8 +54,19 @@ def _binder(func: types.FunctionType) -> Any:
 
 def call_python(jf: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     func = jf._func
-    if isinstance(jf._fn, types.MethodType):
-        args = (jf._fn.__self__, *args)
+    import functools
+
+    target = jf._fn
+    while True:
+        if isinstance(target, types.MethodType):
+            args = (target.__self__, *args)
+            target = target.__func__
+        elif isinstance(target, functools.partial):
+            args = (*target.args, *args)
+            kwargs = {**target.keywords, **kwargs}
+            target = target.func
+        else:
+            break
     code = func.__code__
     if code in _skipped:
         return func(*args, **kwargs)

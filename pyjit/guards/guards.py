@@ -261,7 +261,7 @@ def _distinct(*vals: Any) -> bool:
 # Compilation into the C guard tree.
 
 
-def compile_c_tree(guards: GuardSet, C: Any) -> Any:
+def compile_c_tree(guards: GuardSet, C: Any, frame_context: Callable[[Any], FrameValues] | None = None) -> Any:
     """Build a ``C.GuardTree`` whose check ids are the indices of ``guards``."""
     tree = C.GuardTree()
     for i, g in enumerate(guards):
@@ -276,7 +276,10 @@ def compile_c_tree(guards: GuardSet, C: Any) -> Any:
                 fn = _distinct_slots(slots) if k is GuardKind.DISTINCT else _same_slots(slots)
                 tree.frame_args().check_fn(fn, i)
                 continue
-            raise NotImplementedError("aliasing guards on non-argument sources")
+            if frame_context is None:
+                raise NotImplementedError("aliasing guards on non-argument sources need a frame context")
+            tree.frame_args().check_fn(_generic_alias_check(g, frame_context), i)
+            continue
         assert g.source is not None
         node = g.source.tree_node(tree)
         if k is GuardKind.TYPE_MATCH:
@@ -297,6 +300,13 @@ def compile_c_tree(guards: GuardSet, C: Any) -> Any:
         else:
             raise AssertionError(k)
     return tree
+
+
+def _generic_alias_check(g: Guard, frame_context: Callable[[Any], FrameValues]) -> Callable[[Any], bool]:
+    def check(args: Any) -> bool:
+        return g.failure_reason(frame_context(args)) is None
+
+    return check
 
 
 def _distinct_slots(slots: tuple[int, ...]) -> Callable[[Any], bool]:

@@ -4,15 +4,19 @@ Triton 3.x picks the interpreter when a kernel is *decorated* (``triton.jit`` re
 ``TRITON_INTERPRET`` knob at that moment), so setting the variable after import only affects
 modules decorated later, and it is process-wide. pyjit instead decides per module: for CPU
 graphs under ``PYJIT_CPU_BACKEND=triton_interpret`` the loader wraps each kernel's Python
-function in ``triton.runtime.interpreter.InterpretedFunction`` and gives the module the
-interpreter's libdevice stand-in (``triton_compat.interpreter_libdevice``). CUDA graphs in the
+function in ``triton.runtime.interpreter.InterpretedFunction`` (see :class:`InterpretedKernel`
+for Triton's own jit helpers) and gives the module the interpreter's libdevice stand-in
+(``triton_compat.interpreter_libdevice``). CUDA graphs in the
 same process keep compiled kernels. Works on Triton 3.6 and 3.9.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import sys
+import threading
 import types
+from typing import Any, Callable, Iterator
 
 
 def load_module(path: str, key: str, interpret: bool) -> types.ModuleType:
@@ -31,7 +35,6 @@ def load_module(path: str, key: str, interpret: bool) -> types.ModuleType:
 
 
 def _make_interpreted(module: types.ModuleType) -> None:
-    from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
     from .triton_compat import interpreter_libdevice
@@ -39,4 +42,65 @@ def _make_interpreted(module: types.ModuleType) -> None:
     module.libdevice = interpreter_libdevice()  # type: ignore[attr-defined]
     for attr, value in list(vars(module).items()):
         if isinstance(value, JITFunction):
-            setattr(module, attr, InterpretedFunction(value.fn))
+            setattr(module, attr, InterpretedKernel(value))
+
+
+class InterpretedKernel:
+    """A kernel run by Triton's interpreter even though ``triton`` was imported without it.
+
+    Triton's own helpers (``tl.sum``, ``tl.max``...) are ``@triton.jit`` functions decorated at
+    import: with the interpreter off they refuse to be called from Python. For the duration of
+    a launch they are swapped for interpreted twins, then restored, so compiled CUDA kernels
+    in the same process are unaffected.
+    """
+
+    def __init__(self, jit_fn: Any):
+        from triton.runtime.interpreter import InterpretedFunction
+
+        self.fn = InterpretedFunction(jit_fn.fn)
+        self.__name__ = jit_fn.fn.__name__
+
+    def __getitem__(self, grid: Any) -> Callable[..., None]:
+        def launch(*args: Any, **kwargs: Any) -> None:
+            with _interpreted_stdlib():
+                self.fn[grid](*args, **kwargs)
+        return launch
+
+
+_swaps: list[tuple[Any, str, Any, Any]] | None = None
+
+
+def _stdlib_swaps() -> list[tuple[Any, str, Any, Any]]:
+    global _swaps
+    if _swaps is None:
+        from triton.runtime.interpreter import InterpretedFunction
+        from triton.runtime.jit import JITFunction
+
+        try:  # imported lazily by launches; import it now, while Triton's helpers are not swapped
+            import triton.experimental.gluon  # noqa: F401
+        except ImportError:
+            pass
+        _swaps = []
+        for mod_name, mod in list(sys.modules.items()):
+            if not mod_name.startswith("triton.language") or mod is None:
+                continue
+            for attr, value in list(vars(mod).items()):
+                if isinstance(value, JITFunction):
+                    _swaps.append((mod, attr, value, InterpretedFunction(value.fn)))
+    return _swaps
+
+
+@contextlib.contextmanager
+def _interpreted_stdlib() -> Iterator[None]:
+    swaps = _stdlib_swaps()
+    with _lock:
+        for mod, attr, _, interp in swaps:
+            setattr(mod, attr, interp)
+        try:
+            yield
+        finally:
+            for mod, attr, original, _ in swaps:
+                setattr(mod, attr, original)
+
+
+_lock = threading.RLock()

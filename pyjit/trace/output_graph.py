@@ -167,9 +167,10 @@ class OutputGraph:
             if type(result) is not tuple:
                 return NamedTupleVariable(items, type(result))
             return TupleVariable(items)
-        if is_constant_value(result):
-            # A tensor-free result (e.g. torch.broadcast_shapes): fold it, drop the node.
-            if not node.users:
+        if result is None or is_constant_value(result):
+            # A tensor-free function of constants (e.g. torch.broadcast_shapes): fold it and drop
+            # the node. With tensor arguments the node stays (setitem and other effects return None).
+            if not node.users and not any(isinstance(a, TensorVariable) for a in args):
                 self.graph.erase_node(node)
                 self.call_count -= 1
             return ConstantVariable(result)

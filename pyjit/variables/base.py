@@ -62,6 +62,34 @@ class VariableTracker:
         return f"{type(self).__name__}()"
 
 
+class BoundMethodVariable(VariableTracker):
+    """``obj.name`` for a tracker whose methods are implemented by ``call_method`` (containers, constants)."""
+
+    __slots__ = ("obj", "name")
+
+    def __init__(self, obj: VariableTracker, name: str) -> None:
+        super().__init__(None)
+        self.obj = obj
+        self.name = name
+
+    def call_function(self, tx: "Translator", args: list["VariableTracker"], kwargs: dict[str, "VariableTracker"]) -> "VariableTracker":
+        return self.obj.call_method(tx, self.name, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"BoundMethodVariable({self.obj!r}.{self.name})"
+
+
+def method_or_unsupported(obj: VariableTracker, name: str) -> VariableTracker:
+    """The bound method ``obj.name`` when the value's type has such a method."""
+    try:
+        ptype = obj.python_type()
+    except Exception:
+        ptype = None
+    if ptype is not None and callable(getattr(ptype, name, None)):
+        return BoundMethodVariable(obj, name)
+    unsupported("unsupported_attr", f"{obj}.{name}")
+
+
 class NullVariable(VariableTracker):
     """The NULL CPython pushes before a callable (3.11/3.12) or after it (3.13)."""
 

@@ -99,6 +99,15 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
         args = [wrap(tx, a, ItemSource(AttrSource(source, "args"), i) if source else None) for i, a in enumerate(value.args)]
         kwargs = {k: wrap(tx, v, ItemSource(AttrSource(source, "keywords"), k) if source else None) for k, v in value.keywords.items()}
         return PartialVariable(func, args, kwargs, source)
+    if isinstance(value, (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)):
+        # A grad-mode context object (e.g. captured by @torch.no_grad()'s wrapper): no guard
+        # needed beyond the identity of the function that holds it.
+        from .torch_fns import GradModeVariable
+
+        mode = isinstance(value, torch.enable_grad) or (isinstance(value, torch.set_grad_enabled) and bool(value.mode))
+        return GradModeVariable(mode)
+    if isinstance(value, types.MethodType) and isinstance(value.__self__, (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)):
+        return wrap(tx, value.__self__, None).var_getattr(tx, value.__func__.__name__)
     if isinstance(value, types.MethodType):
         obj = wrap(tx, value.__self__, AttrSource(source, "__self__") if source else None)
         fn = value.__func__

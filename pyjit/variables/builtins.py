@@ -207,12 +207,10 @@ class BuiltinVariable(VariableTracker):
 
     @staticmethod
     def can_handle(fn: Any) -> bool:
-        if fn in _HANDLERS:
-            return True
         try:
-            if fn in _PURE_BUILTINS:
+            if fn in _HANDLERS or fn in _PURE_BUILTINS:
                 return True
-        except TypeError:
+        except TypeError:  # unhashable objects are never builtins
             return False
         return getattr(fn, "__module__", None) in _PURE_MODULES
 
@@ -523,8 +521,8 @@ def _sum(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, Variab
     acc: VariableTracker | None = start
     for i in items:
         if acc is None:
-            # `0 + t` equals `t` for tensors; skip the implicit start so the graph stays minimal.
-            acc = i if _is_tensor(i) else binary_op(tx, operator.add, ConstantVariable(0), i)
+            # Python starts from 0: `0 + t` (it also promotes bool tensors to int64).
+            acc = binary_op(tx, operator.add, ConstantVariable(0), i)
         else:
             acc = binary_op(tx, operator.add, acc, i)
     return acc if acc is not None else ConstantVariable(0)

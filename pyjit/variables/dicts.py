@@ -41,6 +41,11 @@ class DictVariable(VariableTracker):
     def as_python_constant(self) -> Any:
         return self.dict_type((k, v.as_python_constant()) for k, v in self.items.items())
 
+    def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
+        from .base import method_or_unsupported
+
+        return method_or_unsupported(self, name)
+
     def unpack(self, tx: "Translator") -> list[VariableTracker]:
         return [ConstantVariable(k) for k in self.items]
 
@@ -139,6 +144,11 @@ class SetVariable(VariableTracker):
 
     def as_python_constant(self) -> Any:
         return set(self.values)
+
+    def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
+        from .base import method_or_unsupported
+
+        return method_or_unsupported(self, name)
 
     def unpack(self, tx: "Translator") -> list[VariableTracker]:
         return [ConstantVariable(v) for v in self.values]

@@ -36,6 +36,11 @@ class BaseListVariable(VariableTracker):
     def as_python_constant(self) -> Any:
         return self.python_type()(i.as_python_constant() for i in self.items)
 
+    def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
+        from .base import method_or_unsupported
+
+        return method_or_unsupported(self, name)
+
     def unpack(self, tx: "Translator") -> list[VariableTracker]:
         return list(self.items)
 
@@ -189,7 +194,9 @@ class NamedTupleVariable(TupleVariable):
                             return self.items[i]
                 except Exception:
                     break
-        unsupported("unsupported_attr", f"{self.tuple_cls.__name__}.{name}")
+        from .base import method_or_unsupported
+
+        return method_or_unsupported(self, name)
 
     def _build(self, cg: "OutputCodegen", parts: list[str]) -> str:
         cls = cg.ref(self.tuple_cls, self.tuple_cls.__name__)
@@ -217,6 +224,11 @@ class ListIteratorVariable(VariableTracker):
         item = self.items[self.index]
         self.index += 1
         return item
+
+    def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
+        from .base import method_or_unsupported
+
+        return method_or_unsupported(self, name)
 
     def unpack(self, tx: "Translator") -> list[VariableTracker]:
         rest = self.items[self.index:]

@@ -60,6 +60,10 @@ class NNModuleVariable(VariableTracker):
             return wrap(tx, d[name], AttrSource(self.source, name) if self.source is not None else None)
         if name == "__class__":
             return wrap(tx, type(m), None)
+        if name in _TRACKED_METHODS or (isinstance(m, torch.nn.ModuleDict) and name in ("keys", "values", "items")):
+            from .base import BoundMethodVariable
+
+            return BoundMethodVariable(self, name)
         cls_attr = _lookup_class_attr(type(m), name)
         if cls_attr is _MISSING:
             unsupported("exception", f"AttributeError: {type(m).__name__} has no attribute {name!r}")
@@ -185,6 +189,9 @@ class NNModuleVariable(VariableTracker):
 
 
 _MISSING = object()
+# Module methods answered by NNModuleVariable.call_method instead of inlining torch's generators.
+_TRACKED_METHODS = frozenset({"parameters", "named_parameters", "buffers", "named_buffers", "children",
+                              "named_children", "modules"})
 
 
 def _lookup_class_attr(cls: type, name: str) -> Any:

@@ -27,8 +27,9 @@ _TORCH_PREFIXES = ("torch.", "torch")
 def is_torch_library_function(fn: Any) -> bool:
     mod = getattr(fn, "__module__", None) or ""
     if mod == "torch" or mod.startswith("torch."):
-        # Module subclasses' forward methods (nn.Linear.forward...) are inlined, not called.
-        return not mod.startswith("torch.nn.modules")
+        # Module subclasses' forward methods (nn.Linear.forward...) are inlined, not called;
+        # so are functions decorated with @torch.no_grad() & co (torch.utils._contextlib).
+        return not mod.startswith(("torch.nn.modules", "torch.utils._contextlib"))
     return False
 
 
@@ -144,7 +145,8 @@ class GradModeVariable(VariableTracker):
         _set_grad(tx, self.mode)
 
     def enter(self, tx: "Translator") -> VariableTracker:
-        self.apply(tx)
+        if self.prev is None:  # torch.set_grad_enabled(b) already switched when it was called
+            self.apply(tx)
         return ConstantVariable(None)
 
     def exit(self, tx: "Translator") -> VariableTracker:
@@ -157,11 +159,24 @@ class GradModeVariable(VariableTracker):
         unsupported("unsupported_call", "torch.no_grad() as a decorator inside traced code")
 
     def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
+        if name == "clone":  # torch's decorator support makes a fresh context per call
+            return _CloneCtx(self)
         if name == "__enter__":
             return _BoundCtx(self, True)
         if name == "__exit__":
             return _BoundCtx(self, False)
         unsupported("unsupported_attr", f"grad-mode context .{name}")
+
+
+class _CloneCtx(VariableTracker):
+    __slots__ = ("ctx",)
+
+    def __init__(self, ctx: GradModeVariable) -> None:
+        super().__init__(None)
+        self.ctx = ctx
+
+    def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        return GradModeVariable(self.ctx.mode)
 
 
 class _BoundCtx(VariableTracker):

@@ -80,6 +80,12 @@ class UserDefinedClassVariable(VariableTracker):
             return NamedTupleVariable(items, cls)
         from .builtins import BuiltinVariable
 
+        import functools
+
+        if cls is functools.partial:
+            from .functions import PartialVariable
+
+            return PartialVariable(args[0], list(args[1:]), dict(kwargs))
         if BuiltinVariable.can_handle(cls):
             return BuiltinVariable(cls).call_function(tx, args, kwargs)
         unsupported("unsupported_call", f"constructing {cls.__name__} inside the traced code")

@@ -349,3 +349,96 @@ def test_guard_python_check_may_reset_cache_safely():
     finally:
         _C.set_callback(None)
     assert calls == [(1,), (2,)]
+
+
+class _Interrupt(BaseException):
+    """Stands in for KeyboardInterrupt: a BaseException that is not an Exception."""
+
+
+def test_base_exceptions_in_checks_propagate_ordinary_ones_fail():
+    def interrupt(v):
+        raise _Interrupt()
+
+    t = _C.GuardTree()
+    t.arg(0).check_fn(interrupt, 0)
+    with pytest.raises(_Interrupt):
+        t.check(f, args_of(1))
+
+    class Prop:
+        @property
+        def p(self):
+            raise _Interrupt()
+
+    t2 = _C.GuardTree()
+    t2.arg(0).attr("p").check_eq(1, 0)
+    with pytest.raises(_Interrupt):
+        t2.check(f, args_of(Prop()))
+
+    def g(x):
+        return running_code_name()
+
+    calls = []
+
+    def cb(func, args):
+        if func is not g:
+            return None
+        calls.append(args)
+        t3 = _C.GuardTree()
+        t3.arg(0).check_fn(lambda v: v == 1 or interrupt(v), 0)
+        from .core_helpers import flat_code
+        return (t3, flat_code(g))
+
+    _C.set_callback(cb)
+    try:
+        assert g(1) == "g__repl"
+        assert g(1) == "g__repl"
+        with pytest.raises(_Interrupt):
+            g(2)
+    finally:
+        _C.set_callback(None)
+    assert calls == [(1,)]
+
+
+class FakeDevice:
+    def __init__(self, type_: str, index=None):
+        self.type, self.index = type_, index
+
+    def __eq__(self, other):
+        return isinstance(other, FakeDevice) and (self.type, self.index) == (other.type, other.index)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class FakeTensor:
+    """Tensor-like object with Python properties: exercises the generic (non-getset) path."""
+
+    def __init__(self, shape, stride, dtype="f32", device=FakeDevice("cpu"), requires_grad=False):
+        self._shape, self._stride = tuple(shape), None if stride is None else tuple(stride)
+        self.dtype, self.device, self.requires_grad = dtype, device, requires_grad
+
+    @property
+    def shape(self):
+        return self._shape
+
+    def stride(self):
+        if self._stride is None:
+            raise RuntimeError("no strides")
+        return self._stride
+
+
+def test_tensor_check_generic_path_without_torch():
+    F32, F64 = "f32", "f64"
+    x = FakeTensor((4, 3), (3, 1), dtype=F32)
+    t = _C.GuardTree()
+    t.arg(0).check_tensor(FakeTensor, F32, FakeDevice("cpu"), False, (4, None), (3, 1), 1)
+    assert t.check(f, args_of(x)) == -1
+    assert t.check(f, args_of(FakeTensor((4, 7), (3, 1)))) == -1          # dynamic dim 1
+    assert t.check(f, args_of(FakeTensor((5, 3), (3, 1)))) == 1
+    assert t.check(f, args_of(FakeTensor((4, 3), (1, 4)))) == 1
+    assert t.check(f, args_of(FakeTensor((4, 3), (3, 1), dtype=F64))) == 1  # dtype by identity
+    assert t.check(f, args_of(FakeTensor((4, 3), (3, 1), device=FakeDevice("meta")))) == 1
+    assert t.check(f, args_of(FakeTensor((4, 3), (3, 1), requires_grad=True))) == 1
+    assert t.check(f, args_of(FakeTensor((4, 3, 1), (3, 1, 1)))) == 1
+    assert t.check(f, args_of(3)) == 1
+    broken = FakeTensor((4, 3), None)  # stride() raises: a failure, not an error
+    assert t.check(f, args_of(broken)) == 1

@@ -446,3 +446,121 @@ def test_tracing_frames_are_left_alone():
         _C.set_callback(None)
     assert ("f", "call") in events
     assert "tracer" not in calls
+
+
+def test_one_entry_serves_every_closure_instance_of_a_code_object():
+    def make_adder(n):
+        def add(x):
+            return running_code_name(), x + n
+
+        return add
+
+    add1, add2 = make_adder(1), make_adder(2)
+    comp = Compiler(add1)
+    _C.set_callback(comp)
+    try:
+        out = [add1(10), add2(10), add1(5)]
+    finally:
+        _C.set_callback(None)
+    assert out == [("add__repl", 11), ("add__repl", 12), ("add__repl", 6)]
+    assert len(comp.calls) == 1
+
+
+def test_replacement_sees_the_original_functions_globals_and_builtins():
+    import types
+
+    src = "def f(x):\n    return (len(x), CONST)\n"
+    g: dict = {"CONST": 7, "__builtins__": {"len": lambda v: -1}}
+    exec(src, g)
+    f = g["f"]
+    # A function whose globals lack __builtins__ takes the builtins current at its creation:
+    # here the custom ones of an exec, which differ from the builtins at the call site.
+    ns = {"__builtins__": {"len": lambda v: -2}, "FT": types.FunctionType, "code": f.__code__}
+    exec("alt = FT(code, {'CONST': 8}, 'f')", ns)
+    alt = ns["alt"]
+    expected_f, expected_alt = f([1, 2]), alt([1, 2])
+    comp = Compiler(f)
+    _C.set_callback(comp)
+    try:
+        got_f, got_alt = f([1, 2]), alt([1, 2])
+    finally:
+        _C.set_callback(None)
+    assert (got_f, got_alt) == (expected_f, expected_alt)
+    assert got_f == (-1, 7) and got_alt == (-2, 8)
+    assert len(comp.calls) == 1
+
+
+def test_keyboard_interrupt_style_base_exceptions_propagate():
+    class Stop(BaseException):
+        pass
+
+    def f(x):
+        raise Stop()
+
+    _C.set_callback(Compiler(f))
+    try:
+        with pytest.raises(Stop):
+            f(1)
+        with pytest.raises(Stop):
+            f(2)
+    finally:
+        _C.set_callback(None)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
+def test_sys_monitoring_callbacks_are_left_alone():
+    mon = sys.monitoring
+    tool = mon.PROFILER_ID
+    starts = []
+
+    def on_start(code, offset):
+        starts.append(code.co_name)
+
+    def f(x):
+        return x * 2
+
+    names = []
+
+    def cb(func, args):
+        names.append(func.__name__)
+        return None
+
+    mon.use_tool_id(tool, "pyjit-test")
+    try:
+        mon.register_callback(tool, mon.events.PY_START, on_start)
+        mon.set_events(tool, mon.events.PY_START)
+        _C.set_callback(cb)
+        try:
+            assert f(2) == 4
+        finally:
+            _C.set_callback(None)
+            mon.set_events(tool, 0)
+            mon.register_callback(tool, mon.events.PY_START, None)
+    finally:
+        mon.free_tool_id(tool)
+    assert "f" in starts and "f" in names
+    assert "on_start" not in names
+
+
+def test_interpreter_exit_with_callback_still_set():
+    import subprocess
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(_C.__file__)))
+    script = (
+        "import atexit, threading\n"
+        "from pyjit import _C\n"
+        "def cb(func, args):\n"
+        "    return None\n"
+        "def work():\n"
+        "    _C.set_callback(cb)\n"
+        "    sum(i for i in range(10))\n"  # thread ends while enabled
+        "t = threading.Thread(target=work); t.start(); t.join()\n"
+        "atexit.register(lambda: print('atexit ran'))\n"
+        "_C.set_callback(cb)\n"
+        "print('done')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=root,
+                         env={**os.environ, "PYTHONPATH": root}, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["done", "atexit", "ran"]

@@ -683,3 +683,53 @@ def where_on_int_mask(x, m):
 @case(3, t(4, 8))
 def temperature_softmax_from_global(x):
     return F.log_softmax(x / CONFIG.temperature, dim=-1).exp()
+
+
+# ----------------------------------------------------------------------------------------------
+category("signatures")
+
+
+@case(2, t(4), t(4), t(4))
+def top_level_star_args(x, *rest):
+    return x * rest[0] + rest[1]
+
+
+@case(1, t(4), kwargs={"scale": 2.0, "name": "a"})
+def top_level_star_kwargs(x, **opts):
+    return x * opts["scale"] if opts["name"] == "a" else x
+
+
+@case(1, t(4), kwargs={"bias": t(4)})
+def top_level_keyword_only(x, *, bias):
+    return x + bias
+
+
+@case(1, t(4))
+def top_level_defaults_used(x, y=None, scale=2.0):
+    return x * scale if y is None else x * y
+
+
+@case(1, t(4), t(4))
+def top_level_positional_only(x, y, /):
+    return x - y
+
+
+@case(2, t(4), t(4), kwargs={"z": t(4)})
+def top_level_everything(x, /, y, *args, z, **kw):
+    return (x + y) * z
+
+
+@case(3, t(4, 8))
+def constants_in_result(x):
+    return x + 1, x.shape[0], "ok", None, torch.float32, (x * 2).sum()
+
+
+@case(1, t(4, 8))
+def same_tensor_returned_twice(x):
+    y = x + 1
+    return y, [y], {"y": y}
+
+
+@case(2, t(4, 8))
+def input_returned_with_new_tensor(x):
+    return x, x * 2, x.sum()

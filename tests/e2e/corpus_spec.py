@@ -33,7 +33,7 @@ def t(*shape: int, dtype: torch.dtype = torch.float32, requires_grad: bool = Fal
     """A standard-normal float tensor (``requires_grad`` leaves allowed)."""
 
     def make(g: torch.Generator) -> torch.Tensor:
-        x = torch.randn(*shape, generator=g).to(dtype)
+        x = torch.randn(shape, generator=g).to(dtype)
         return x.requires_grad_(requires_grad) if requires_grad else x
 
     return Rand(make)

@@ -267,6 +267,13 @@ def star_unpack_and_sum(xs):
     return first + sum(rest)
 
 
+@case(4, t(4, 8), t(4, 8))
+def sum_of_bool_masks(x, y):
+    # sum() starts from 0: 0 + bool tensor is int64, so "0 +" must not be dropped (bool + bool
+    # stays bool); this is why builtin sum counts one addition per element.
+    return sum([x > 0, y > 0])
+
+
 @case(2, t(4, 8), t(4, 8))
 def nested_output(x, y):
     return {"out": (x + 1, [y * 2])}
@@ -572,3 +579,57 @@ def requires_grad_branch(x):
     if x.requires_grad:
         return x * 3
     return x
+
+
+# ----------------------------------------------------------------------------------------------
+category("dtypes_and_layouts")
+
+
+@case(2, t(4, 8, dtype=torch.float16))
+def float16_ops(x):
+    return x * 2 + 1
+
+
+@case(2, t(4, 8, dtype=torch.bfloat16), t(8, 3, dtype=torch.bfloat16))
+def bfloat16_matmul_float(x, w):
+    return (x @ w).float()
+
+
+@case(3, Rand(lambda g: torch.randint(-5, 5, (4, 8), generator=g, dtype=torch.int32)))
+def int32_ops(a):
+    return (a * 3) // 2 - a
+
+
+@case(3, Rand(lambda g: torch.rand(4, 8, generator=g) > 0.3))
+def bool_tensor_ops(m):
+    return (m & ~m).sum()
+
+
+@case(2, t(), t(4, 8))
+def zero_dim_tensor(s, x):
+    return x * s + s
+
+
+@case(2, t(0, 8))
+def empty_tensor(x):
+    return x.sum(0) + 1
+
+
+@case(2, Rand(lambda g: torch.randn(8, 4, generator=g).t()))
+def transposed_input(x):
+    return x.contiguous().view(-1)
+
+
+@case(2, Rand(lambda g: torch.randn(4, 16, generator=g)[:, ::2]))
+def strided_input(x):
+    return x * 2 + x.stride()[0]
+
+
+@case(1, Rand(lambda g: torch.nn.Parameter(torch.randn(4, generator=g))))
+def parameter_argument(p):
+    return p * 2
+
+
+@case(1, Rand(lambda g: torch.randn(2, 3, 4, generator=g).permute(2, 0, 1)))
+def permuted_input_reduction(x):
+    return x.sum(dim=(1, 2))

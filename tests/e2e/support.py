@@ -147,20 +147,24 @@ def assert_same(expected: Any, actual: Any, path: str = "result", *, exact: bool
 
 def assert_same_aliasing(eager_args: Any, eager_out: Any, jit_args: Any, jit_out: Any) -> None:
     """Where eager returns one of its input tensors itself, the jitted call must return the
-    corresponding input object too (inputs returned unchanged are rebuilt, not copied)."""
+    corresponding input object too (inputs returned unchanged are rebuilt, not copied); and
+    two outputs are the same object under jit exactly when they are in eager."""
     eager_in = {id(t): i for i, t in enumerate(tensor_leaves(eager_args))}
     jit_in = tensor_leaves(jit_args)
-    for j, (e, a) in enumerate(zip(tensor_leaves(eager_out), tensor_leaves(jit_out))):
+    eager_leaves, jit_leaves = tensor_leaves(eager_out), tensor_leaves(jit_out)
+    for j, (e, a) in enumerate(zip(eager_leaves, jit_leaves)):
         if id(e) in eager_in:
             assert a is jit_in[eager_in[id(e)]], (
                 f"output tensor #{j} is input tensor #{eager_in[id(e)]} itself in eager, but a different object under jit"
             )
-
-
-def seeded(seed: int) -> torch.Generator:
-    g = torch.Generator()
-    g.manual_seed(seed)
-    return g
+    # The same tensor returned twice (``return y, y``) is one object under jit too.
+    for j in range(len(jit_leaves)):
+        for i in range(j):
+            if (jit_leaves[i] is jit_leaves[j]) != (eager_leaves[i] is eager_leaves[j]):
+                raise AssertionError(
+                    f"output tensors #{i} and #{j}: same object in eager is {eager_leaves[i] is eager_leaves[j]}, "
+                    f"under jit {jit_leaves[i] is jit_leaves[j]}"
+                )
 
 
 def run_against_eager(case: Any, wrap: Callable[[Callable[..., Any]], Callable[..., Any]],

@@ -20,7 +20,7 @@ import torch
 
 from ..ops_handler import BinaryOp, ReductionType, UnaryOp
 from ..scheduler import RINDEX, XINDEX, FusedGroup, SchedulerNode
-from ..symbolic import texpr
+from ..symbolic import simplify_with_ranges, texpr
 from .common import IndentedBuffer, compute_dtype, next_power_of_2, triton_dtype
 
 
@@ -114,13 +114,29 @@ class TritonKernel:
 
     # ------------------------------------------------------------------ ops handler
     def _index_str(self, index: sympy.Expr) -> str:
-        return texpr(index)
+        return texpr(simplify_with_ranges(index, {XINDEX: self.xnumel, RINDEX: self.rnumel}))
 
-    def _mask_for(self, index: sympy.Expr) -> str | None:
-        syms = {s.name for s in index.free_symbols}
-        if not syms:
-            return None
-        return self.mask
+    def _pointer(self, ptr: str, index: sympy.Expr, store: bool = False) -> tuple[str, str | None]:
+        """Pointer expression and mask for an access at ``index``.
+
+        Triton does not broadcast a pointer to its mask's shape, so the mask is built from the
+        kernel variables the index uses; gathered (indirect) indices take the node's full shape.
+        """
+        text = f"{ptr} + ({self._index_str(index)})"
+        names = {s.name for s in index.free_symbols}
+        if not names and not store:
+            return text, None
+        if (names - {"xindex", "rindex"}) or (store and "xindex" not in names):
+            # Gathered index, or a store whose address ignores xindex (e.g. a full reduction):
+            # give the pointer the node's shape so it matches the value and the mask.
+            if self.is_reduction:
+                shape = "[XBLOCK, RBLOCK]" if "rmask" in self.mask else "[XBLOCK, 1]"
+            else:
+                shape = "[XBLOCK]"
+            text = f"tl.broadcast_to({text}, {shape})"
+            return text, self.mask
+        parts = [m for m, n in (("rmask", "rindex"), ("xmask", "xindex")) if n in names]
+        return text, " & ".join(parts)
 
     def load(self, name: str, index: sympy.Expr) -> CSEVar:
         key = f"store:{name}:{self._index_str(index)}"
@@ -128,10 +144,10 @@ class TritonKernel:
         if hit is not None:
             return hit
         ptr = self.inputs.setdefault(name, f"in_ptr{len(self.inputs)}")
-        mask = self._mask_for(index)
+        pointer, mask = self._pointer(ptr, index)
         dtype = self.dtypes[name]
         mask_text = f", {mask}, other=0" if mask else ""
-        expr = f"tl.load({ptr} + ({self._index_str(index)}){mask_text})"
+        expr = f"tl.load({pointer}{mask_text})"
         cdt = compute_dtype(dtype)
         if cdt != dtype:
             expr += f".to({triton_dtype(cdt)})"
@@ -146,8 +162,9 @@ class TritonKernel:
         val = str(value)
         if value.dtype != dtype:
             val = f"{val}.to({triton_dtype(dtype)})"
-        mask = self._mask_for(index) or self.mask
-        self.sections[self.section].writeline(f"tl.store({ptr} + ({self._index_str(index)}), {val}, {mask})")
+        pointer, mask = self._pointer(ptr, index, store=True)
+        mask_text = f", {mask}" if mask else ""
+        self.sections[self.section].writeline(f"tl.store({pointer}, {val}{mask_text})")
 
     def constant(self, value: bool | int | float, dtype: torch.dtype) -> CSEVar:
         cdt = compute_dtype(dtype)

@@ -60,7 +60,8 @@ class WrapperCodegen:
         self.scheduler = scheduler
         self.device = device
         self.persistent_rmax = persistent_rmax
-        self.dtypes: dict[str, torch.dtype] = {b.name: b.layout.dtype for b in graph.graph_inputs}
+        self.inputs = list(graph.graph_inputs) + [b for b, _ in graph.constants]
+        self.dtypes: dict[str, torch.dtype] = {b.name: b.layout.dtype for b in self.inputs}
         self.dtypes.update({b.name: b.layout.dtype for b in graph.buffers if b.layout is not None})
 
     def value(self, node: Any) -> str:
@@ -127,7 +128,7 @@ class WrapperCodegen:
         out.writeline("")
         out.writeline("def call(args):")
         with out.indent():
-            names = [b.name for b in graph.graph_inputs]
+            names = [b.name for b in self.inputs]
             if names:
                 out.writeline(f"{', '.join(names)}, = args")
             for step, (kind, step_lines), frees in zip(steps, lines, plan.frees):
@@ -149,7 +150,7 @@ class WrapperCodegen:
         return GeneratedModule(out.getvalue(), [k.name for k in kernels], extern_calls, len(plan.reuse))
 
     def _kept_names(self) -> set[str]:
-        keep = {b.name for b in self.graph.graph_inputs}
+        keep = {b.name for b in self.inputs}
         for value in list(self.graph.outputs) + [v for _, v in self.graph.mutations]:
             if isinstance(value, ReinterpretView):
                 keep.add(value.data.name)
@@ -187,7 +188,7 @@ class WrapperCodegen:
         ]
 
     def _benchmark_main(self) -> list[str]:
-        specs = [(tuple(b.layout.size), tuple(b.layout.stride), b.layout.dtype) for b in self.graph.graph_inputs]
+        specs = [(tuple(b.layout.size), tuple(b.layout.stride), b.layout.dtype) for b in self.inputs]
         return [
             "",
             "",

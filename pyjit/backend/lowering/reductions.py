@@ -57,6 +57,19 @@ def make_reduction(ctx: Any, x: IRNode, dims: Any, keepdim: bool, reduction_type
             v = ops.to_dtype(v, vdt)
         return v
 
+    if prod(rranges) == 1:
+        # Reducing one element: no loop at all (argmax -> 0, m2 -> 0, others -> the value).
+        def single(ops: Any, index: Sequence[sympy.Expr]) -> Any:
+            if reduction_type in ("argmax", "argmin", "m2"):
+                return ops.constant(0, out_dtype)
+            return ops.to_dtype(inner_fn(ops, index, [sympy.Integer(0)]), out_dtype)
+
+        from ..ir import Pointwise
+        out1: IRNode = StorageBox(Pointwise(x.get_device(), out_dtype, ranges, x.get_origins() | ctx.current_origins(),
+                                            inner_fn=single))
+        if keepdim:
+            out1 = _view(ctx, out1, [1 if d in rdims else size[d] for d in range(ndim)])
+        return out1
     red = Reduction(x.get_device(), out_dtype, ranges, x.get_origins() | ctx.current_origins(),
                     inner_fn=inner_fn, reduction_ranges=[prod(rranges)], reduction_type=reduction_type,
                     src_dtype=vdt)

@@ -24,8 +24,10 @@ def nop(tx: "Translator", inst: "Instruction") -> None:
 def _load_local(tx: "Translator", name: str) -> None:
     v = tx.locals.get(name)
     if v is None:
-        if name in tx.cells:  # an argument captured by an inner function (3.11: MAKE_CELL)
-            tx.push(tx.cells[name].get(tx, name))
+        if name in tx.cells:
+            # 3.13 compiles LOAD_CLOSURE to LOAD_FAST: on a cell variable it loads the cell itself
+            # (values of cell variables are always read with LOAD_DEREF).
+            tx.push(tx.cells[name])
             return
         unsupported("exception", f"UnboundLocalError: {name!r} referenced before assignment")
     tx.push(v)

@@ -1,0 +1,119 @@
+"""Backend GPU kernel benchmark: eager vs torch.compile (inductor) vs pyjit's backend, one run.
+
+``run(quick=True) -> dict`` (called by the bench harness, kept verbatim) or
+``python -m bench.backend_kernels``. For each workload: ms per call (median of CUDA-event
+timings), speedup over eager, and for memory-bound workloads the achieved bandwidth
+(bytes of inputs + outputs / time) as a % of the measured device-to-device copy bandwidth.
+pyjit's backend is driven through ``torch.compile(fn, backend=pyjit.backend.compile_fx)``.
+On a machine without CUDA it returns ``{"skipped": ...}``.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+
+def _time_ms(fn: Callable[[], Any], iters: int) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        samples.append(start.elapsed_time(end))
+    return statistics.median(samples)
+
+
+def copy_bandwidth_gbs(nbytes: int = 1 << 30) -> float:
+    src = torch.empty(nbytes // 4, device="cuda", dtype=torch.float32)
+    dst = torch.empty_like(src)
+    ms = _time_ms(lambda: dst.copy_(src), 10)
+    return 2 * nbytes / (ms * 1e-3) / 1e9
+
+
+def workloads(quick: bool) -> dict[str, tuple[Callable[..., Any], list[torch.Tensor], bool]]:
+    """name -> (fn, inputs, memory_bound)."""
+    n = 4096 if quick else 8192
+    d = torch.device("cuda")
+    x = torch.randn(n, n, device=d)
+    y = torch.randn(n, n, device=d)
+    xb = torch.randn(n, n, device=d, dtype=torch.bfloat16)
+    wb = torch.randn(n, device=d, dtype=torch.bfloat16)
+    w, b = torch.randn(n, device=d), torch.randn(n, device=d)
+    logits = torch.randn(n, 8192 if not quick else 4096, device=d)
+    target = torch.randint(0, logits.shape[1], (n,), device=d)
+    h = 1024
+    xl = torch.randn(2048, h, device=d, dtype=torch.float16)
+    wl = torch.randn(4 * h, h, device=d, dtype=torch.float16)
+    bl = torch.randn(4 * h, device=d, dtype=torch.float16)
+    res = torch.randn(2048, 4 * h, device=d, dtype=torch.float16)
+    q = torch.randn(16, 1024, 64, device=d, dtype=torch.float16)
+    k = torch.randn(16, 1024, 64, device=d, dtype=torch.float16)
+    v = torch.randn(16, 1024, 64, device=d, dtype=torch.float16)
+
+    def rms_norm(a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        af = a.float()
+        return (af * torch.rsqrt(af.pow(2).mean(-1, keepdim=True) + 1e-6)).to(a.dtype) * g
+
+    return {
+        "pointwise_chain": (lambda a, c: ((a + c).relu() * 2 - a).sigmoid(), [x, y], True),
+        "gelu": (lambda a: F.gelu(a), [x], True),
+        "softmax": (lambda a: F.softmax(a, -1), [x], True),
+        "layer_norm": (lambda a, g, bb: F.layer_norm(a, (n,), g, bb), [x, w, b], True),
+        "rms_norm_bf16": (rms_norm, [xb, wb], True),
+        "cross_entropy": (lambda lg, t: F.cross_entropy(lg, t), [logits, target], True),
+        "linear_gelu_residual": (lambda a, ww, bb, r: F.gelu(F.linear(a, ww, bb)) + r, [xl, wl, bl, res], False),
+        "attention": (lambda qq, kk, vv: torch.softmax(qq @ kk.transpose(-1, -2) / 8.0, -1) @ vv, [q, k, v], False),
+    }
+
+
+def run(quick: bool = True) -> dict[str, Any]:
+    if not torch.cuda.is_available():
+        return {"skipped": "no CUDA device"}
+    import pyjit.backend
+
+    torch._dynamo.reset()
+    peak = copy_bandwidth_gbs()
+    iters = 20 if quick else 100
+    rows = []
+    for name, (fn, inputs, memory_bound) in workloads(quick).items():
+        with torch.no_grad():
+            out = fn(*inputs)
+            nbytes = sum(t.numel() * t.element_size() for t in inputs) + sum(
+                t.numel() * t.element_size() for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor))
+            row: dict[str, Any] = {"workload": name, "bytes": nbytes}
+            for label, compiled in (("eager", fn),
+                                    ("inductor", torch.compile(fn, dynamic=False)),
+                                    ("pyjit", torch.compile(fn, backend=pyjit.backend.compile_fx, dynamic=False))):
+                try:
+                    ms = _time_ms(lambda: compiled(*inputs), iters)
+                    row[f"{label}_ms"] = ms
+                    if memory_bound:
+                        row[f"{label}_pct_copy_bw"] = 100 * nbytes / (ms * 1e-3) / 1e9 / peak
+                except Exception as e:  # a failing backend is reported, not fatal
+                    row[f"{label}_error"] = f"{type(e).__name__}: {e}"[:200]
+            for label in ("inductor", "pyjit"):
+                if f"{label}_ms" in row and "eager_ms" in row:
+                    row[f"{label}_speedup"] = row["eager_ms"] / row[f"{label}_ms"]
+        rows.append(row)
+
+    def geomean(key: str) -> float | None:
+        vals = [r[key] for r in rows if key in r]
+        return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+
+    return {"copy_bandwidth_gbs": peak, "rows": rows, "geomean_speedup_inductor": geomean("inductor_speedup"),
+            "geomean_speedup_pyjit": geomean("pyjit_speedup"), "device": torch.cuda.get_device_name()}
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(run(quick=False), indent=2))

@@ -1,0 +1,168 @@
+"""pyjit's graph compiler entry: ``compile_fx(gm, example_inputs) -> callable``.
+
+Pipeline (inference): FX graph -> aten graph (``make_fx`` on fake tensors, decompositions,
+functionalization) -> loop IR (``GraphLowering``) -> ``Scheduler`` (fusion, dead code) ->
+Triton kernels + wrapper module -> on-disk cache -> loaded module -> callable that checks its
+inputs still match what it was compiled for, calls ``call(args)`` and rebuilds the output
+structure. Graphs that this backend does not compile run as captured (``gm.forward``), with
+the reason logged on the ``fallbacks`` channel and recorded in ``metrics.eager_graphs``:
+CPU graphs under ``PYJIT_CPU_BACKEND=eager`` (the default), training (grad enabled and an input
+requiring grad), non-tensor or dynamic-shape inputs, mixed devices, and internal errors
+(raised instead under ``config.raise_on_internal_error``).
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx
+from torch.utils import _pytree as pytree
+
+from ..config import config
+from ..errors import BackendError
+from ..logs import get_logger
+from .metrics import metrics
+
+log = get_logger("fallbacks")
+code_log = get_logger("output_code")
+time_log = get_logger("compile_times")
+
+
+def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+    """torch.compile's backend protocol: compile ``gm`` for inputs like ``example_inputs``."""
+    reason = _eager_reason(example_inputs)
+    if reason is not None:
+        return _run_as_captured(gm, reason)
+    try:
+        return _compile(gm, list(example_inputs))
+    except Exception as e:  # a backend bug must never break the user's program
+        if config.raise_on_internal_error:
+            raise BackendError(f"pyjit backend failed on graph {_graph_label(gm)}: {e}") from e
+        return _run_as_captured(gm, f"backend error: {type(e).__name__}: {e}")
+
+
+def _graph_label(gm: torch.fx.GraphModule) -> str:
+    return f"{type(gm).__name__} with {len(gm.graph.nodes)} nodes"
+
+
+def _run_as_captured(gm: torch.fx.GraphModule, reason: str) -> Callable[..., Any]:
+    metrics.eager_graphs.append(reason)
+    log.info("running graph %s as captured: %s", _graph_label(gm), reason)
+    return gm.forward
+
+
+def _eager_reason(example_inputs: Sequence[Any]) -> str | None:
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    if len(tensors) != len(example_inputs):
+        return "non-tensor graph inputs (symbolic sizes or scalars) are not compiled yet"
+    if any(not isinstance(s, int) for t in tensors for s in t.shape):
+        return "dynamic shapes are not compiled yet"
+    devices = {t.device.type for t in tensors}
+    if len(devices) > 1:
+        return f"inputs on several devices {sorted(devices)}"
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return "grad is enabled and an input requires grad (training is not compiled yet)"
+    device = devices.pop() if devices else "cpu"
+    if device == "cpu" and config.cpu_backend == "eager":
+        return "CPU graph with PYJIT_CPU_BACKEND=eager (no CPU code generator)"
+    if device not in ("cpu", "cuda"):
+        return f"device {device} has no code generator"
+    return None
+
+
+def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]
+                  ) -> tuple[torch.fx.GraphModule, Any]:
+    """The functional aten graph of ``gm`` (flat outputs) and the output tree spec."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from .decompositions import decomposition_table
+
+    spec_box: list[Any] = []
+
+    def flat_forward(*args: Any) -> list[Any]:
+        with torch.fx.traceback.preserve_node_meta():
+            out = torch.fx.Interpreter(gm).run(*args)
+        leaves, spec = pytree.tree_flatten(out)
+        spec_box.append(spec)
+        return leaves
+
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fake_inputs = [fake_mode.from_tensor(t, static_shapes=True) if not _is_fake(t) else t for t in example_inputs]
+    fn = torch.func.functionalize(flat_forward, remove="mutations")
+    with fake_mode, torch.no_grad():
+        aten_gm = make_fx(fn, decomposition_table=decomposition_table(), tracing_mode="real",
+                          record_stack_traces=True)(*fake_inputs)
+    return aten_gm, spec_box[-1]
+
+
+def _is_fake(t: torch.Tensor) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+    return isinstance(t, FakeTensor)
+
+
+def _compile(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
+    from ..runtime import cache
+    from ..runtime.launcher import load_module
+    from .codegen.wrapper import WrapperCodegen
+    from .graph import GraphLowering
+    from .scheduler import Scheduler
+
+    start = time.perf_counter()
+    device = example_inputs[0].device if example_inputs else torch.device("cpu")
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    aten_gm, out_spec = trace_to_aten(gm, example_inputs)
+    traced = time.perf_counter()
+    lowering = GraphLowering(aten_gm, device)
+    lowering.run(*[None] * len(example_inputs))
+    rmax = config.backend_persistent_reduction_max
+    output_names = set()
+    for value in list(lowering.outputs) + [v for _, v in lowering.mutations]:
+        from .ir import Buffer, ReinterpretView
+        if isinstance(value, ReinterpretView):
+            output_names.add(value.data.name)
+        elif isinstance(value, Buffer):
+            output_names.add(value.name)
+    scheduler = Scheduler(lowering.buffers, lowering.graph_inputs, output_names, rmax)
+    module = WrapperCodegen(lowering, scheduler, device, rmax).generate()
+    key, path, hit = cache.write_module(module.source)
+    interpret = device.type == "cpu"
+    compiled = load_module(path, key, interpret)
+    metrics.generated_kernel_count += len(module.kernel_names)
+    metrics.extern_calls += module.extern_calls
+    metrics.reused_buffers += module.reused_buffers
+    metrics.compiled_graphs += 1
+    metrics.cache_hits += int(hit)
+    code_log.info("generated module for %s (%s):\n%s", _graph_label(gm), path, module.source)
+    if config.debug_dir:
+        os.makedirs(config.debug_dir, exist_ok=True)
+        with open(os.path.join(config.debug_dir, f"pyjit_module_{key[:12]}.py"), "w") as f:
+            f.write(module.source)
+        with open(os.path.join(config.debug_dir, f"pyjit_aten_graph_{key[:12]}.py"), "w") as f:
+            f.write(aten_gm.code)
+    time_log.info("compiled %s: trace %.1f ms, lower+codegen %.1f ms, kernels %d", _graph_label(gm),
+                  (traced - start) * 1e3, (time.perf_counter() - traced) * 1e3, len(module.kernel_names))
+    constants = [t for _, t in lowering.constants]
+    return _make_callable(gm, compiled.call, out_spec, example_inputs, constants)
+
+
+def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], out_spec: Any,
+                   example_inputs: list[torch.Tensor], constants: list[torch.Tensor]) -> Callable[..., Any]:
+    expected = [(t.shape, t.stride(), t.dtype, t.device) for t in example_inputs]
+
+    def compiled_fn(*args: Any) -> Any:
+        # The kernels bake in sizes, strides and dtypes: anything else runs as captured.
+        # Grad-requiring inputs under grad mode need autograd, which the kernels do not record.
+        grad = torch.is_grad_enabled()
+        for a, (shape, stride, dtype, dev) in zip(args, expected):
+            if not isinstance(a, torch.Tensor) or a.shape != shape or a.stride() != stride or a.dtype != dtype \
+                    or a.device != dev or (grad and a.requires_grad):
+                return gm.forward(*args)
+        outs = call([*args, *constants])
+        return pytree.tree_unflatten(list(outs), out_spec)
+
+    compiled_fn.pyjit_call = call  # type: ignore[attr-defined]
+    return compiled_fn

@@ -1,0 +1,54 @@
+"""Fusion: kernel counts of typical patterns (from backend.metrics), checked against eager."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+import pyjit.backend as backend
+
+from .conftest import check, make
+
+
+def _kernels() -> int:
+    return backend.metrics.generated_kernel_count
+
+
+def test_add_relu_one_kernel(device: str) -> None:
+    check(lambda x, y: (x + y).relu(), make([8, 33], device), make([33], device))
+    assert _kernels() == 1
+
+
+def test_softmax_one_kernel(device: str) -> None:
+    check(lambda x: F.softmax(x, -1), make([6, 37], device))
+    assert _kernels() == 1
+
+
+def test_layer_norm_one_kernel(device: str) -> None:
+    w, b = make([40], device), make([40], device)
+    check(lambda x: F.layer_norm(x, (40,), w, b), make([5, 40], device), atol=1e-4, rtol=1e-4)
+    assert _kernels() == 1
+
+
+def test_gelu_linear_extern_mm_plus_one_kernel(device: str) -> None:
+    w, b = make([16, 24], device), make([16], device)
+    check(lambda x: F.gelu(F.linear(x, w, b)), make([7, 24], device), atol=1e-4, rtol=1e-4)
+    assert _kernels() == 1
+    assert backend.metrics.extern_calls == 1
+
+
+def test_sum_plus_mean_one_kernel(device: str) -> None:
+    check(lambda x: x.sum(-1) + x.mean(-1), make([9, 21], device), atol=1e-4, rtol=1e-4)
+    assert _kernels() == 1
+
+
+def test_looped_softmax_matches_eager(device: str) -> None:
+    from pyjit import config as cfg
+    with cfg.patch(backend_persistent_reduction_max=8):
+        check(lambda x: F.softmax(x, -1), make([3, 50], device))
+
+
+def test_fusion_disabled_gives_more_kernels(device: str) -> None:
+    from pyjit import config as cfg
+    with cfg.patch(backend_fusion=False):
+        check(lambda x, y: (x + y).relu() * 2, make([4, 5], device), make([4, 5], device))
+    assert _kernels() >= 1

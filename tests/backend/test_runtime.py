@@ -1,0 +1,94 @@
+"""Wrapper/runtime behaviour: input mutation write-back, buffer reuse, the disk cache, the
+torch.compile driver, eager paths (grad, CPU eager backend) and the allocator plan."""
+from __future__ import annotations
+
+import os
+import stat
+
+import torch
+
+import pyjit.backend as backend
+from pyjit import config as cfg
+from pyjit.runtime.allocator import Step, plan_buffers
+
+from .conftest import check, compile_graph, make
+
+
+def test_mutated_input_written_back(device: str) -> None:
+    def fn(x, y):
+        x.add_(y)
+        return x * 2
+
+    x, y = make([4, 5], device), make([5], device)
+    x_ref = x.clone()
+    compiled = compile_graph(fn, [x.clone(), y])
+    out = compiled(x, y)
+    expected = fn(x_ref, y)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(x, x_ref)
+
+
+def _chain(x):
+    a = x.exp()
+    b = a * a  # every intermediate has two readers, so each is realized into a buffer
+    c = b.sin() + b
+    d = c.cos() * c
+    return d - d.abs()
+
+
+def test_buffer_reuse_in_chain(device: str) -> None:
+    with cfg.patch(backend_fusion=False):
+        check(_chain, make([8, 8], device, low=-1, high=1))
+    assert backend.metrics.reused_buffers >= 1
+
+
+def test_allocator_plan() -> None:
+    key = ((4,), (1,), torch.float32)
+    steps = [Step([("buf0", key)], {"arg0"}), Step([("buf1", key)], {"buf0"}), Step([("buf2", key)], {"buf1"})]
+    plan = plan_buffers(steps, keep={"arg0", "buf2"}, recyclable={"buf0", "buf1", "buf2"})
+    assert plan.reuse == {"buf2": "buf0"}
+    pinned = [Step([("buf0", key)], {"arg0"}, pinned={"buf0"}), Step([("buf1", key)], {"buf0"})]
+    assert plan_buffers(pinned, keep={"buf1"}, recyclable={"buf0", "buf1"}).reuse == {}
+
+
+def test_disk_cache_is_private_and_hit_on_recompile(device: str) -> None:
+    fn = lambda x: x * 3 + 1  # noqa: E731
+    x = make([5], device)
+    compile_graph(fn, [x])
+    compile_graph(fn, [x])
+    assert backend.metrics.cache_hits >= 1
+    root = cfg.config.default_cache_dir()
+    assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
+
+
+def test_torch_compile_driver(device: str) -> None:
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x, y: torch.softmax(x @ y, -1) + 1, backend=backend.compile_fx, dynamic=False)
+    x, y = make([4, 6], device), make([6, 3], device)
+    torch.testing.assert_close(fn(x, y), torch.softmax(x @ y, -1) + 1)
+    assert backend.metrics.generated_kernel_count == 1 and not backend.metrics.eager_graphs
+
+
+def test_grad_and_cpu_eager_run_as_captured(device: str) -> None:
+    gm = torch.fx.symbolic_trace(lambda x: x.relu())
+    x = make([3], device).requires_grad_()
+    backend.compile_fx(gm, [x])
+    assert "grad" in backend.metrics.eager_graphs[-1]
+    with cfg.patch(cpu_backend="eager"):
+        backend.compile_fx(gm, [torch.randn(3)])
+    assert "CPU" in backend.metrics.eager_graphs[-1]
+
+
+def test_other_strides_at_call_time_run_eagerly(device: str) -> None:
+    compiled = compile_graph(lambda x: x + 1, [make([4, 4], device)])
+    y = make([4, 4], device).t()
+    torch.testing.assert_close(compiled(y), y + 1)
+
+
+def test_debug_dir_dump(device: str, tmp_path) -> None:
+    with cfg.patch(debug_dir=str(tmp_path)):
+        compile_graph(lambda x: x.exp(), [make([3], device)])
+    dumped = [p.read_text() for p in tmp_path.iterdir() if p.name.startswith("pyjit_module_")]
+    assert dumped and "def call(args)" in dumped[0] and "pyjit_fused_exp_0" in dumped[0]

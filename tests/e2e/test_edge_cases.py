@@ -1,0 +1,273 @@
+"""Edge cases of calling jitted code: nesting, recursion, exceptions (the user's own and torch's),
+argument binding errors, generator functions, callable objects, deep inlining and long unrolled
+loops. Correctness only, under the default config (an internal pyjit error must turn into an
+eager run, never into a different exception): each behaves exactly as eager Python.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+import pyjit
+
+from .support import CountingBackend, assert_same
+
+
+@pytest.fixture(autouse=True)
+def _fresh_pyjit():
+    pyjit.reset()
+    yield
+    pyjit.reset()
+
+
+def _jit(fn):
+    return pyjit.jit(fn, backend=CountingBackend())
+
+
+def test_jitted_function_calling_jitted_function():
+    def inner(v):
+        return v * 3
+
+    jinner = _jit(inner)
+
+    def outer(x):
+        return jinner(x) + 1
+
+    jouter = _jit(outer)
+    x = torch.randn(4)
+    for _ in range(2):
+        assert_same(x * 3 + 1, jouter(x))
+        assert_same(x * 3, jinner(x))
+
+
+def _fact(x, n):
+    return x if n <= 1 else x * _fact(x, n - 1)
+
+
+def test_recursive_function():
+    jf = _jit(_fact)
+    x = torch.randn(3)
+    assert_same(_fact(x, 4), jf(x, 4))
+    assert_same(_fact(x, 2), jf(x, 2))
+
+
+def _deep(x, n):
+    return x if n == 0 else _deep(x + 1, n - 1)
+
+
+def test_recursion_deeper_than_inline_limit_is_correct():
+    depth = pyjit.config.config.inline_depth_limit + 8
+    jf = _jit(_deep)
+    x = torch.randn(3)
+    assert_same(_deep(x, depth), jf(x, depth))
+
+
+def test_long_unrolled_loop():
+    def f(x):
+        for i in range(300):
+            x = x + (i % 3)
+        return x
+
+    jf = _jit(f)
+    x = torch.randn(4)
+    assert_same(f(x), jf(x))
+
+
+def test_user_exception_propagates_and_next_call_works():
+    def f(x):
+        if x.shape[0] > 3:
+            raise ValueError(f"too many rows: {x.shape[0]}")
+        return x * 2
+
+    jf = _jit(f)
+    with pytest.raises(ValueError, match="too many rows: 5"):
+        jf(torch.randn(5))
+    x = torch.randn(2)
+    assert_same(f(x), jf(x))
+    with pytest.raises(ValueError, match="too many rows: 4"):
+        jf(torch.randn(4))
+
+
+def test_torch_error_is_the_same_error_as_eager():
+    def f(x, y):
+        return x + y
+
+    jf = _jit(f)
+    a, b = torch.randn(3), torch.randn(4)
+    with pytest.raises(RuntimeError) as eager_err:
+        f(a, b)
+    with pytest.raises(RuntimeError) as jit_err:
+        jf(a, b)
+    assert "size of tensor a (3) must match the size of tensor b (4)" in str(eager_err.value)
+    assert "size of tensor a (3) must match the size of tensor b (4)" in str(jit_err.value)
+    c = torch.randn(3)
+    assert_same(f(a, c), jf(a, c))
+
+
+def test_wrong_arguments_raise_type_error_like_eager():
+    def f(x, y):
+        return x - y
+
+    jf = _jit(f)
+    x = torch.randn(2)
+    with pytest.raises(TypeError):
+        jf(x)
+    with pytest.raises(TypeError):
+        jf(x, x, x)
+    with pytest.raises(TypeError):
+        jf(x, z=x)
+    assert_same(f(x, y=x * 2), jf(x, y=x * 2))
+    assert_same(f(y=x, x=x * 2), jf(y=x, x=x * 2))
+
+
+def test_try_except_on_constants():
+    def f(x, d):
+        try:
+            v = d["missing"]
+        except KeyError:
+            v = 0.5
+        return x * v
+
+    jf = _jit(f)
+    x = torch.randn(3)
+    assert_same(f(x, {"a": 1}), jf(x, {"a": 1}))
+    assert_same(f(x, {"missing": 4.0}), jf(x, {"missing": 4.0}))
+
+
+def test_exception_inside_traced_region_caught_by_user():
+    def f(x):
+        try:
+            y = x @ x.t()
+            raise KeyError("k")
+        except KeyError:
+            y = x * 5
+        return y
+
+    jf = _jit(f)
+    x = torch.randn(3, 2)
+    assert_same(f(x), jf(x))
+
+
+class _Recorder:
+    def __init__(self):
+        self.events = []
+
+    @contextlib.contextmanager
+    def span(self, name):
+        self.events.append(f"enter {name}")
+        try:
+            yield
+        finally:
+            self.events.append(f"exit {name}")
+
+
+def test_user_context_manager():
+    rec_e, rec_j = _Recorder(), _Recorder()
+
+    def f(x, rec):
+        with rec.span("mul"):
+            y = x * 2
+        return y + 1
+
+    jf = _jit(f)
+    x = torch.randn(3)
+    for _ in range(2):
+        assert_same(f(x, rec_e), jf(x, rec_j))
+    assert rec_j.events == rec_e.events
+
+
+def test_generator_expression():
+    def f(xs):
+        return sum(v * 2 for v in xs)
+
+    jf = _jit(f)
+    xs = [torch.randn(3) for _ in range(3)]
+    assert_same(f(xs), jf(xs))
+
+
+def test_generator_function_is_left_alone():
+    def gen(x):
+        for i in range(3):
+            yield x + i
+
+    jgen = _jit(gen)
+    x = torch.randn(2)
+    expected = list(gen(x))
+    assert_same(expected, list(jgen(x)))
+    assert_same(expected, list(jgen(x)))
+
+
+class _CallableObject:
+    def __init__(self, k):
+        self.k = k
+
+    def __call__(self, x):
+        return x * self.k + 1
+
+
+def test_callable_object():
+    obj = _CallableObject(3.0)
+    jobj = _jit(obj)
+    x = torch.randn(4)
+    assert_same(obj(x), jobj(x))
+    obj.k = 4.0
+    assert_same(obj(x), jobj(x))
+
+
+def test_staticmethod_and_classmethod_jitted_in_class_body():
+    class K:
+        scale = 2.0
+
+        @staticmethod
+        @pyjit.jit
+        def s(x):
+            return x + 1
+
+        @classmethod
+        def c(cls, x):
+            return cls._c(x, cls.scale)
+
+        @staticmethod
+        @pyjit.jit
+        def _c(x, scale):
+            return x * scale
+
+    x = torch.randn(3)
+    assert_same(x + 1, K.s(x))
+    assert_same(x * 2.0, K.c(x))
+    assert_same(x + 1, K().s(x))
+
+
+def test_same_function_jitted_twice_with_different_backends():
+    def f(x):
+        return x.cos() * 2
+
+    b1, b2 = CountingBackend(), CountingBackend()
+    j1, j2 = pyjit.jit(f, backend=b1), pyjit.jit(f, backend=b2)
+    x = torch.randn(4)
+    assert_same(f(x), j1(x))
+    assert_same(f(x), j2(x))
+    assert_same(f(x), j1(x))
+    assert b1.frame_count == 1 and b2.frame_count == 1
+    # The plain function stays plain.
+    assert_same(x.cos() * 2, f(x))
+    assert b1.frame_count == 1 and b2.frame_count == 1
+
+
+def test_backend_that_raises_falls_back_to_eager():
+    def broken_backend(gm, example_inputs):
+        raise RuntimeError("backend exploded")
+
+    def f(x):
+        return x.exp() - 1
+
+    jf = pyjit.jit(f, backend=broken_backend)
+    x = torch.randn(4)
+    try:
+        out = jf(x)
+    except Exception as e:  # a structured error is acceptable; a wrong answer is not
+        assert "backend exploded" in str(e) or "backend exploded" in str(e.__cause__)
+        return
+    assert_same(f(x), out)

@@ -1,0 +1,272 @@
+"""Guard soundness: after the world a compiled function read changes, the next call must give
+eager's answer (by recompiling, by having read the value at run time, or by running eagerly).
+
+Each scenario compiles under state A, changes to state B, checks, then goes back to A and
+checks again. Only correctness is asserted (how many graphs it takes is the frontend's choice;
+``test_recompile.py`` pins the counts the issue specifies). A silent wrong answer here means a
+missing guard.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.nn as nn
+
+import pyjit
+
+from .support import CountingBackend, assert_same
+
+
+@pytest.fixture(autouse=True)
+def _fresh_pyjit():
+    pyjit.reset()
+    with pyjit.config.patch(raise_on_internal_error=True):
+        yield
+    pyjit.reset()
+
+
+def _check_transitions(fn: Callable[..., Any], args: tuple[Any, ...], to_b: Callable[[], None],
+                       to_a: Callable[[], None]) -> None:
+    jf = pyjit.jit(fn, backend=CountingBackend())
+    try:
+        assert_same(fn(*args), jf(*args), "state A")
+        assert_same(fn(*args), jf(*args), "state A, again")
+        to_b()
+        assert_same(fn(*args), jf(*args), "state B")
+        assert_same(fn(*args), jf(*args), "state B, again")
+        to_a()
+        assert_same(fn(*args), jf(*args), "back to state A")
+    finally:
+        to_a()
+
+
+X = torch.randn(4, 8)
+
+# ---- module-level state read by the scenarios -------------------------------------------------
+ACT = torch.relu
+CFG = {"scale": 2.0, "shift": 1}
+FACTORS = [1.0, 2.0]
+MASK = None
+GLOBAL_LINEAR = nn.Linear(8, 8)
+TABLE = torch.randn(8)
+
+
+class Knobs:
+    factor = 2.0
+
+
+class Holder:
+    def __init__(self):
+        self.gain = 1.5
+
+
+HOLDER = Holder()
+
+
+@dataclasses.dataclass
+class Settings:
+    eps: float = 1e-5
+    mode: str = "sum"
+
+
+SETTINGS = Settings()
+
+
+def _helper_with_default(x, k=2.0):
+    return x * k
+
+
+def _set(obj: Any, name: str, value: Any) -> Callable[[], None]:
+    if isinstance(obj, dict):
+        return lambda: obj.__setitem__(name, value)
+    return lambda: setattr(obj, name, value)
+
+
+_MOD = globals()
+
+
+def _g(name: str, value: Any) -> Callable[[], None]:
+    return lambda: _MOD.__setitem__(name, value)
+
+
+def uses_act(x):
+    return ACT(x) + 1
+
+
+def uses_cfg_dict(x):
+    return x * CFG["scale"] + CFG["shift"]
+
+
+def uses_factors(x):
+    for f in FACTORS:
+        x = x * f
+    return x
+
+
+def uses_mask(x):
+    return x if MASK is None else x * MASK
+
+
+def uses_global_linear(x):
+    return GLOBAL_LINEAR(x)
+
+
+def uses_table(x):
+    return x + TABLE
+
+
+def uses_class_attr(x):
+    return x * Knobs.factor
+
+
+def uses_instance_attr(x):
+    return x * HOLDER.gain
+
+
+def uses_hasattr(x):
+    if hasattr(HOLDER, "extra"):
+        return x + HOLDER.extra
+    return x - 1
+
+
+def uses_dataclass(x):
+    y = x.sum() if SETTINGS.mode == "sum" else x.mean()
+    return y + SETTINGS.eps
+
+
+def uses_helper_default(x):
+    return _helper_with_default(x)
+
+
+_OLD_TABLE = TABLE
+
+
+def _del_extra() -> None:
+    if hasattr(HOLDER, "extra"):
+        del HOLDER.extra
+
+
+SCENARIOS = {
+    "global_function_rebound": (uses_act, _g("ACT", torch.sigmoid), _g("ACT", torch.relu)),
+    "global_dict_value_mutated": (uses_cfg_dict, _set(CFG, "scale", 3.0), _set(CFG, "scale", 2.0)),
+    "global_dict_int_value_mutated": (uses_cfg_dict, _set(CFG, "shift", 7), _set(CFG, "shift", 1)),
+    "global_list_element_mutated": (uses_factors, lambda: FACTORS.__setitem__(1, 5.0), lambda: FACTORS.__setitem__(1, 2.0)),
+    "global_list_grown": (uses_factors, lambda: FACTORS.append(3.0), lambda: FACTORS.__delitem__(slice(2, None))),
+    "global_none_to_tensor": (uses_mask, _g("MASK", torch.full((8,), 3.0)), _g("MASK", None)),
+    "global_module_rebound": (uses_global_linear, _g("GLOBAL_LINEAR", nn.Linear(8, 8)), _g("GLOBAL_LINEAR", GLOBAL_LINEAR)),
+    "global_module_replaced_by_other_type": (uses_global_linear, _g("GLOBAL_LINEAR", nn.Identity()), _g("GLOBAL_LINEAR", GLOBAL_LINEAR)),
+    "global_tensor_new_dtype": (uses_table, _g("TABLE", torch.randn(8, dtype=torch.float64)), _g("TABLE", _OLD_TABLE)),
+    "global_tensor_new_shape": (uses_table, _g("TABLE", torch.randn(1)), _g("TABLE", _OLD_TABLE)),
+    "class_attribute_changed": (uses_class_attr, _set(Knobs, "factor", 4.0), _set(Knobs, "factor", 2.0)),
+    "instance_attribute_changed": (uses_instance_attr, _set(HOLDER, "gain", -1.0), _set(HOLDER, "gain", 1.5)),
+    "attribute_added_then_deleted": (uses_hasattr, _set(HOLDER, "extra", 10.0), _del_extra),
+    "dataclass_field_changed": (uses_dataclass, _set(SETTINGS, "mode", "mean"), _set(SETTINGS, "mode", "sum")),
+    "dataclass_float_field_changed": (uses_dataclass, _set(SETTINGS, "eps", 0.5), _set(SETTINGS, "eps", 1e-5)),
+    "helper_defaults_changed": (
+        uses_helper_default,
+        _set(_helper_with_default, "__defaults__", (5.0,)),
+        _set(_helper_with_default, "__defaults__", (2.0,)),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_world_change_is_seen(name):
+    fn, to_b, to_a = SCENARIOS[name]
+    _check_transitions(fn, (X.clone(),), to_b, to_a)
+
+
+def test_global_tensor_mutated_in_place_is_seen():
+    def f(x):
+        return x + TABLE
+
+    jf = pyjit.jit(f, backend=CountingBackend())
+    x = torch.randn(8)
+    saved = TABLE.clone()
+    try:
+        assert_same(f(x), jf(x))
+        TABLE.mul_(3)
+        assert_same(f(x), jf(x))
+    finally:
+        TABLE.copy_(saved)
+
+
+class _Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.register_buffer("scale", torch.ones(8))
+        self.act = nn.ReLU()
+
+    def forward(self, x):
+        return self.act(self.lin(x)) * self.scale
+
+
+def _module_scenarios():
+    def param_rebound(m):
+        m.lin.weight = nn.Parameter(torch.randn(8, 8))
+
+    def buffer_rebound(m):
+        m.scale = torch.full((8,), 2.0)
+
+    def buffer_new_dtype(m):
+        m.scale = torch.full((8,), 2.0, dtype=torch.float64)
+
+    def submodule_swapped(m):
+        m.act = nn.Tanh()
+
+    def submodule_deleted_to_identity(m):
+        m.lin = nn.Identity()
+
+    def param_data_replaced(m):
+        m.lin.weight.data = torch.randn(8, 8)
+
+    def bias_removed(m):
+        m.lin.bias = None
+
+    def requires_grad_off(m):
+        for p in m.parameters():
+            p.requires_grad_(False)
+
+    return [param_rebound, buffer_rebound, buffer_new_dtype, submodule_swapped,
+            submodule_deleted_to_identity, param_data_replaced, bias_removed, requires_grad_off]
+
+
+@pytest.mark.parametrize("change", _module_scenarios(), ids=lambda f: f.__name__)
+def test_module_change_is_seen(change):
+    torch.manual_seed(0)
+    m = _Net()
+    jm = pyjit.jit(m, backend=CountingBackend())
+    x = torch.randn(4, 8)
+    assert_same(m(x), jm(x), "before")
+    change(m)
+    assert_same(m(x), jm(x), "after the change")
+    assert_same(m(x), jm(x), "after the change, again")
+
+
+@pytest.mark.parametrize(
+    "a,b",
+    [("sum", "mean"), ((2, 3), (3, 2)), (None, 2.0), (True, False), (3, 3.0)],
+    ids=["str", "tuple", "none_to_float", "bool", "int_to_float"],
+)
+def test_python_argument_change_is_seen(a, b):
+    def f(x, opt):
+        if opt == "sum":
+            return x.sum()
+        if opt == "mean":
+            return x.float().mean()
+        if isinstance(opt, tuple):
+            return x.reshape(opt) if x.numel() == 6 else x
+        if opt is None:
+            return x * 0
+        if isinstance(opt, bool):
+            return x + 1 if opt else x - 1
+        return x * opt  # int vs float changes the result dtype for integer tensors
+
+    jf = pyjit.jit(f, backend=CountingBackend())
+    for x in (torch.randn(2, 3), torch.arange(6).view(2, 3)):
+        for opt in (a, b, a):
+            assert_same(f(x, opt), jf(x, opt), f"opt={opt!r}, x.dtype={x.dtype}")

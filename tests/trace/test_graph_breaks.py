@@ -1,0 +1,100 @@
+"""Unsupported constructs: GraphBreakError with kind and user file:line under fullgraph=True,
+an eager (correct) run otherwise; the break-kind registry is documented."""
+from __future__ import annotations
+
+import logging
+import os
+import re
+
+import pytest
+import torch
+
+import pyjit
+from pyjit.errors import GraphBreakError
+from pyjit.trace.graph_breaks import BREAK_KINDS
+
+from .conftest import same
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def uses_item(x):
+    return x * x.sum().item()  # BREAK-item
+
+
+def branches_on_tensor(x):
+    if x.sum() > 0:  # BREAK-if
+        return x + 1
+    return x - 1
+
+
+def prints(x):
+    y = x * 2
+    print("y is", y.shape)  # BREAK-print
+    return y
+
+
+_STORE = []
+
+
+def mutates_outer_list(x):
+    _STORE.append(x)  # BREAK-side-effect
+    return x * 2
+
+
+def calls_helper_that_breaks(x):
+    return uses_item(x) + 1  # BREAK-caller
+
+
+CASES = [
+    (uses_item, "data_dependent", "BREAK-item"),
+    (branches_on_tensor, "data_dependent", "BREAK-if"),
+    (prints, "print", "BREAK-print"),
+    (mutates_outer_list, "side_effect", "BREAK-side-effect"),
+    (calls_helper_that_breaks, "data_dependent", "BREAK-item"),
+]
+
+
+def _line_of(marker: str) -> int:
+    with open(__file__) as f:
+        for i, line in enumerate(f, 1):
+            if marker in line and "_line_of" not in line and "CASES" not in line and '"BREAK' not in line:
+                return i
+    raise AssertionError(marker)
+
+
+@pytest.mark.parametrize("fn,kind,marker", CASES, ids=[c[0].__name__ for c in CASES])
+def test_fullgraph_raises_with_location(fn, kind, marker, rec):
+    with pytest.raises(GraphBreakError) as info:
+        pyjit.jit(fn, backend=rec, fullgraph=True)(torch.randn(3))
+    gb = info.value.graph_break
+    assert gb.kind == kind
+    assert gb.location is not None and gb.location.filename == __file__
+    assert gb.location.lineno == _line_of(marker)
+    assert f"{__file__}:{gb.location.lineno}" in str(info.value)
+    assert gb.hint
+    if fn is calls_helper_that_breaks:
+        assert gb.inline_chain and gb.inline_chain[0].lineno == _line_of("BREAK-caller")
+
+
+@pytest.mark.parametrize("fn,kind,marker", CASES, ids=[c[0].__name__ for c in CASES])
+def test_without_fullgraph_runs_eagerly_and_logs(fn, kind, marker, rec, caplog):
+    x = torch.randn(3)
+    _STORE.clear()
+    expected = fn(x)
+    _STORE.clear()
+    with caplog.at_level(logging.INFO, logger="pyjit.graph_breaks"):
+        jf = pyjit.jit(fn, backend=rec)
+        same(expected, jf(x))
+        same(expected, jf(x))  # second call: the code is marked skip, runs eagerly at once
+    assert rec.graphs == []
+    assert any(f"[{kind}]" in r.getMessage() for r in caplog.records)
+    if fn is mutates_outer_list:
+        assert len(_STORE) == 2 and all(t is x for t in _STORE)
+
+
+def test_every_break_kind_is_documented():
+    with open(os.path.join(_ROOT, "docs", "graph_breaks.md")) as f:
+        doc = f.read()
+    documented = set(re.findall(r"^### `(\w+)`", doc, re.M))
+    assert documented == set(BREAK_KINDS)
