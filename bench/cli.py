@@ -51,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop starting new work after this many seconds; the rest is SKIPPED (0 = unlimited; "
                         f"default {QUICK_BUDGET_S:.0f} for the quick suite alone, else {DEFAULT_BUDGET_S:.0f}, "
                         "under a 10-minute command limit)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: torch's choice); 1 gives steadier numbers on a shared machine")
     p.add_argument("--samples", type=int, default=None, help="timed samples per case (default 15, quick 9)")
     p.add_argument("--no-external", action="store_true",
                    help="do not run the layers' plug-in scripts (bench/core_overhead.py ...): reported as SKIPPED")
@@ -90,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     from bench.suites import SUITES
 
     device = env.pick_device(args.device)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     if args.list:
         return _list(device)
     suites = _split(args.suite)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import statistics
 import sys
@@ -338,13 +339,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="capture repeats per case (best of)")
     parser.add_argument("--limit", type=int, default=None, help="only the first N corpus cases")
     parser.add_argument("--per-case", action="store_true", help="print every case's capture time")
+    parser.add_argument("--json", default=None, help="also write every number (dicts above) to this file")
     opts = parser.parse_args(argv)
     torch.set_num_threads(1)  # tiny tensors: threading only adds noise
+    report: dict[str, Any] = {"load_average_at_start": os.getloadavg()}
     if opts.what in ("all", "overhead"):
-        print(format_call_overhead(measure_call_overhead(samples=opts.samples, calls_per_sample=opts.calls)))
+        report["call_overhead"] = measure_call_overhead(samples=opts.samples, calls_per_sample=opts.calls)
+        print(format_call_overhead(report["call_overhead"]))
         print()
     if opts.what in ("all", "capture"):
-        print(format_capture_time(measure_capture_time(repeats=opts.repeats, limit=opts.limit), per_case=opts.per_case))
+        report["capture_time"] = measure_capture_time(repeats=opts.repeats, limit=opts.limit)
+        print(format_capture_time(report["capture_time"], per_case=opts.per_case))
+    report["load_average_at_end"] = os.getloadavg()
+    print(f"\nload average (1, 5, 15 min) at start {report['load_average_at_start']}, at end {report['load_average_at_end']}")
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump(report, f, indent=1, default=str)
     return 0
 
 

@@ -169,6 +169,10 @@ def _external(name: str, ext: dict[str, Any]) -> str:
     rows = ext.get("rows") or []
     lines = [[str(r.get("name")), str(r.get("backend", "")), f"{r.get('value'):.4g}" if isinstance(r.get("value"), (int, float)) else str(r.get("value")),
               str(r.get("unit"))] for r in rows[:40]]
+    if ext.get("data") is not None:
+        head += f"\n  (its own numbers are in the JSON under external.{name}.data)"
+    if ext.get("output"):
+        head += f"\n  (its printed output is in the JSON under external.{name}.output)"
     return head + ("\n" + _table(["name", "backend", "value", "unit"], lines) if lines else "")
 
 

@@ -279,9 +279,20 @@ def _spawn_worker(w: Workload, b: Backend, ctx: RunContext, env: dict[str, str],
 
 
 def run_quick(ctx: RunContext) -> None:
-    """The default: a slice of every suite, small sizes (under two minutes on a 2-core CPU)."""
-    for fn in (run_overhead, run_kernels, run_models, run_compile):
-        fn(ctx)
+    """The default: a slice of every suite, small sizes (under two minutes on a 2-core CPU).
+
+    Each part gets an equal share of the quick suite's time left when it starts, so the slow
+    compile part (new processes) cannot starve the others, nor they it."""
+    end = ctx.suite_deadline
+    parts = (run_overhead, run_kernels, run_models, run_compile)
+    try:
+        for i, fn in enumerate(parts):
+            if end is not None:
+                now = time.monotonic()
+                ctx.suite_deadline = now + max(0.0, end - now) / (len(parts) - i)
+            fn(ctx)
+    finally:
+        ctx.suite_deadline = end
 
 
 RUNNERS: dict[str, Callable[[RunContext], None]] = {

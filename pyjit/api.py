@@ -13,11 +13,11 @@ Without the C extension (not built), :class:`JitFunction` keeps its own cache of
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import types
 from typing import Any, Callable
 
-from .config import config
 from .frame import policy
 from .frame.policy import JitOptions, _C
 
@@ -26,22 +26,36 @@ class JitFunction:
     """A function whose frames are compiled by pyjit (see module docstring)."""
 
     def __init__(self, fn: Callable[..., Any], options: JitOptions) -> None:
-        self._fn = fn
         self._options = options
         func = _target_function(fn)
         if not isinstance(func, types.FunctionType):
-            raise TypeError(f"pyjit.jit expects a Python function, method or nn.Module, got {type(fn).__name__}")
-        if func.__code__.co_flags & (0x20 | 0x80 | 0x200):
-            raise TypeError(f"pyjit.jit does not support generators/coroutines ({func.__qualname__})")
+            raise TypeError(f"pyjit.jit expects a Python function, method, callable object or nn.Module, "
+                            f"got {type(fn).__name__}")
+        # Generators and coroutines are left alone (their frames are never compiled).
+        self._passthrough = bool(func.__code__.co_flags & (0x20 | 0x80 | 0x200))
+        existing = policy.lookup_target(func.__code__)
+        if existing is not None and not existing.options.same_as(options) and isinstance(fn, (types.FunctionType, types.MethodType)):
+            # The same function jitted again with other options (another backend): give this
+            # wrapper its own copy of the code object, so each keeps its own cache entries.
+            clone = types.FunctionType(func.__code__.replace(), func.__globals__, func.__name__, func.__defaults__,
+                                       func.__closure__)
+            clone.__kwdefaults__ = func.__kwdefaults__
+            clone.__qualname__ = func.__qualname__
+            clone.__dict__.update(func.__dict__)
+            fn = types.MethodType(clone, fn.__self__) if isinstance(fn, types.MethodType) else clone
+            func = clone
+        self._fn = fn
         self._func = func
         self._state = policy.register_target(func.__code__, options)
         functools.update_wrapper(self, func)
         policy.ensure_installed()
         if _C is not None:
             self._set_cb = _C.set_callback
-            self._cb = policy.callback
+            self._cb = functools.partial(policy.callback, self._state)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._passthrough:
+            return self._fn(*args, **kwargs)
         if _C is None:
             return self._call_python(args, kwargs)
         prev = self._set_cb(self._cb)
@@ -73,6 +87,8 @@ def _target_function(fn: Any) -> Any:
             fn = fn.__func__
         elif isinstance(fn, functools.partial):
             fn = fn.func
+        elif not isinstance(fn, (types.FunctionType, type)) and isinstance(getattr(type(fn), "__call__", None), types.FunctionType):
+            fn = type(fn).__call__  # a callable object: its __call__ frame (self bound by the call)
         else:
             return fn
 
@@ -116,7 +132,6 @@ def jit(fn: Any = None, *, backend: Any = "pyjit", fullgraph: bool = False, dyna
         return lambda f: jit(f, backend=backend, fullgraph=fullgraph, dynamic=dynamic)
     if isinstance(fn, JitFunction):
         fn = fn._fn
-    mod = type(fn).__module__ or ""
     if not isinstance(fn, (types.FunctionType, types.MethodType)) and _is_nn_module(fn):
         return _jit_module(fn, options)
     return JitFunction(fn, options)
@@ -145,7 +160,7 @@ def enable(*, backend: Any = "pyjit", fullgraph: bool = False) -> None:
         raise RuntimeError("pyjit.enable() needs the C extension: run `python setup.py build_ext --inplace`")
     policy.ensure_installed()
     policy._global_options.append(JitOptions(backends.lookup(backend), fullgraph))
-    _C.set_callback(policy.callback)
+    _C.set_callback(functools.partial(policy.callback, None))
 
 
 def disable() -> None:
@@ -157,4 +172,54 @@ def disable() -> None:
         policy._global_options.pop()
 
 
-_ = config
+@dataclasses.dataclass
+class Explanation:
+    """What ``pyjit.explain(fn)(*args)`` found: the graph (if any), why not, and the guards."""
+
+    graph_count: int
+    graphs: list[Any]
+    graph_break: Any  # pyjit.errors.GraphBreak | None
+    guards: list[str]
+    call_count: int
+    skipped_reason: str | None = None
+
+    def __str__(self) -> str:
+        lines = [f"graphs: {self.graph_count}, graph calls: {self.call_count}"]
+        if self.graph_break is not None:
+            lines.append("graph break (the frame would run eagerly):\n" + self.graph_break.format())
+        if self.skipped_reason:
+            lines.append(f"skipped: {self.skipped_reason}")
+        for gm in self.graphs:
+            lines.append(gm.code.strip())
+        if self.guards:
+            lines.append("guards:")
+            lines.extend(f"  {g}" for g in self.guards)
+        return "\n".join(lines)
+
+
+def explain(fn: Any) -> Callable[..., Explanation]:
+    """``pyjit.explain(fn)(*args)``: trace ``fn`` on these arguments without caching or running it."""
+
+    def run(*args: Any, **kwargs: Any) -> Explanation:
+        from .errors import SkipFrame, Unsupported
+        from .frame.convert import convert_frame
+        from .frame.python_runtime import bind_flat
+
+        func, flat = bind_flat(fn, args, kwargs)
+        graphs: list[Any] = []
+
+        def record(gm: Any, example_inputs: Any) -> Any:
+            graphs.append(gm)
+            return gm.forward
+
+        try:
+            frame = convert_frame(func, flat, record)
+        except SkipFrame as e:
+            return Explanation(0, [], None, [], 0, str(e))
+        except Unsupported as e:
+            return Explanation(0, [], e.graph_break, [], 0)
+        calls = sum(1 for n in graphs[0].graph.nodes if n.op in ("call_function", "call_method", "call_module"))
+        return Explanation(len(graphs), graphs, None, [g.describe() for g in frame.guards], calls)
+
+    return run
+

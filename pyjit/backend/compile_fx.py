@@ -37,10 +37,25 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Calla
         return _run_as_captured(gm, reason)
     try:
         return _compile(gm, list(example_inputs))
+    except _data_dependent_errors() as e:
+        # Not a pyjit bug: output shapes that depend on data (nonzero, masked_select...)
+        # cannot be traced with static fake tensors.
+        return _run_as_captured(gm, f"data-dependent output shape ({type(e).__name__}: {e})")
     except Exception as e:  # a backend bug must never break the user's program
         if config.raise_on_internal_error:
             raise BackendError(f"pyjit backend failed on graph {_graph_label(gm)}: {e}") from e
         return _run_as_captured(gm, f"backend error: {type(e).__name__}: {e}")
+
+
+def _data_dependent_errors() -> tuple[type[BaseException], ...]:
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+    errors: list[type[BaseException]] = [DataDependentOutputException, DynamicOutputShapeException]
+    try:
+        from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+        errors.append(GuardOnDataDependentSymNode)
+    except ImportError:  # pragma: no cover - older torch
+        pass
+    return tuple(errors)
 
 
 def _graph_label(gm: torch.fx.GraphModule) -> str:

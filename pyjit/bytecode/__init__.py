@@ -26,6 +26,7 @@ from .analysis import (
 from .assemble import AssemblyError, assemble
 from .create import (
     create_before_with,
+    create_binary_op,
     create_binary_subscr,
     create_build_list,
     create_build_map,
@@ -34,6 +35,7 @@ from .create import (
     create_call_const,
     create_call_function_ex,
     create_call_kw,
+    create_compare_op,
     create_copy,
     create_delete_fast,
     create_jump,

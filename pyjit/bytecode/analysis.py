@@ -178,6 +178,9 @@ def _apply(inst: Instruction, arg: Optional[int], stack: tuple[StackSlot, ...], 
         items[-1], items[-arg] = items[-arg], items[-1]
         return tuple(items)
     pops, pushes = stack_effect_split(inst.opname, arg, jump)
+    if inst.opname == "FOR_ITER" and pushes == 2:
+        # The iterator stays where it is (the table counts it as popped and pushed again).
+        return stack + (StackSlot(inst, 1),)
     kept = stack[: len(stack) - pops] if pops else stack
     return kept + tuple(StackSlot(inst, k) for k in range(pushes))
 
@@ -237,7 +240,8 @@ def basic_blocks(instructions: Sequence[Instruction]) -> list[BasicBlock]:
 
 # ---------------------------------------------------------------- liveness
 
-_READS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR"})
+# DELETE_FAST reads too: it raises UnboundLocalError when the variable is unbound.
+_READS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "DELETE_FAST"})
 _WRITES = frozenset({"STORE_FAST", "DELETE_FAST", "LOAD_FAST_AND_CLEAR"})
 
 

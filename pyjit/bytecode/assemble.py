@@ -175,6 +175,7 @@ def assemble(instructions: list[Instruction], template: types.CodeType, **code_f
 
     # 3. jumps and EXTENDED_ARG, to a fixed point.
     position = {id(inst): i for i, inst in enumerate(instructions)}
+    _check_for_iter_targets(instructions, position)
     for inst in instructions:
         if inst.target is not None:
             if id(inst.target) not in position:
@@ -317,3 +318,22 @@ def _encode_arg(
             inst.arg = inst.argval
         else:
             raise AssemblyError(f"{inst!r} needs an integer argument")
+
+
+def _check_for_iter_targets(instructions: Sequence[Instruction], position: dict[int, int]) -> None:
+    """3.12+: an exhausted FOR_ITER jumps *past* its target END_FOR (3.13: and the POP_TOP
+    after it), so the target must be exactly that sequence or execution lands mid-way."""
+    if opcodes.PY311:
+        return
+    for inst in instructions:
+        if inst.opname != "FOR_ITER" or inst.target is None:
+            continue
+        i = position.get(id(inst.target))
+        ok = i is not None and instructions[i].opname == "END_FOR"
+        if ok and opcodes.PY313:
+            ok = i + 1 < len(instructions) and instructions[i + 1].opname == "POP_TOP"
+        if not ok:
+            raise AssemblyError(
+                f"{inst!r} must target END_FOR{' followed by POP_TOP' if opcodes.PY313 else ''}: "
+                "CPython skips that sequence when the loop ends; insert code after it instead"
+            )

@@ -13,10 +13,15 @@ Call protocol used by all helpers (identical on every version)::
 """
 from __future__ import annotations
 
+import dis
 from typing import Any, Optional, Sequence
 
 from . import opcodes
 from .instruction import Instruction, create_instruction
+
+
+# BINARY_OP arguments by operator (dis._nb_ops order: plain operators then in-place ones).
+BINARY_OPS: dict[str, int] = {sym: i for i, (_, sym) in enumerate(dis._nb_ops)}  # type: ignore[attr-defined]
 
 
 def create_load_const(value: Any) -> Instruction:
@@ -114,6 +119,18 @@ def create_call_kw(nargs: int, kw_names: tuple[str, ...]) -> list[Instruction]:
 def create_call_function_ex(has_kwargs: bool) -> Instruction:
     """``callable(*TOS1, **TOS)`` (or ``callable(*TOS)``), callable set up by with_push_null."""
     return create_instruction("CALL_FUNCTION_EX", arg=int(has_kwargs))
+
+
+def create_compare_op(op: str) -> Instruction:
+    """``TOS1 <op> TOS`` for op in ``< <= == != > >=`` (3.12+ outcome mask bits included)."""
+    if op not in opcodes.CMP_OPS:
+        raise ValueError(f"{op!r} is not a comparison operator; use one of {opcodes.CMP_OPS}")
+    return create_instruction("COMPARE_OP", argval=op)
+
+
+def create_binary_op(op: str) -> Instruction:
+    """``TOS1 <op> TOS`` for a binary operator spelled as in source (``+``, ``//=``...)."""
+    return create_instruction("BINARY_OP", arg=BINARY_OPS[op])
 
 
 def create_build_tuple(n: int) -> Instruction:

@@ -122,6 +122,8 @@ def create_instruction(
     give ``arg``. Jumps take ``target``. Unknown opnames raise ``ValueError`` naming the version.
     """
     op = opcodes.opcode_of(opname)
+    if opname in opcodes.COMPARE_OPS and not flags and argval in opcodes.COMPARE_MASKS:
+        flags = opcodes.COMPARE_MASKS[argval]
     if opname in opcodes.JUMPS and target is None:
         raise ValueError(f"jump instruction {opname} needs a target instruction")
     if argval is UNSET:

@@ -105,6 +105,12 @@ if not PY311:
 # COMPARE_OP: 3.12 stores op << 4 | branch mask; 3.13 op << 5 | to_bool bit | mask.
 COMPARE_SHIFT: int = 0 if PY311 else (4 if PY312 else 5)
 CMP_OPS: tuple[str, ...] = tuple(dis.cmp_op)
+# 3.12+: the low bits of COMPARE_OP say which outcomes (unordered 1, less 2, greater 4,
+# equal 8) mean True. Specialised forms (COMPARE_OP_INT...) answer from these bits alone, so
+# a created COMPARE_OP must carry them (a zero mask would make every int compare False).
+COMPARE_MASKS: dict[str, int] = (
+    {} if PY311 else {"<": 2, "<=": 2 | 8, "==": 8, "!=": 1 | 2 | 4, ">": 4, ">=": 4 | 8}
+)
 
 # Opcodes that are never part of a function's logic but of its frame setup (prologue).
 PROLOGUE_OPS: frozenset[str] = frozenset({"COPY_FREE_VARS", "MAKE_CELL", "RESUME"})

@@ -115,12 +115,15 @@ def resume_point(code: types.CodeType, offset: int) -> ResumePoint:
         reason: Optional[str] = "the instruction is unreachable"
     else:
         stack = contents[id(inst)]
-        reason = _unsupported_reason(code, inst, stack)
+        reason = unsupported_reason(code, instructions, inst, stack)
     live = live_locals_map(instructions).get(id(inst), frozenset())
     return ResumePoint(code, inst, stack, live, tuple(code.co_cellvars), reason)
 
 
-def _unsupported_reason(code: types.CodeType, inst: Instruction, stack: tuple[StackSlot, ...]) -> Optional[str]:
+def unsupported_reason(
+    code: types.CodeType, instructions: Sequence[Instruction], inst: Instruction, stack: tuple[StackSlot, ...]
+) -> Optional[str]:
+    """Why resuming at ``inst`` (with ``stack`` on entry) is impossible, or None."""
     if code.co_flags & CO_GENERATOR_FLAGS:
         return "generators and coroutines are not resumable"
     if not code.co_flags & CO_OPTIMIZED:
@@ -130,6 +133,17 @@ def _unsupported_reason(code: types.CodeType, inst: Instruction, stack: tuple[St
     for slot in stack:
         if slot.is_exception_state:
             return "inside an exception handler (the active exception cannot be rebuilt)"
+    if inst.opname == "END_FOR" or (opcodes.PY313 and inst.opname == "POP_TOP" and _previous(instructions, inst) == "END_FOR"):
+        # FOR_ITER (3.12+) jumps over these when the iterator is exhausted: they are never
+        # executed as a step of their own.
+        return "loop-exit bookkeeping skipped by FOR_ITER"
+    return None
+
+
+def _previous(instructions: Sequence[Instruction], inst: Instruction) -> Optional[str]:
+    for prev, cur in zip(instructions, instructions[1:]):
+        if cur is inst:
+            return prev.opname
     return None
 
 
@@ -202,7 +216,7 @@ def _build(
     if id(target) not in contents:
         raise ResumeError(f"cannot resume at {_where(original, target)}: the instruction is unreachable")
     stack = contents[id(target)]
-    reason = _unsupported_reason(original, target, stack)
+    reason = unsupported_reason(original, instructions, target, stack)
     if reason is not None:
         raise ResumeError(f"cannot resume at {_where(original, target)}: {reason}")
     if len(stack) != stack_depth:

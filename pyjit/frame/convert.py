@@ -24,7 +24,7 @@ from ..guards.guards import GuardKind, GuardSet
 from ..guards.source import ClosureSource, LocalSource
 from ..logs import get_logger
 from ..trace.output_graph import OutputCodegen, OutputGraph, finalize_graph
-from ..trace.pycodegen import ConstPool, build_flat_code, flat_arg_names
+from ..trace.pycodegen import build_flat_code, flat_arg_names
 from ..trace.translator import Translator
 from ..variables.builder import wrap
 from ..variables.functions import CellVariable
@@ -73,6 +73,8 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
     try:
         result = tx.run()
     finally:
+        for ctx in reversed(output.entered_contexts):  # a break inside `with torch.autocast(...)`
+            ctx.__exit__(None, None, None)
         torch._C._set_grad_enabled(grad_mode)
     if output.call_count == 0:
         raise SkipFrame(f"{code.co_name}: no tensor operations")

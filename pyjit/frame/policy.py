@@ -40,11 +40,15 @@ _recompile_log = get_logger("recompiles")
 _fallback_log = get_logger("fallbacks")
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)
 class JitOptions:
     backend: Callable[..., Any]
     fullgraph: bool = False
     dynamic: bool | None = None
+
+    def same_as(self, other: "JitOptions") -> bool:
+        # Backends compare by identity: two distinct (even equal-looking) backends are two caches.
+        return self.backend is other.backend and self.fullgraph == other.fullgraph and self.dynamic == other.dynamic
 
 
 @dataclasses.dataclass
@@ -52,20 +56,27 @@ class CodeState:
     """What Python remembers about a jit target's code object (the entries themselves live in C)."""
 
     options: JitOptions
+    code: types.CodeType | None = None
     frames: list[Any] = dataclasses.field(default_factory=list)  # CompiledFrame, newest last
     compiles: int = 0
     broke: bool = False
 
 
-_targets: dict[types.CodeType, CodeState] = {}
+# Keyed by id(code): equal-but-distinct code objects (a clone made for a second backend) are
+# different targets with their own cache entries. CodeState.code keeps the key alive.
+_targets: dict[int, CodeState] = {}
 _global_options: list[JitOptions] = []  # non-empty while pyjit.enable() is active on some thread
 
 
+def lookup_target(code: types.CodeType) -> CodeState | None:
+    return _targets.get(id(code))
+
+
 def register_target(code: types.CodeType, options: JitOptions) -> CodeState:
-    state = _targets.get(code)
-    if state is None or state.options != options:
-        state = CodeState(options)
-        _targets[code] = state
+    state = _targets.get(id(code))
+    if state is None or not state.options.same_as(options):
+        state = CodeState(options, code)
+        _targets[id(code)] = state
     if _C is not None:
         _C.mark_skip(code, False)  # it may have been marked while running inside another jitted call
     return state
@@ -122,16 +133,23 @@ def is_library_code(code: types.CodeType) -> bool:
 
 # -- the callback ---------------------------------------------------------------------------------
 
-def callback(func: types.FunctionType, args: tuple[Any, ...]) -> tuple[Any, types.CodeType] | None:
+def callback(target: CodeState | None, func: types.FunctionType, args: tuple[Any, ...]) -> tuple[Any, types.CodeType] | None:
+    """The C callback; ``target`` is the state of the JitFunction whose call installed it
+    (``functools.partial``), or None under ``pyjit.enable()``."""
     code = func.__code__
-    state = _targets.get(code)
-    if state is None:
+    if target is not None and target.code is code:
+        state = target
+    else:
         if is_library_code(code):
             _C.mark_skip(code)
             return None
-        if not _global_options:
+        if target is not None or not _global_options:
+            # Another function running inside a jitted call (e.g. while the jitted frame runs
+            # eagerly after a graph break): left alone, even if some other wrapper jits it.
             return None
-        state = register_target(code, _global_options[-1])
+        state = _targets.get(id(code))
+        if state is None:
+            state = register_target(code, _global_options[-1])
     if _C.get_entry_limit() != config.entry_limit:
         _C.set_entry_limit(config.entry_limit)
     frame = compile_for(func, args, state)

@@ -9,12 +9,13 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from ..trace.pycodegen import ConstPool, build_flat_code, flat_arg_names, make_function
+from ..trace.pycodegen import flat_arg_names, make_function
 from . import policy
 
-_entries: dict[types.CodeType, list[tuple[Any, Any]]] = {}
+# Keyed by id(code) (see policy._targets); the CodeState in policy keeps the code objects alive.
+_entries: dict[int, list[tuple[Any, Any]]] = {}
 _binders: dict[types.CodeType, Any] = {}
-_skipped: set[types.CodeType] = set()
+_skipped: set[int] = set()
 
 
 def reset() -> None:
@@ -52,11 +53,10 @@ def _binder(func: types.FunctionType) -> Any:
     return b
 
 
-def call_python(jf: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    func = jf._func
+def bind_flat(target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[types.FunctionType, tuple[Any, ...]]:
+    """The Python function a call of ``target`` runs, and the frame's flat argument slots."""
     import functools
 
-    target = jf._fn
     while True:
         if isinstance(target, types.MethodType):
             args = (target.__self__, *args)
@@ -65,13 +65,24 @@ def call_python(jf: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             args = (*target.args, *args)
             kwargs = {**target.keywords, **kwargs}
             target = target.func
+        elif not isinstance(target, types.FunctionType) and isinstance(getattr(type(target), "__call__", None), types.FunctionType):
+            args = (target, *args)
+            target = type(target).__call__
         else:
             break
+    return target, _binder(target)(*args, **kwargs)
+
+
+def call_python(jf: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    func = jf._func
+    if isinstance(jf._fn, types.FunctionType) or jf._fn is func:
+        flat = _binder(func)(*args, **kwargs)
+    else:
+        _, flat = bind_flat(jf._fn, args, kwargs)
     code = func.__code__
-    if code in _skipped:
-        return func(*args, **kwargs)
-    flat = _binder(func)(*args, **kwargs)
-    entries = _entries.setdefault(code, [])
+    if id(code) in _skipped:
+        return jf._fn(*args, **kwargs)
+    entries = _entries.setdefault(id(code), [])
     for check, fn in entries:
         if check(*flat):
             return fn(*flat)
@@ -79,15 +90,13 @@ def call_python(jf: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     from ..guards.guards import compile_python
 
     if len(entries) >= config.entry_limit:
-        return func(*args, **kwargs)
+        return jf._fn(*args, **kwargs)
     frame = policy.compile_for(func, flat, jf._state)
     if frame is None:
-        _skipped.add(code)
-        return func(*args, **kwargs)
+        _skipped.add(id(code))
+        return jf._fn(*args, **kwargs)
     check = compile_python(frame.guards, code, func)
     fn = make_function(frame.code, func)
     entries.insert(0, (check, fn))
     return fn(*flat)
 
-
-_ = (ConstPool, build_flat_code)

@@ -20,9 +20,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 import types
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .source import FrameValues, LocalSource, Source
+
+if TYPE_CHECKING:
+    from ..trace.pycodegen import ConstPool
 
 
 class GuardKind(enum.Enum):
@@ -35,6 +38,7 @@ class GuardKind(enum.Enum):
     GLOBAL_STATE = "global_state"  # fn() == expected for grad mode, default dtype, autocast
     SAME_OBJECT = "alias"        # v is <other source> (f(x, x) traced with one graph input)
     DISTINCT = "distinct"        # the listed tensor inputs are pairwise different objects
+    HASATTR = "hasattr"          # hasattr(v, extra) == expected (attributes probed by hasattr/getattr default)
 
 
 @dataclasses.dataclass(eq=False)
@@ -70,6 +74,8 @@ class Guard:
             return f"{s} is {self.extra.name()}"
         if k is GuardKind.DISTINCT:
             return f"distinct({', '.join(x.name() for x in self.extra)})"
+        if k is GuardKind.HASATTR:
+            return f"hasattr({s}, {self.extra!r}) == {self.expected}"
         raise AssertionError(k)
 
     def failure_reason(self, frame: FrameValues) -> str | None:
@@ -103,6 +109,9 @@ class Guard:
         if k is GuardKind.LEN_MATCH:
             n = len(value)
             return None if n == self.expected else f"len({s}): expected {self.expected}, got {n}"
+        if k is GuardKind.HASATTR:
+            got = hasattr(value, self.extra)
+            return None if got == self.expected else f"hasattr({s}, {self.extra!r}): expected {self.expected}, got {got}"
         if k is GuardKind.SAME_OBJECT:
             other = self.extra.get(frame)
             return None if value is other else f"{s} is {self.extra.name()}: expected the same object, got different ones"
@@ -232,6 +241,8 @@ def _python_condition(g: Guard, pool: ConstPool) -> str:
         return f"{pool.ref(g.extra, 'state')}() == {pool.ref(g.expected, 'const')}"
     if k is GuardKind.SAME_OBJECT:
         return f"{e} is {g.extra.expr()}"
+    if k is GuardKind.HASATTR:
+        return f"{pool.ref(hasattr, 'hasattr')}({e}, {g.extra!r}) is {bool(g.expected)}"
     if k is GuardKind.DISTINCT:
         items = ", ".join(x.expr() for x in g.extra)
         return f"{pool.ref(_distinct, 'distinct')}({items})"
@@ -297,9 +308,18 @@ def compile_c_tree(guards: GuardSet, C: Any, frame_context: Callable[[Any], Fram
             node.check_dict_keys(tuple(g.expected), i)
         elif k is GuardKind.LEN_MATCH:
             node.check_len(int(g.expected), i)
+        elif k is GuardKind.HASATTR:
+            node.check_fn(_hasattr_check(g.extra, bool(g.expected)), i)
         else:
             raise AssertionError(k)
     return tree
+
+
+def _hasattr_check(name: str, expected: bool) -> Callable[[Any], bool]:
+    def check(v: Any) -> bool:
+        return hasattr(v, name) is expected
+
+    return check
 
 
 def _generic_alias_check(g: Guard, frame_context: Callable[[Any], FrameValues]) -> Callable[[Any], bool]:

@@ -148,3 +148,131 @@ def format_tree(tree: Any, argnames: Sequence[str] | None = None) -> str:
 
     walk(tree.describe(), "", 0)
     return "\n".join(lines) if lines else "<empty guard tree: always passes>"
+
+
+def failing_check(tree: Any, func: Any, args: tuple[Any, ...], argnames: Sequence[str] | None = None) -> CheckInfo | None:
+    """The first check of ``tree`` that fails for this call (``None`` if all pass), with its
+    accessor expression, for messages such as ``L['x']: tensor ... (check 3)``."""
+    failed = tree.check(func, args)
+    if failed < 0:
+        return None
+    for info in iter_checks(tree, argnames):
+        if info.id == failed:
+            return info
+    return None
+
+
+# --- reference evaluator ------------------------------------------------------------------
+# A pure-Python statement of the C evaluation semantics (docs/internals.md), used as the
+# oracle in tests and usable where the compiled check is not available. Not fast.
+
+_MISSING = object()
+
+
+def _same_constant(value: Any, expected: Any) -> bool:
+    if value is expected:
+        return True
+    if type(value) is not type(expected):
+        return False
+    if type(value) is float:
+        import struct
+
+        return struct.pack("<d", value) == struct.pack("<d", expected)
+    if type(value) is tuple:
+        return len(value) == len(expected) and all(_same_constant(a, b) for a, b in zip(value, expected))
+    if value is None or type(value) is bool:
+        return False
+    return bool(value == expected)
+
+
+def _read(kind: str, key: Any, value: Any, func: Any, args: tuple[Any, ...]) -> Any:
+    """The value an accessor reads, or _MISSING; may raise like the C accessor's Python calls."""
+    if kind == "arg":
+        return args[key] if key < len(args) else _MISSING
+    if kind == "closure":
+        cells = func.__closure__ or ()
+        if key >= len(cells):
+            return _MISSING
+        try:
+            return cells[key].cell_contents
+        except ValueError:
+            return _MISSING
+    if kind in ("global", "builtin"):
+        d = func.__globals__ if kind == "global" else func.__builtins__
+        return dict.get(d, key, _MISSING) if isinstance(d, dict) else _MISSING
+    if kind == "frame_args":
+        return tuple([*args])  # a fresh tuple per check, as in C (tuple(t) would return t itself)
+    if kind == "call":
+        return key()
+    if kind == "attr":
+        return getattr(value, key)
+    if kind == "item":
+        if type(key) is int and type(value) in (list, tuple):
+            i = key + len(value) if key < 0 else key
+            return value[i] if 0 <= i < len(value) else _MISSING
+        if type(value) is dict:
+            return dict.get(value, key, _MISSING)
+        return value[key]
+    if kind == "len":
+        return len(value)
+    if kind == "type":
+        return type(value)
+    raise ValueError(f"unknown accessor kind {kind!r}")
+
+
+def _check(kind: str, payload: Any, value: Any) -> bool:
+    if kind == "type":
+        return payload is not None and type(value) is payload
+    if kind == "id":
+        return value is payload  # a dead weak target describes as None; None is never weak
+    if kind == "eq":
+        return _same_constant(value, payload)
+    if kind == "not_none":
+        return value is not None
+    if kind == "len":
+        return len(value) == payload
+    if kind == "dict_keys":
+        if not isinstance(value, dict) or len(value) != len(payload):
+            return False
+        return all(_same_constant(k, e) for k, e in zip(dict.keys(value), payload))
+    if kind == "fn":
+        return bool(payload(value))
+    raise NotImplementedError(f"reference evaluation of {kind!r} checks")
+
+
+def evaluate(tree: Any, func: Any, args: tuple[Any, ...]) -> int:
+    """What ``tree.check(func, args)`` returns, computed in Python from ``tree.describe()``."""
+
+    def first_id(d: dict[str, Any]) -> int:
+        if d["checks"]:
+            return int(d["checks"][0][1])
+        for child in d["children"]:
+            cid = first_id(child)
+            if cid >= 0:
+                return cid
+        return -1
+
+    def walk(d: dict[str, Any], value: Any) -> int:
+        for kind, cid, payload in d["checks"]:
+            try:
+                ok = _check(kind, payload, value)
+            except Exception:
+                ok = False
+            if not ok:
+                return int(cid)
+        for child in d["children"]:
+            try:
+                child_value = _read(child["kind"], child["key"], value, func, args)
+            except Exception:
+                child_value = _MISSING
+            if child_value is _MISSING:
+                cid = first_id(child)
+                if cid >= 0:
+                    return cid
+                continue
+            r = walk(child, child_value)
+            if r >= 0:
+                return r
+        return -1
+
+    return walk(tree.describe(), None)

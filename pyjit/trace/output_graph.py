@@ -66,6 +66,8 @@ class OutputGraph:
         self._input_by_id: dict[int, GraphInput] = {}
         self.call_count = 0
         self.mutates_inputs = False
+        # Real autocast/inference-mode contexts entered while tracing (exited if tracing stops).
+        self.entered_contexts: list[Any] = []
         self._last_placeholder: fx.Node | None = None
 
     # -- inputs --------------------------------------------------------------------------

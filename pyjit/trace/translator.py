@@ -16,7 +16,7 @@ import dis
 import linecache
 import sys
 import types
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ..config import config
 from ..errors import GraphBreak, Unsupported, UserLocation
@@ -208,9 +208,8 @@ class Translator:
         cells: tuple["CellVariable", ...],
     ) -> "VariableTracker":
         """Run ``code`` symbolically with the given tracked arguments; return its result."""
-        from ..variables.dicts import DictVariable
         from ..variables.functions import CellVariable
-        from ..variables.lists import ListIteratorVariable, TupleVariable
+        from ..variables.lists import ListIteratorVariable
 
         if self.depth + 1 > config.inline_depth_limit:
             unsupported("inline_depth", f"inlining {code.co_name}")
@@ -242,7 +241,6 @@ def bind_arguments(
     kwdefaults: dict[str, Any] | None,
 ) -> dict[str, "VariableTracker"]:
     """Python's argument binding, over trackers. Defaults are trackers already."""
-    from ..variables.constant import ConstantVariable
     from ..variables.dicts import DictVariable
     from ..variables.lists import TupleVariable
 
@@ -289,7 +287,6 @@ def bind_arguments(
         pos += 1
     if has_varkw:
         result[names[pos]] = DictVariable(varkw)
-    _ = ConstantVariable
     return result
 
 

@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 
 
 _TORCH_CALLABLE_CLASSES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled, torch.Size, torch.device,
-                           torch.dtype, torch.finfo, torch.iinfo)
+                           torch.dtype, torch.finfo, torch.iinfo, torch.autocast, torch.amp.autocast,
+                           torch.inference_mode)
 
 
 def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker:
@@ -116,6 +117,11 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
                 guards.add(GuardKind.ID_MATCH, AttrSource(source, "__func__"), fn)
             return UserMethodVariable(fn, obj, source)
         return wrap(tx, fn, None)
+    if getattr(value, "__objclass__", None) in (torch.Tensor, torch._C.TensorBase):
+        # an unbound Tensor method (torch.Tensor.add): a graph call like torch.add
+        if source is not None:
+            guards.add(GuardKind.ID_MATCH, source, value)
+        return TorchFunctionVariable(value, source)
     if callable(value) and not isinstance(value, type) and is_torch_library_function(value):
         if source is not None:
             guards.add(GuardKind.ID_MATCH, source, value)

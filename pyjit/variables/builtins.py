@@ -6,15 +6,13 @@ Arithmetic and comparisons involving a tensor are recorded as ``operator.*`` gra
 """
 from __future__ import annotations
 
-import builtins
-import math
 import operator
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..trace.graph_breaks import unsupported
 from ..errors import Unsupported
 from .base import VariableTracker
-from .constant import ConstantVariable, is_constant_value
+from .constant import ConstantVariable
 from .lists import BaseListVariable, ListIteratorVariable, ListVariable, TupleVariable
 
 if TYPE_CHECKING:
@@ -361,10 +359,12 @@ def has_attr(tx: "Translator", obj: VariableTracker, name: str) -> bool:
     if real is not _NO:
         from ..guards.guards import GuardKind
 
-        # The answer depends on the object's attributes: the type guard (installed by the
-        # builder) covers class attributes; instance attributes are covered by the object's
-        # identity/type guard plus dict-keys where we have a source.
-        return hasattr(real, name)
+        result = hasattr(real, name)
+        # The answer depends on the object's current attributes: guard it (attributes can be
+        # added and deleted between calls without changing the object's identity or type).
+        if obj.source is not None:
+            tx.output.guards.add(GuardKind.HASATTR, obj.source, result, extra=name)
+        return result
     try:
         obj.var_getattr(tx, name)
         return True
@@ -488,8 +488,6 @@ def _set(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, Variab
 def _sorted(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
     items = _iter_items(tx, args[0])
     if all(i.is_python_constant() for i in items) and all_constant([], kwargs):
-        from .builder import wrap_constant_result
-
         return ListVariable([ConstantVariable(v) for v in sorted([i.as_python_constant() for i in items], **{k: v.as_python_constant() for k, v in kwargs.items()})])
     unsupported("unsupported_call", "sorted() of non-constants")
 
@@ -533,12 +531,8 @@ def _minmax(fn: Callable[..., Any]) -> Handler:
         items = _iter_items(tx, args[0]) if len(args) == 1 else args
         if all(i.is_python_constant() for i in items) and all_constant([], kwargs):
             return fold(tx, fn, [ListVariable(items)], kwargs)
-        if any(_is_tensor(i) for i in items) and len(items) == 2 and not kwargs:
-            import torch
-
-            # max(t, 3) / min(t, u) on tensors: elementwise, like torch.maximum/clamp semantics
-            # would differ for Python (it compares truthiness), so only the tensor-vs-tensor
-            # elementwise case with equal shapes is not expressible; be safe: break.
+        if any(_is_tensor(i) for i in items):
+            # Python's max/min compare with `>`: that needs the tensor's truth value.
             unsupported("data_dependent", f"{fn.__name__}() comparing tensors")
         unsupported("unsupported_call", f"{fn.__name__}() of non-constants")
 
@@ -587,4 +581,3 @@ def _super(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, Vari
     return SuperVariable(cls, obj)
 
 
-_ = (builtins, math)

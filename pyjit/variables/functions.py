@@ -56,10 +56,12 @@ def _wrap_defaults(tx: "Translator", values: tuple[Any, ...] | None, source: Sou
 
     if values is None:
         return None
+    # With a source, defaults are wrapped (and so guarded) through `fn.__defaults__[i]`: a program
+    # may assign __defaults__. Library functions (no source) keep their defaults as constants.
     out = []
     for i, v in enumerate(values):
-        if is_constant_value(v):
-            out.append(ConstantVariable(v))  # defaults are evaluated once; treated as constants
+        if source is None and is_constant_value(v):
+            out.append(ConstantVariable(v))
         else:
             out.append(wrap(tx, v, ItemSource(FuncAttrSource(source, attr), i) if source is not None else None))
     return tuple(out)
@@ -72,7 +74,7 @@ def _wrap_kwdefaults(tx: "Translator", values: dict[str, Any] | None, source: So
         return None
     out = {}
     for k, v in values.items():
-        if is_constant_value(v):
+        if source is None and is_constant_value(v):
             out[k] = ConstantVariable(v)
         else:
             out[k] = wrap(tx, v, ItemSource(FuncAttrSource(source, "__kwdefaults__"), k) if source is not None else None)

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 from ..guards.source import AttrSource, Source
 from ..trace.graph_breaks import unsupported
 from .base import VariableTracker
-from .constant import ConstantVariable
 
 if TYPE_CHECKING:
     from ..trace.translator import Translator
@@ -76,5 +75,3 @@ class SuperVariable(VariableTracker):
                 return wrap(tx, attr, None)
         unsupported("exception", f"AttributeError: 'super' object has no attribute {name!r}")
 
-
-_ = ConstantVariable

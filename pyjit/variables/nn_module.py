@@ -19,7 +19,6 @@ from .base import VariableTracker
 from .constant import ConstantVariable
 
 if TYPE_CHECKING:
-    from ..trace.output_graph import OutputCodegen
     from ..trace.translator import Translator
 
 

@@ -7,7 +7,6 @@ the guard that makes that sound (``torch.is_grad_enabled()`` is guarded by the g
 """
 from __future__ import annotations
 
-import types
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -64,6 +63,9 @@ class TorchFunctionVariable(VariableTracker):
         fn = self.fn
         if fn in (torch.no_grad, torch.enable_grad):
             return GradModeVariable(fn is torch.enable_grad)
+        if fn in _AUTOCAST_CLASSES or fn is torch.inference_mode:
+            return StateContextVariable.create(fn, [a.as_python_constant() for a in args],
+                                               {k: v.as_python_constant() for k, v in kwargs.items()})
         if fn is torch.set_grad_enabled:
             mode = args[0].as_python_constant()
             gm = GradModeVariable(bool(mode))
@@ -200,6 +202,70 @@ def _set_grad(tx: "Translator", mode: bool) -> None:
     torch._C._set_grad_enabled(mode)
 
 
+_AUTOCAST_CLASSES = tuple({torch.autocast, torch.amp.autocast})
+
+
+class StateContextVariable(VariableTracker):
+    """``torch.autocast(...)`` / ``torch.inference_mode(...)`` as a ``with`` context.
+
+    Entering records ``_enter_autocast(*args)`` / ``_enter_inference_mode(mode)`` (which return the
+    live context object) and exiting records ``_exit_*(ctx)``, so the compiled graph switches the
+    state itself; meanwhile the real state is switched during tracing so fake results get the
+    dtypes/flags eager would produce.
+    """
+
+    __slots__ = ("enter_fn", "exit_fn", "enter_args", "factory", "real", "node")
+
+    def __init__(self, enter_fn: Any, exit_fn: Any, enter_args: tuple[Any, ...], factory: Any) -> None:
+        super().__init__(None)
+        self.enter_fn = enter_fn
+        self.exit_fn = exit_fn
+        self.enter_args = enter_args
+        self.factory = factory
+        self.real: Any = None
+        self.node: Any = None
+
+    @staticmethod
+    def create(cls: Any, args: list[Any], kwargs: dict[str, Any]) -> "StateContextVariable":
+        from torch.amp import autocast_mode
+        from torch.autograd import grad_mode
+
+        if cls is torch.inference_mode:
+            mode = bool(args[0]) if args else bool(kwargs.get("mode", True))
+            return StateContextVariable(grad_mode._enter_inference_mode, grad_mode._exit_inference_mode, (mode,),
+                                        lambda: torch.inference_mode(mode))
+        names = ("device_type", "dtype", "enabled", "cache_enabled")
+        values = dict(zip(names, args))
+        values.update(kwargs)
+        full = (values["device_type"], values.get("dtype"), values.get("enabled", True), values.get("cache_enabled"))
+        return StateContextVariable(autocast_mode._enter_autocast, autocast_mode._exit_autocast, full,
+                                    lambda: torch.amp.autocast(*full))
+
+    def enter(self, tx: "Translator") -> VariableTracker:
+        self.real = self.factory()
+        self.real.__enter__()
+        tx.output.entered_contexts.append(self.real)
+        self.node = tx.output.graph.call_function(self.enter_fn, self.enter_args)
+        self.node.meta["stack_trace"] = tx.stack_trace()
+        self.node.meta["example_value"] = None
+        return ConstantVariable(None)
+
+    def exit(self, tx: "Translator") -> VariableTracker:
+        tx.output.entered_contexts.remove(self.real)
+        self.real.__exit__(None, None, None)
+        node = tx.output.graph.call_function(self.exit_fn, (self.node,))
+        node.meta["stack_trace"] = tx.stack_trace()
+        node.meta["example_value"] = None
+        return ConstantVariable(None)
+
+    def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
+        if name == "__enter__":
+            return _BoundCtx(self, True)  # type: ignore[arg-type]
+        if name == "__exit__":
+            return _BoundCtx(self, False)  # type: ignore[arg-type]
+        unsupported("unsupported_attr", f"context .{name}")
+
+
 def install_global_state_guards(tx: "Translator") -> None:
     """Results depend on grad mode, the default dtype and autocast: guard all three."""
     g = tx.output.guards
@@ -207,5 +273,3 @@ def install_global_state_guards(tx: "Translator") -> None:
     g.add(GuardKind.GLOBAL_STATE, None, torch.get_default_dtype(), extra=torch.get_default_dtype)
     g.add(GuardKind.GLOBAL_STATE, None, torch._C._is_any_autocast_enabled(), extra=torch._C._is_any_autocast_enabled)
 
-
-_ = types

@@ -37,3 +37,19 @@ def test_no_symbol_hidden_in_libpython():
     missing = sorted(undefined - exported)
     assert not missing, f"pyjit._C needs symbols libpython does not export: {missing}"
     assert undefined, "nm found no Python symbols at all: the check itself is broken"
+
+
+def test_stub_lists_every_module_attribute():
+    import ast
+
+    stub_path = os.path.join(os.path.dirname(os.path.abspath(_C.__file__)), "_C.pyi")
+    with open(stub_path) as fh:
+        tree = ast.parse(fh.read())
+    names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    names |= {t.id for n in tree.body if isinstance(n, ast.AnnAssign) for t in [n.target] if isinstance(t, ast.Name)}
+    public = {k for k in dir(_C) if not k.startswith("__")}
+    assert public == names
+    stub_methods = {f.name for c in tree.body if isinstance(c, ast.ClassDef) for f in c.body
+                    if isinstance(f, ast.FunctionDef)}
+    real_methods = {k for k in vars(_C.GuardNode) if not k.startswith("__")}
+    assert real_methods <= stub_methods

@@ -442,3 +442,14 @@ def test_tensor_check_generic_path_without_torch():
     assert t.check(f, args_of(3)) == 1
     broken = FakeTensor((4, 3), None)  # stride() raises: a failure, not an error
     assert t.check(f, args_of(broken)) == 1
+
+
+def test_failing_check_helper_names_the_accessor():
+    from pyjit.guards.tree import failing_check
+
+    t = _C.GuardTree()
+    node_at(t, [("arg", 0), ("attr", "w")]).check_eq(3, 0)
+    node_at(t, [("arg", 1), ("len",)]).check_eq(2, 1)
+    assert failing_check(t, f, args_of(Obj(w=3), [1, 2])) is None
+    info = failing_check(t, f, args_of(Obj(w=3), [1]), ["self", "xs"])
+    assert (info.id, info.kind, info.expr, info.payload) == (1, "eq", "len(L['xs'])", 2)

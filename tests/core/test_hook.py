@@ -564,3 +564,21 @@ def test_interpreter_exit_with_callback_still_set():
                          env={**os.environ, "PYTHONPATH": root}, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["done", "atexit", "ran"]
+
+
+def test_recursion_with_large_frames_crosses_data_stack_chunks():
+    # 300 locals per frame x depth 200: the thread's data stack grows by many chunks, so some
+    # intercepted frames start a chunk and releasing them must free it (3.12 path).
+    body = "\n".join(f"    v{i} = n + {i}" for i in range(300))
+    src = f"def big(n):\n{body}\n    if n <= 0:\n        return v299\n    return big(n - 1) + v0 - n\n"
+    ns: dict = {}
+    exec(src, ns)
+    big = ns["big"]
+    expected = big(200)
+    comp = Compiler(big)
+    for _ in range(3):
+        assert _run(comp, big, 200) == expected
+    assert len(comp.calls) == 1
+    before = (sys.getrefcount(big), sys.getrefcount(big.__code__))
+    assert _run(comp, big, 200) == expected
+    assert (sys.getrefcount(big), sys.getrefcount(big.__code__)) == before

@@ -1,8 +1,9 @@
 """The frontend's end-to-end corpus: functions of the kind found in real PyTorch code, each with
 an input factory and what ``pyjit.jit`` must produce for it.
 
-The cases live in ``corpus_tensors`` (arithmetic, containers, indexing, shapes),
-``corpus_control`` (loops, helpers, closures, methods, grad mode, checks, snippets) and
+The cases live in ``corpus_tensors`` (arithmetic, containers, indexing, shapes, dtypes and
+layouts), ``corpus_control`` (loops, helpers, closures, methods, grad mode, checks, snippets,
+signatures), ``corpus_python`` (language features, more tensor methods, autocast) and
 ``corpus_modules`` (``nn.Module`` instances). This module gathers them into :data:`CASES`.
 
 What every case expects
@@ -36,7 +37,7 @@ exactly ``calls`` counted calls, and eager's results, for every case.
 from __future__ import annotations
 
 # Import order is registration order: tensors, control flow, modules.
-from . import corpus_tensors, corpus_control, corpus_modules  # noqa: F401,I001  (registers cases)
+from . import corpus_tensors, corpus_control, corpus_python, corpus_modules  # noqa: F401,I001  (registers cases)
 from .corpus_spec import CASES, Case
 
 CASES_BY_NAME: dict[str, Case] = {c.name: c for c in CASES}

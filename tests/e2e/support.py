@@ -9,7 +9,7 @@ exactly this rule:
 - every FX node whose ``op`` is ``call_function``, ``call_method`` or ``call_module`` counts 1;
   ``placeholder``, ``get_attr`` and ``output`` nodes never count;
 - except nodes that only switch global autograd/autocast state (``torch._C._set_grad_enabled``,
-  ``torch.autograd.grad_mode`` helpers, autocast enter/exit): how a frontend represents a
+  ``torch.autograd.grad_mode`` helpers, inference-mode and autocast enter/exit): how a frontend represents a
   ``torch.no_grad()`` region inside the graph is its choice, so those are not counted. The
   comparison instead checks ``requires_grad`` of every output, which catches a region run with
   the wrong grad mode.
@@ -33,6 +33,8 @@ _STATE_SWITCH_NAMES = frozenset(
         "_exit_autocast",
         "_enter_grad_mode",
         "_exit_grad_mode",
+        "_enter_inference_mode",
+        "_exit_inference_mode",
     }
 )
 
@@ -186,3 +188,58 @@ def run_against_eager(case: Any, wrap: Callable[[Callable[..., Any]], Callable[.
             assert_same_aliasing((eager_args, eager_kwargs), expected, (jit_args, jit_kwargs), actual)
         except AssertionError as e:
             raise AssertionError(f"{where}: {e}") from None
+
+
+def check_graph_meta(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> list[str]:
+    """Problems with the per-node metadata the frontend promises (issue 4, "Graph output"):
+    every counted node has ``meta["example_value"]`` (fake tensors for tensor results, with the
+    dtype, shape and strides of the real result, which is recomputed here by running the graph
+    on the real example inputs) and a ``meta["stack_trace"]`` naming a source file and line."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    problems: list[str] = []
+
+    class _Checker(torch.fx.Interpreter):
+        def run_node(self, n: torch.fx.Node) -> Any:
+            real = super().run_node(n)
+            if n.op not in GRAPH_CALL_OPS or is_state_switch(n):
+                return real
+            if "example_value" not in n.meta:
+                if real is not None:  # e.g. operator.setitem returns None: nothing to describe
+                    problems.append(f"{n.name}: no meta['example_value']")
+            else:
+                _compare_meta(n.name, n.meta["example_value"], real, problems, FakeTensor)
+            trace = n.meta.get("stack_trace") or ""
+            if 'File "' not in trace or ", line " not in trace:
+                problems.append(f"{n.name}: meta['stack_trace'] does not name a file and line: {trace!r:.120}")
+            return real
+
+    _Checker(gm).run(*[_copy_keep_strides(t) for t in example_inputs])
+    return problems
+
+
+def _copy_keep_strides(t: Any) -> Any:
+    """A copy with the same strides (so in-place graph ops cannot touch the caller's tensors)."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    with torch.no_grad():
+        out = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device).copy_(t)
+    return out.requires_grad_(t.requires_grad)
+
+
+def _compare_meta(name: str, fake: Any, real: Any, problems: list[str], fake_type: type) -> None:
+    if isinstance(real, torch.Tensor):
+        if not isinstance(fake, fake_type):
+            problems.append(f"{name}: example_value is {type(fake).__name__}, not a FakeTensor")
+            return
+        for attr in ("dtype", "shape", "device"):
+            if getattr(fake, attr) != getattr(real, attr):
+                problems.append(f"{name}: example_value {attr} {getattr(fake, attr)} != real {getattr(real, attr)}")
+        if fake.shape == real.shape and real.numel() > 1 and fake.stride() != real.stride():
+            problems.append(f"{name}: example_value strides {fake.stride()} != real {real.stride()}")
+    elif isinstance(real, (tuple, list)):
+        if not isinstance(fake, (tuple, list)) or len(fake) != len(real):
+            problems.append(f"{name}: example_value {type(fake).__name__} does not match the real {type(real).__name__}")
+            return
+        for i, (f, r) in enumerate(zip(fake, real)):
+            _compare_meta(f"{name}[{i}]", f, r, problems, fake_type)

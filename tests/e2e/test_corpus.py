@@ -1,5 +1,6 @@
 """Every corpus case under ``pyjit.jit``: one graph, the expected number of graph calls, results
-identical to eager on two sets of random inputs (the second call must hit the cache).
+identical to eager on two sets of random inputs (the second call must hit the cache), and node
+metadata (fake ``example_value`` matching the real result, ``stack_trace`` with file and line).
 
 Uses the public API only (``pyjit.jit``, ``pyjit.reset``, ``pyjit.config.patch``). While the
 frontend is missing these tests fail with AttributeError/ImportError; they never skip.
@@ -11,7 +12,7 @@ import pytest
 import pyjit
 
 from .corpus import CASES
-from .support import CountingBackend, run_against_eager
+from .support import CountingBackend, check_graph_meta, run_against_eager
 
 
 @pytest.fixture(autouse=True)
@@ -38,6 +39,8 @@ def test_case_counting_backend(case):
         f"{case.name}: expected {case.graphs} graph(s) over two calls with same-shaped inputs, "
         f"got {backend.frame_count}\n{backend.graph_listing()}"
     )
+    problems = check_graph_meta(backend.graphs[0], backend.example_inputs[0])
+    assert not problems, f"{case.name}: node metadata:\n" + "\n".join(problems) + "\n" + backend.graph_listing()
     assert backend.call_counts[0] == case.calls, (
         f"{case.name}: expected {case.calls} counted graph calls, got {backend.call_counts[0]}"
         f"{' (' + case.note + ')' if case.note else ''}\n{backend.graph_listing()}"

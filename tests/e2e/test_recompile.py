@@ -282,6 +282,21 @@ def test_grad_mode_is_guarded():
     assert f(x).requires_grad
 
 
+def test_autocast_state_is_guarded():
+    def f(x, w):
+        return x @ w
+
+    backend = CountingBackend()
+    jf = _jit(f, backend)
+    x, w = torch.randn(4, 8), torch.randn(8, 3)
+    assert_same(f(x, w), jf(x, w))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = f(x, w)
+        assert expected.dtype == torch.bfloat16
+        assert_same(expected, jf(x, w))
+    assert_same(f(x, w), jf(x, w))
+
+
 def test_default_dtype_is_guarded():
     def f(x):
         return torch.ones(3) + x.sum()

@@ -125,3 +125,45 @@ def test_enable_disable_compiles_user_frames(rec):
         pyjit.disable()
     same(torch.ones(2).sin() + 1, out)
     assert len(rec.graphs) == 1
+
+
+def test_python_runtime_graph_break_and_kwonly(rec, monkeypatch):
+    import pyjit.api as api
+
+    monkeypatch.setattr(api, "_C", None)
+
+    def f(x, *, k=2):
+        return x * k + x.sum().item()
+
+    jf = pyjit.jit(f, backend=rec)
+    x = torch.randn(3)
+    same(f(x, k=3), jf(x, k=3))
+    same(f(x), jf(x))
+    assert rec.graphs == []
+
+
+def test_explain_reports_graph_guards_and_breaks():
+    def good(x, n=2):
+        return x.relu() * n
+
+    def bad(x):
+        return x * x.sum().item()
+
+    e = pyjit.explain(good)(torch.randn(3))
+    assert e.graph_count == 1 and e.call_count == 2 and e.graph_break is None
+    assert any("L['x']" in g for g in e.guards) and "graphs: 1" in str(e)
+    b = pyjit.explain(bad)(torch.randn(3))
+    assert b.graph_count == 0 and b.graph_break.kind == "data_dependent"
+    assert pyjit.explain(lambda n: n + 1)(3).skipped_reason
+
+
+def test_import_inside_function_and_unbound_tensor_method(rec):
+    def f(x):
+        import math
+
+        from torch.nn import functional as F
+
+        return torch.Tensor.add(F.relu(x), math.pi)
+
+    x = torch.randn(4)
+    same(f(x), pyjit.jit(f, backend=rec, fullgraph=True)(x))

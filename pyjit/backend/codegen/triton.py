@@ -143,6 +143,10 @@ class TritonKernel:
         hit = self._lookup(key)
         if hit is not None:
             return hit
+        if name in self.removed:
+            # The scheduler only removes a buffer when every read hits the in-register value;
+            # reading its (never written) memory would be a silent wrong answer.
+            raise AssertionError(f"kernel reads removed buffer {name} at {index} outside its producer's scope")
         ptr = self.inputs.setdefault(name, f"in_ptr{len(self.inputs)}")
         pointer, mask = self._pointer(ptr, index)
         dtype = self.dtypes[name]

@@ -479,3 +479,46 @@ def _copy(ctx: Any, dst: IRNode, src: IRNode, non_blocking: bool = False) -> IRN
     dt = dst.get_dtype()
     src = expand_to(src, dst.get_size())
     return make_pointwise(ctx, [src], lambda ops, v: ops.to_dtype(v, dt), dt)
+
+
+@register_lowering(aten.fmax, aten.fmin)
+def _fmax(ctx: Any, a: Any, b: Any) -> IRNode:
+    cmp = "gt" if ctx.current_target_name() == "fmax" else "lt"
+    cdt, rdt = promote(a, b)
+
+    def fn(ops: Any, x: Any, y: Any) -> Any:
+        # NaN-ignoring: take x when it wins or when y is NaN.
+        take_x = ops.binary("logical_or", ops.binary(cmp, x, y), ops.unary("isnan", y))
+        if not cdt.is_floating_point:
+            take_x = ops.binary(cmp, x, y)
+            take_x = ops.binary("logical_or", take_x, ops.binary("eq", x, y))
+        return ops.where(take_x, x, y)
+
+    return make_pointwise(ctx, [a, b], fn, rdt, compute_dtype=cdt)
+
+
+@register_lowering(aten.logaddexp2)
+def _logaddexp2(ctx: Any, a: Any, b: Any) -> IRNode:
+    cdt, rdt = promote(a, b, kind=K.INT_TO_FLOAT)
+    ln2 = math.log(2.0)
+
+    def fn(ops: Any, x: Any, y: Any) -> Any:
+        m = ops.binary("maximum", x, y)
+        d = ops.unary("neg", ops.unary("abs", ops.binary("sub", x, y)))
+        tail = ops.binary("truediv", ops.unary("log1p", ops.unary("exp2", d)), ops.constant(ln2, cdt))
+        out = ops.binary("add", m, tail)
+        return ops.where(ops.binary("eq", x, y), ops.binary("add", x, ops.constant(1.0, cdt)), out)
+
+    return make_pointwise(ctx, [a, b], fn, rdt, compute_dtype=cdt)
+
+
+@register_lowering(aten.ldexp)
+def _ldexp(ctx: Any, a: Any, b: Any) -> IRNode:
+    cdt, rdt = promote(a, b, kind=K.INT_TO_FLOAT)
+    return make_pointwise(
+        ctx, [a, b], lambda ops, x, e: ops.binary("mul", x, ops.unary("exp2", e)), rdt, compute_dtype=cdt)
+
+
+@register_lowering(aten.alias_copy)
+def _alias_copy(ctx: Any, x: IRNode) -> IRNode:
+    return make_pointwise(ctx, [x], lambda ops, v: v, x.get_dtype())

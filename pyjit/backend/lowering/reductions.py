@@ -32,7 +32,8 @@ def make_reduction(ctx: Any, x: IRNode, dims: Any, keepdim: bool, reduction_type
     """Reduce ``x`` over ``dims``; ``value_dtype`` is the dtype the values are reduced in."""
     size = x.get_size()
     ndim = len(size)
-    rdims = canonical_dims(dims, ndim)
+    # A 0-dim tensor reduces over "dim 0 or -1" as over nothing: one element.
+    rdims = canonical_dims(dims, ndim) if ndim else []
     kept = [d for d in range(ndim) if d not in rdims]
     ranges = [size[d] for d in kept]
     rranges = [size[d] for d in rdims]
@@ -79,6 +80,11 @@ def make_reduction(ctx: Any, x: IRNode, dims: Any, keepdim: bool, reduction_type
     return out
 
 
+def reduced_numel(x: IRNode, dim: Any) -> int:
+    size = x.get_size()
+    return prod(size[d] for d in canonical_dims(dim, len(size))) if size else 1
+
+
 def _sum_dtype(x: IRNode, dtype: torch.dtype | None) -> torch.dtype:
     if dtype is not None:
         return dtype
@@ -108,7 +114,7 @@ def _mean(ctx: Any, x: IRNode, dim: Any = None, keepdim: bool = False, *, dtype:
     out = dtype or x.get_dtype()
     if not out.is_floating_point:
         raise NotImplementedError("mean of an integer tensor raises in eager")
-    n = prod(x.get_size()[d] for d in canonical_dims(dim, len(x.get_size())))
+    n = reduced_numel(x, dim)
     total = make_reduction(ctx, x, dim, keepdim, "sum", out, acc_dtype(out))
     return make_pointwise(ctx, [total], lambda ops, v: ops.binary("truediv", v, ops.constant(float(n), out)), out)
 
@@ -169,7 +175,7 @@ def _var_parts(ctx: Any, x: IRNode, dim: Any, correction: float | None, keepdim:
     dt = x.get_dtype()
     if not dt.is_floating_point:
         raise NotImplementedError("var of an integer tensor raises in eager")
-    n = prod(x.get_size()[d] for d in canonical_dims(dim, len(x.get_size())))
+    n = reduced_numel(x, dim)
     corr = 1.0 if correction is None else float(correction)
     vdt = acc_dtype(dt)
     m2 = make_reduction(ctx, x, dim, keepdim, "m2", dt, vdt)

@@ -286,6 +286,23 @@ def _split_with_sizes(ctx: Any, x: IRNode, split_sizes: Sequence[int], dim: int 
     return out
 
 
+@register_lowering(aten.unsafe_split.Tensor)
+def _unsafe_split(ctx: Any, x: IRNode, split_size: int, dim: int = 0) -> list[IRNode]:
+    return _split(ctx, x, split_size, dim)
+
+
+@register_lowering(prims.rev)
+def _rev(ctx: Any, x: IRNode, dims: Sequence[int]) -> IRNode:
+    """flip: reversed indices (no strided layout has negative strides, so always an index map)."""
+    size = x.get_size()
+    flipped = set(canonical_dims(list(dims), len(size))) if dims else set()
+
+    def reindex(index: Sequence[sympy.Expr]) -> list[sympy.Expr]:
+        return [size[d] - 1 - index[d] if d in flipped else index[d] for d in range(len(size))]
+
+    return View(x, size, reindex)
+
+
 @register_lowering(aten.unbind.int, aten.unbind_copy.int)
 def _unbind(ctx: Any, x: IRNode, dim: int = 0) -> list[IRNode]:
     n = x.get_size()[canonical_dim(dim, len(x.get_size()))]

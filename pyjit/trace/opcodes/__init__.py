@@ -27,3 +27,5 @@ def register(*opnames: str) -> Callable[[Handler], Handler]:
 
 
 from . import arith, build, calls, control, loads  # noqa: E402,F401  (fill the registry)
+
+__all__ = ["OPCODES", "register", "arith", "build", "calls", "control", "loads"]

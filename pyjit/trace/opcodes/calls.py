@@ -119,11 +119,12 @@ def set_function_attribute(tx: "Translator", inst: "Instruction") -> None:  # 3.
 
 @register("BEFORE_WITH")
 def before_with(tx: "Translator", inst: "Instruction") -> None:
-    from ...variables.torch_fns import GradModeVariable
+    from ...variables.torch_fns import GradModeVariable, StateContextVariable
 
     ctx = tx.pop()
-    if not isinstance(ctx, GradModeVariable):
-        unsupported("unsupported_call", f"`with` on {ctx} (only torch.no_grad/enable_grad/set_grad_enabled)")
+    if not isinstance(ctx, (GradModeVariable, StateContextVariable)):
+        unsupported("unsupported_call", f"`with` on {ctx} (only torch.no_grad/enable_grad/set_grad_enabled/"
+                                        f"autocast/inference_mode)")
     tx.push(ctx.var_getattr(tx, "__exit__"))
     tx.push(ctx.enter(tx))
 

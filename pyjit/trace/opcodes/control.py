@@ -139,10 +139,74 @@ def raise_(tx: "Translator", inst: "Instruction") -> None:
     unsupported("exception", f"{inst.opname} (raise/assert/except reached while tracing)")
 
 
-@register("SETUP_ANNOTATIONS", "IMPORT_NAME", "IMPORT_FROM", "IMPORT_STAR", "LOAD_BUILD_CLASS", "LOAD_NAME",
-          "STORE_NAME", "DELETE_NAME", "LOAD_LOCALS", "MATCH_CLASS", "MATCH_MAPPING", "MATCH_SEQUENCE", "MATCH_KEYS",
-          "GET_LEN", "BEFORE_ASYNC_WITH", "GET_AITER", "GET_ANEXT", "END_ASYNC_FOR", "ASYNC_GEN_WRAP",
+@register("SETUP_ANNOTATIONS", "IMPORT_STAR", "LOAD_BUILD_CLASS", "LOAD_NAME",
+          "STORE_NAME", "DELETE_NAME", "LOAD_LOCALS", "BEFORE_ASYNC_WITH", "GET_AITER", "GET_ANEXT", "END_ASYNC_FOR", "ASYNC_GEN_WRAP",
           "LOAD_FROM_DICT_OR_DEREF", "LOAD_FROM_DICT_OR_GLOBALS", "CALL_INTRINSIC_2", "INTERPRETER_EXIT",
           "ENTER_EXECUTOR", "LOAD_SPECIAL", "WITH_EXCEPT_START_", "BEFORE_WITH_")
 def not_supported(tx: "Translator", inst: "Instruction") -> None:
     unsupported("unsupported_opcode", inst.opname)
+
+
+# -- structural pattern matching (`match`) --------------------------------------------------------
+
+_MATCH_SELF = (bool, bytearray, bytes, dict, float, frozenset, int, list, set, str, tuple)
+
+
+@register("GET_LEN")
+def get_len(tx: "Translator", inst: "Instruction") -> None:
+    tx.push(tx.stack[-1].call_method(tx, "__len__", [], {}))
+
+
+@register("MATCH_SEQUENCE")
+def match_sequence(tx: "Translator", inst: "Instruction") -> None:
+    import collections.abc
+
+    t = tx.stack[-1].python_type()
+    ok = issubclass(t, collections.abc.Sequence) and not issubclass(t, (str, bytes, bytearray))
+    tx.push(ConstantVariable(ok))
+
+
+@register("MATCH_MAPPING")
+def match_mapping(tx: "Translator", inst: "Instruction") -> None:
+    import collections.abc
+
+    tx.push(ConstantVariable(issubclass(tx.stack[-1].python_type(), collections.abc.Mapping)))
+
+
+@register("MATCH_KEYS")
+def match_keys(tx: "Translator", inst: "Instruction") -> None:
+    from ...variables.lists import TupleVariable
+
+    keys = tx.stack[-1].as_python_constant()
+    subject = tx.stack[-2]
+    values = []
+    for k in keys:
+        if not subject.call_method(tx, "__contains__", [ConstantVariable(k)], {}).truth(tx):
+            tx.push(ConstantVariable(None))
+            return
+        values.append(subject.call_method(tx, "__getitem__", [ConstantVariable(k)], {}))
+    tx.push(TupleVariable(values))
+
+
+@register("MATCH_CLASS")
+def match_class(tx: "Translator", inst: "Instruction") -> None:
+    from ...variables.lists import TupleVariable
+
+    names = tx.pop().as_python_constant()
+    cls = tx.pop().as_python_constant()
+    subject = tx.pop()
+    if not isinstance(cls, type) or not issubclass(subject.python_type(), cls):
+        tx.push(ConstantVariable(None))
+        return
+    count = inst.arg or 0
+    attrs = []
+    if count:
+        if count == 1 and cls in _MATCH_SELF:
+            attrs.append(subject)
+        else:
+            match_args = getattr(cls, "__match_args__", ())
+            if len(match_args) < count:
+                unsupported("exception", f"TypeError: {cls.__name__}() accepts {len(match_args)} positional sub-patterns")
+            attrs.extend(subject.var_getattr(tx, name) for name in match_args[:count])
+    attrs.extend(subject.var_getattr(tx, name) for name in names)
+    tx.push(TupleVariable(attrs))

@@ -206,3 +206,22 @@ def copy(tx: "Translator", inst: "Instruction") -> None:
 def swap(tx: "Translator", inst: "Instruction") -> None:
     i = inst.arg
     tx.stack[-1], tx.stack[-i] = tx.stack[-i], tx.stack[-1]
+
+
+@register("IMPORT_NAME")
+def import_name(tx: "Translator", inst: "Instruction") -> None:
+    """``import m`` inside traced code: imports are idempotent, so do it now and track the module."""
+    from ...variables.builder import wrap
+
+    fromlist = tx.pop().as_python_constant()
+    level = tx.pop().as_python_constant()
+    try:
+        module = __import__(inst.argval, tx.f_globals, None, fromlist, level)
+    except ImportError as e:
+        unsupported("exception", f"ImportError: {e}")
+    tx.push(wrap(tx, module, None))
+
+
+@register("IMPORT_FROM")
+def import_from(tx: "Translator", inst: "Instruction") -> None:
+    tx.push(tx.stack[-1].var_getattr(tx, inst.argval))

@@ -84,6 +84,7 @@ def _set_grad_enabled(mode: bool) -> None:
 
 
 _C._set_grad_enabled = _set_grad_enabled
+_C.TensorBase = Tensor
 _C._is_any_autocast_enabled = lambda: False
 
 nn = _submodule("torch.nn")
