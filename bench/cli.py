@@ -155,8 +155,16 @@ def _run(args: argparse.Namespace, device: Any, size: str, suites: list[str], ba
             if not b.available:
                 print(f"  backend {b.name}: unavailable ({b.reason})", file=sys.stderr)
 
+    load = meta["host"].get("load_avg_start")
+    cores = meta["host"].get("cpu_count") or 1
+    if load and load[0] > cores:
+        doc["notes"].append(f"the machine was busy at the start (load average {load[0]:.1f} on {cores} cores): "
+                            "CPU numbers are noisy; compare only numbers of one run (samples are interleaved), "
+                            "and consider --threads 1")
+
     def save() -> None:
         meta["elapsed_s"] = time.monotonic() - started
+        meta["host"]["load_avg_end"] = env.load_average()
         report.write_json(report.sanitize(doc), json_path)
 
     plan = TimingPlan(samples=args.samples) if args.samples else TimingPlan()

@@ -46,12 +46,12 @@ def measure(workload_name: str, backend_name: str, device_name: str, size: str) 
     grad = torch.no_grad() if w.inference else torch.enable_grad()
     with grad:
         t0 = time.perf_counter()
-        ref = built.fn(*inputs)
+        ref = built.callable_for(built.fn)(*inputs)
         _sync(device)
         out["eager_first_call_s"] = time.perf_counter() - t0
         with capture_pyjit_logs(backend.uses_pyjit) as logs:
             t0 = time.perf_counter()
-            compiled = backend.compile(built.fn)
+            compiled = built.callable_for(backend.compile(built.fn))
             result = compiled(*inputs)
             _sync(device)
             out["first_call_s"] = time.perf_counter() - t0

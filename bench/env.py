@@ -94,6 +94,14 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def load_average() -> list[float] | None:
+    """1/5/15-minute load averages: above the core count, other processes shaped the numbers."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
+
+
 def metadata(device: torch.device) -> dict[str, Any]:
     return {
         "device": device_info(device),
@@ -103,5 +111,6 @@ def metadata(device: torch.device) -> dict[str, Any]:
         "triton": _version("triton"),
         "pyjit": _pyjit_info(),
         "git": git_info(),
-        "host": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "executable": sys.executable},
+        "host": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "executable": sys.executable,
+                 "load_avg_start": load_average()},
     }

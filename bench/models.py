@@ -2,12 +2,14 @@
 
 Building blocks (a GPT-2 style pre-LN transformer block, a ResNet basic block, an MLP, a stack of
 tiny Linear layers for the call-overhead suite) and the end-to-end models of the ``models``
-suite: a GPT-2 style decoder of a few layers, a small ResNet and an MLP classifier, all
-benchmarked for inference (training steps are planned once pyjit supports backward).
+suite: a GPT-2 style decoder of a few layers, a small ResNet and an MLP classifier, benchmarked
+for inference, plus training steps (forward + backward, the model compiled by the backend) of the
+MLP classifier and the decoder.
 """
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -168,6 +170,46 @@ def _build_mlp_classifier(device: torch.device, size: str) -> Built:
                         f"[{b},{dim}] hidden={hidden} classes={classes}")
 
 
+def train_step(model: Callable[..., torch.Tensor], x: torch.Tensor, target: torch.Tensor,
+               params: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """Forward + loss + backward; returns the loss and every gradient (no optimizer mutation, so
+    each call, and each backend, computes the same thing and can be checked against eager)."""
+    logits = model(x)
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+    return (loss.detach(), *torch.autograd.grad(loss, params))
+
+
+def _training(built: Built, model: nn.Module, make_target: Callable[[torch.Generator, tuple], torch.Tensor]) -> Built:
+    """Turn an inference workload into a training step: the backend compiles the model."""
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    make_x = built.make_inputs
+
+    def make(g: torch.Generator) -> tuple:
+        x = make_x(g)
+        return (*x, make_target(g, x))
+
+    def call(compiled: Callable[..., torch.Tensor]) -> Callable[..., tuple]:
+        def step(x: torch.Tensor, target: torch.Tensor) -> tuple:
+            return train_step(compiled, x, target, params)
+
+        return step
+
+    return Built(model, make, built.shape + ", forward+backward", call=call)
+
+
+def _build_mlp_classifier_train(device: torch.device, size: str) -> Built:
+    built = _build_mlp_classifier(device, size)
+    classes = built.fn.net[-1].out_features
+    return _training(built, built.fn, lambda g, x: torch.randint(0, classes, (x[0].shape[0],), generator=g).to(device))
+
+
+def _build_gpt2_train(device: torch.device, size: str) -> Built:
+    built = _build_gpt2(device, size)
+    vocab = built.fn.tok.num_embeddings
+    return _training(built, built.fn, lambda g, x: torch.randint(0, vocab, x[0].shape, generator=g).to(device))
+
+
 MODELS: tuple[Workload, ...] = (
     Workload("gpt2_decoder", "models", _build_gpt2, "GPT-2 style decoder, few layers, inference",
              atol=2e-3, rtol=2e-3),
@@ -175,4 +217,10 @@ MODELS: tuple[Workload, ...] = (
              atol=2e-3, rtol=2e-3),
     Workload("mlp_classifier", "models", _build_mlp_classifier, "3-layer MLP classifier with log_softmax",
              atol=1e-3, rtol=1e-3, quick=True),
+    Workload("mlp_classifier_train", "models", _build_mlp_classifier_train,
+             "MLP classifier training step: forward, cross-entropy, backward (loss + all gradients)",
+             atol=1e-3, rtol=1e-3, inference=False),
+    Workload("gpt2_decoder_train", "models", _build_gpt2_train,
+             "GPT-2 style decoder training step: forward, cross-entropy, backward (loss + all gradients)",
+             atol=2e-3, rtol=2e-3, inference=False),
 )

@@ -173,7 +173,8 @@ class Case:
         n_sets = rotation_count(tensor_bytes(first), device, input_cap_bytes)
         self.input_sets = [first] + [self.built.make_inputs(gen) for _ in range(n_sets - 1)]
         with self._grad_mode():
-            self.refs = [_clone(self.built.fn(*self.input_sets[i])) for i in (0, 1)]
+            eager_call = self.built.callable_for(self.built.fn)
+            self.refs = [_clone(eager_call(*self.input_sets[i])) for i in (0, 1)]
         self.bytes_moved = tensor_bytes(first) + tensor_bytes(self.refs[0]) if workload.memory_bound else None
         self.eager_median: float | None = None
 
@@ -232,7 +233,7 @@ class Case:
             try:
                 with deadline(limit), self._grad_mode():
                     t0 = time.perf_counter()
-                    compiled: Callable[..., Any] = backend.compile(self.built.fn)
+                    compiled = self.built.callable_for(backend.compile(self.built.fn))
                     out0 = compiled(*self.input_sets[0])
                     if self.device.type == "cuda":
                         torch.cuda.synchronize(self.device)

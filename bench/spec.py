@@ -18,6 +18,12 @@ class Built:
     make_inputs: InputFactory
     shape: str
     flops: float | None = None  # per call, for compute-bound workloads
+    # What is called with the inputs, given the (compiled or eager) ``fn``; None = ``fn`` itself.
+    # Training steps use it: the backend compiles the model, the step runs forward + backward.
+    call: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
+
+    def callable_for(self, compiled: Callable[..., Any]) -> Callable[..., Any]:
+        return compiled if self.call is None else self.call(compiled)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -150,6 +150,9 @@ class GraphLowering(torch.fx.Interpreter):
             return args[0]
         lowering = LOWERINGS.get(target)
         reason = ""
+        unsupported = self._unsupported_dtype(args, kwargs)
+        if unsupported is not None:
+            lowering, reason = None, f"dtype {unsupported} has no Triton type"
         if lowering is not None:
             try:
                 return lowering(self, *args, **kwargs)
@@ -176,6 +179,17 @@ class GraphLowering(torch.fx.Interpreter):
         return results
 
     # ------------------------------------------------------------------ helpers
+    def _unsupported_dtype(self, args: Any, kwargs: Any) -> torch.dtype | None:
+        from torch.utils._pytree import tree_leaves
+
+        from .codegen.common import TRITON_DTYPES
+        dtypes = [a.get_dtype() for a in tree_leaves((args, kwargs)) if isinstance(a, IRNode)]
+        dtypes += [v.dtype for v in tree_leaves(self.current_meta_val()) if isinstance(v, torch.Tensor)]
+        for dt in dtypes:
+            if dt not in TRITON_DTYPES:
+                return dt
+        return None
+
     @staticmethod
     def _op_name(n: torch.fx.Node) -> str:
         if n.op != "call_function":

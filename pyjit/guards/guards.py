@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import types
+import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
 from .source import FrameValues, LocalSource, Source
@@ -47,8 +48,22 @@ class Guard:
     source: Source | None
     expected: Any = None
     # GLOBAL_STATE: the zero-argument callable read; SAME_OBJECT: the other source;
-    # DISTINCT: the tuple of sources.
+    # DISTINCT: the tuple of sources; HASATTR: the attribute name.
     extra: Any = None
+
+    def __post_init__(self) -> None:
+        # ID_MATCH keeps only a weak reference where it can: a guard set (kept for recompile
+        # reasons) must not keep modules and functions alive. A dead object fails the guard.
+        if self.kind is GuardKind.ID_MATCH and self.expected is not None:
+            try:
+                self.expected = _Weak(weakref.ref(self.expected))
+            except TypeError:
+                pass
+
+    def target(self) -> Any:
+        """The expected object of an ID_MATCH guard (None-like sentinel when it died)."""
+        e = self.expected
+        return e.ref() if isinstance(e, _Weak) else e
 
     def describe(self) -> str:
         """The guard as a Python expression (what ``guards`` logging prints)."""
@@ -57,7 +72,7 @@ class Guard:
         if k is GuardKind.TYPE_MATCH:
             return f"type({s}) is {_qual(self.expected)}"
         if k is GuardKind.ID_MATCH:
-            return f"{s} is {_short_obj(self.expected)}"
+            return f"{s} is {_short_obj(self.target())}"
         if k is GuardKind.EQUALS_MATCH:
             return f"{s} == {self.expected!r}"
         if k is GuardKind.TENSOR_MATCH:
@@ -96,7 +111,10 @@ class Guard:
         if k is GuardKind.TYPE_MATCH:
             return None if type(value) is self.expected else f"type({s}): expected {_qual(self.expected)}, got {_qual(type(value))}"
         if k is GuardKind.ID_MATCH:
-            return None if value is self.expected else f"{s}: expected the object {_short_obj(self.expected)}, got {_short_obj(value)}"
+            want = self.target()
+            if isinstance(self.expected, _Weak) and want is None:
+                return f"{s}: the object it was traced with no longer exists"
+            return None if value is want else f"{s}: expected the object {_short_obj(want)}, got {_short_obj(value)}"
         if k is GuardKind.EQUALS_MATCH:
             if type(value) is type(self.expected) and value == self.expected:
                 return None
@@ -116,6 +134,11 @@ class Guard:
             other = self.extra.get(frame)
             return None if value is other else f"{s} is {self.extra.name()}: expected the same object, got different ones"
         raise AssertionError(k)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Weak:
+    ref: "weakref.ref[Any]"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,7 +250,7 @@ def _python_condition(g: Guard, pool: ConstPool) -> str:
     if k is GuardKind.TYPE_MATCH:
         return f"{pool.ref(type, 'type')}({e}) is {pool.ref(g.expected, 'T')}"
     if k is GuardKind.ID_MATCH:
-        return f"{e} is {pool.ref(g.expected, 'obj')}"
+        return f"{e} is {pool.ref(g.target(), 'obj')}"
     if k is GuardKind.EQUALS_MATCH:
         v = pool.ref(g.expected, "const")
         return f"({pool.ref(type, 'type')}({e}) is {pool.ref(type(g.expected), 'T')} and {e} == {v})"
@@ -261,7 +284,7 @@ def _tensor_ok(v: Any, spec: TensorSpec) -> bool:
 
 
 def _dict_keys_ok(v: Any, keys: tuple[Any, ...]) -> bool:
-    return type(v) is dict and tuple(v.keys()) == keys
+    return isinstance(v, dict) and tuple(v.keys()) == keys
 
 
 def _distinct(*vals: Any) -> bool:
@@ -296,7 +319,7 @@ def compile_c_tree(guards: GuardSet, C: Any, frame_context: Callable[[Any], Fram
         if k is GuardKind.TYPE_MATCH:
             node.check_type(g.expected, i)
         elif k is GuardKind.ID_MATCH:
-            node.check_id(g.expected, i)
+            node.check_id(g.target(), i)
         elif k is GuardKind.EQUALS_MATCH:
             node.check_type(type(g.expected), i)
             node.check_eq(g.expected, i)
@@ -304,8 +327,7 @@ def compile_c_tree(guards: GuardSet, C: Any, frame_context: Callable[[Any], Fram
             t = g.expected
             node.check_tensor(t.type, t.dtype, t.device, t.requires_grad, t.sizes, t.strides, i)
         elif k is GuardKind.DICT_KEYS:
-            node.check_type(dict, i)
-            node.check_dict_keys(tuple(g.expected), i)
+            node.check_dict_keys(tuple(g.expected), i)  # preceded by the TYPE_MATCH on the same source
         elif k is GuardKind.LEN_MATCH:
             node.check_len(int(g.expected), i)
         elif k is GuardKind.HASATTR:

@@ -18,6 +18,7 @@ Values without a source (library globals, results of constant folding) get no gu
 """
 from __future__ import annotations
 
+import collections
 import functools
 import types
 from typing import TYPE_CHECKING, Any
@@ -77,14 +78,20 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
             guards.add(GuardKind.TYPE_MATCH, source, t)
         items = [wrap(tx, v, ItemSource(source, i) if source is not None else None) for i, v in enumerate(value)]
         return NamedTupleVariable(items, t, source)
-    if t is dict:
+    if t is dict or t is collections.OrderedDict or t is collections.defaultdict and value.default_factory is None:
         if source is not None:
+            guards.add(GuardKind.TYPE_MATCH, source, t)
             guards.add(GuardKind.DICT_KEYS, source, tuple(value.keys()))
         for k in value:
             if not is_constant_value(k):
                 unsupported("unsupported_object", f"dict with a non-constant key {type(k).__name__}")
         items = {k: wrap(tx, v, ItemSource(source, k) if source is not None else None) for k, v in value.items()}
-        return DictVariable(items, source)
+        return DictVariable(items, source, dict_type=t)
+    from ..api import JitFunction
+
+    if isinstance(value, JitFunction):
+        # A jitted function called from traced code: trace what it wraps (one graph).
+        return wrap(tx, value._fn, AttrSource(source, "_fn") if source is not None else None)
     if isinstance(value, torch.nn.Module):
         if source is not None:
             guards.add(GuardKind.ID_MATCH, source, value)

@@ -115,6 +115,8 @@ class DictVariable(VariableTracker):
         unsupported("unsupported_call", f"dict.{name}")
 
     def reconstruct(self, cg: "OutputCodegen") -> str:
+        if self.source is not None:
+            return self.source.expr()  # read from the frame, never mutated: the same object
         body = ", ".join(f"{cg.constant(k)}: {v.reconstruct(cg)}" for k, v in self.items.items())
         if self.dict_type is dict:
             return "{" + body + "}"

@@ -82,6 +82,9 @@ class BaseListVariable(VariableTracker):
         unsupported("unsupported_call", f"{self.python_type().__name__}.{name}")
 
     def reconstruct(self, cg: "OutputCodegen") -> str:
+        if self.source is not None:
+            # Read from the frame and never mutated (that is a graph break): the same object.
+            return self.source.expr()
         parts = [i.reconstruct(cg) for i in self.items]
         return self._build(cg, parts)
 

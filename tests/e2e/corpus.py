@@ -4,7 +4,7 @@ an input factory and what ``pyjit.jit`` must produce for it.
 The cases live in ``corpus_tensors`` (arithmetic, containers, indexing, shapes, dtypes and
 layouts), ``corpus_control`` (loops, helpers, closures, methods, grad mode, checks, snippets,
 signatures), ``corpus_python`` (language features, more tensor methods, autocast) and
-``corpus_modules`` (``nn.Module`` instances). This module gathers them into :data:`CASES`.
+``corpus_modules`` (``nn.Module`` instances) and ``corpus_models`` (small complete models). This module gathers them into :data:`CASES`.
 
 What every case expects
 -----------------------
@@ -37,7 +37,7 @@ exactly ``calls`` counted calls, and eager's results, for every case.
 from __future__ import annotations
 
 # Import order is registration order: tensors, control flow, modules.
-from . import corpus_tensors, corpus_control, corpus_python, corpus_modules  # noqa: F401,I001  (registers cases)
+from . import corpus_tensors, corpus_control, corpus_python, corpus_modules, corpus_models  # noqa: F401,I001  (registers cases)
 from .corpus_spec import CASES, Case
 
 CASES_BY_NAME: dict[str, Case] = {c.name: c for c in CASES}

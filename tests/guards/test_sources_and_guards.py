@@ -166,3 +166,18 @@ def test_equals_guard_distinguishes_bool_int_float():
 
 
 _ = types
+
+
+def test_guard_sets_do_not_keep_modules_alive():
+    import gc
+    import weakref
+
+    m = torch.nn.Linear(2, 2)
+    g = GuardSet()
+    g.add(GuardKind.ID_MATCH, LocalSource("m", 0), m)
+    ref = weakref.ref(m)
+    assert "L['m'] is <torch.nn.modules.linear.Linear" in g.describe()
+    del m
+    gc.collect()
+    assert ref() is None
+    assert "no longer exists" in g.first_failure(FrameValues({"m": torch.nn.Linear(2, 2)}, {}, {}))[1]

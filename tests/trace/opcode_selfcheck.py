@@ -213,7 +213,28 @@ def f_misc_ops(x):
     return lst, s, n, x in (1, 2, 4), x not in {3: 1}, f"{x:{w}}|", 1 < x < 10 > 2, x is not None
 
 
+def _classify(s):
+    match s:
+        case (a, b) if b % 2 == 0:
+            return ("pair-even", a)
+        case [first, *rest]:
+            return ("seq", first, rest)
+        case {"k": v, **others}:
+            return ("map", v, others)
+        case Pair(a=1, b=bb):
+            return ("pair-class", bb)
+        case int(n) if n > 3:
+            return ("int", n)
+        case _:
+            return "other"
+
+
+def f_match(x):
+    return [_classify(v) for v in ((1, 2), (1, 3), [4, 5, 6], {"k": 1, "j": 2}, Pair(1, 9), x, "s")]
+
+
 FUNCTIONS = [
+    (f_match, (7,)),
     (f_more_calls, (4,)), (f_cells_nonlocal, (3,)), (f_misc_ops, (4,)),
     (f_arith, (7, 3)), (f_calls, (5,)), (f_methods, (2,)), (f_loops, (12,)), (f_comprehensions, (3,)),
     (f_unpack, (1,)), (f_containers, (7,)), (f_strings, (42,)), (f_lambda_default_closure, (3,)),

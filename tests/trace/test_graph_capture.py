@@ -1,6 +1,7 @@
 """The captured FX graph: node names from user variables, example values, stack traces, inputs."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 import pyjit
@@ -127,3 +128,34 @@ def test_frame_without_tensor_ops_is_skipped(rec):
     assert _C.is_skip(f.__code__)
     assert jf(4) == f(4)
     assert rec.graphs == []
+
+
+def test_autocast_and_inference_mode_regions_are_replayed_by_the_graph(rec):
+    def f(x, w):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            a = x @ w
+        with torch.inference_mode():
+            b = x * 2
+        return a, b
+
+    x, w = torch.randn(4, 8, requires_grad=True), torch.randn(8, 3)
+    out = pyjit.jit(f, backend=rec, fullgraph=True)(x, w)
+    ref = f(x, w)
+    assert out[0].dtype == torch.bfloat16
+    same(ref[0], out[0])
+    torch.testing.assert_close(out[1], ref[1], rtol=0, atol=0)
+    assert out[1].is_inference() and not out[1].requires_grad
+    assert not torch._C._is_any_autocast_enabled() and not torch.is_inference_mode_enabled()
+
+
+def test_tracing_stopped_inside_autocast_restores_state(rec):
+    def f(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = x @ x.T
+            print(y)  # graph break inside the region
+        return y
+
+    x = torch.randn(3, 3)
+    with pytest.raises(pyjit.GraphBreakError):
+        pyjit.jit(f, backend=rec, fullgraph=True)(x)
+    assert not torch._C._is_any_autocast_enabled()

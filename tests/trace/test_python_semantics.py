@@ -244,3 +244,26 @@ def test_module_method_property_and_containers(rec):
     m.factor = 3.0  # an attribute read by the trace: guarded, recompiles, stays correct
     same(m(x), jm(x))
     assert len(rec.graphs) == 2
+
+
+def test_containers_from_the_frame_are_returned_as_the_same_objects(rec):
+    def f(x, cfg, *rest, **kw):
+        return x * 2, cfg, rest, kw
+
+    cfg = {"a": [1, 2]}
+    out = pyjit.jit(f, backend=rec)(torch.randn(2), cfg, 1, 2, k=3)
+    assert out[1] is cfg and out[2] == (1, 2) and out[3] == {"k": 3}
+
+
+@pyjit.jit
+def _jitted_helper(t):
+    return t.exp()
+
+
+def test_calling_a_jitted_function_from_jitted_code_traces_through(rec):
+    def f(x):
+        return _jitted_helper(x) + 1
+
+    x = torch.randn(3)
+    same(x.exp() + 1, pyjit.jit(f, backend=rec, fullgraph=True)(x))
+    assert rec.calls() == ["exp", "add"]

@@ -88,6 +88,8 @@ class TritonKernel:
         self.counter = 0
         self.mask = "xmask"
         self.int64 = self.xnumel * self.rnumel >= 2 ** 31
+        # Shape of kernel-invariant values: Triton broadcasts only between blocks of equal rank.
+        self.unit = "[1, 1]" if self.is_reduction else "[1]"
 
     # ------------------------------------------------------------------ scoping
     def _scopes(self) -> tuple[str, ...]:
@@ -125,7 +127,8 @@ class TritonKernel:
         text = f"{ptr} + ({self._index_str(index)})"
         names = {s.name for s in index.free_symbols}
         if not names and not store:
-            return text, None
+            # One address for every lane: a unit block (not a 0-d scalar) keeps ranks uniform.
+            return f"{text} + tl.zeros({self.unit}, tl.int32)", None
         if (names - {"xindex", "rindex"}) or (store and "xindex" not in names):
             # Gathered index, or a store whose address ignores xindex (e.g. a full reduction):
             # give the pointer the node's shape so it matches the value and the mask.
@@ -172,7 +175,7 @@ class TritonKernel:
 
     def constant(self, value: bool | int | float, dtype: torch.dtype) -> CSEVar:
         cdt = compute_dtype(dtype)
-        return self._emit(f"tl.full([1], {_literal(value, cdt)}, {triton_dtype(cdt)})", cdt)
+        return self._emit(f"tl.full({self.unit}, {_literal(value, cdt)}, {triton_dtype(cdt)})", cdt)
 
     def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> CSEVar:
         text = texpr(expr)

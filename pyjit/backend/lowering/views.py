@@ -202,7 +202,12 @@ def _unsqueeze(ctx: Any, x: IRNode, dim: int) -> IRNode:
 @register_lowering(aten.squeeze, aten.squeeze_copy, prims.squeeze)
 def _squeeze(ctx: Any, x: IRNode, dim: Any = None) -> IRNode:
     size = x.get_size()
-    dims = set(range(len(size))) if dim is None else set(canonical_dims(dim, len(size)))
+    if dim is None:
+        dims = set(range(len(size)))
+    elif isinstance(dim, (list, tuple)) and len(dim) == 0:
+        dims = set()  # squeeze.dims with no dims squeezes nothing
+    else:
+        dims = set(canonical_dims(dim, len(size))) if size else set()
     new = [s for i, s in enumerate(size) if not (i in dims and s == 1)]
     return _view(ctx, x, new)
 

@@ -47,6 +47,18 @@ class set_grad_enabled:  # noqa: N801
         self.mode = mode
 
 
+class autocast:  # noqa: N801
+    pass
+
+
+class inference_mode:  # noqa: N801
+    pass
+
+
+amp = types.ModuleType("torch.amp")
+amp.autocast = autocast
+sys.modules["torch.amp"] = amp
+
 float32 = object()
 _grad = [True]
 
