@@ -21,3 +21,7 @@ This package may import ``torch._dynamo``/``torch._inductor`` as the peer to com
 from __future__ import annotations
 
 SCHEMA_VERSION = "pyjit-bench/1"
+# Names the command line offers; kept here (torch-free) so ``python -m bench --help`` is instant.
+SUITES = ("quick", "overhead", "compile", "kernels", "models")
+DEFAULT_BACKENDS = ("eager", "pyjit", "torch.compile", "pyjit+inductor", "dynamo+pyjit")
+ALL_BACKENDS = DEFAULT_BACKENDS + ("wrong",)

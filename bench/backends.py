@@ -23,8 +23,7 @@ import torch
 
 Compiler = Callable[[Callable[..., Any]], Callable[..., Any]]
 
-DEFAULT_BACKENDS = ("eager", "pyjit", "torch.compile", "pyjit+inductor", "dynamo+pyjit")
-ALL_BACKENDS = DEFAULT_BACKENDS + ("wrong",)
+from bench import ALL_BACKENDS, DEFAULT_BACKENDS  # noqa: E402,F401  (re-exported)
 
 
 @dataclasses.dataclass

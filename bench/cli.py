@@ -21,16 +21,13 @@ import sys
 import time
 from typing import Any
 
-from bench import SCHEMA_VERSION
+from bench import ALL_BACKENDS, DEFAULT_BACKENDS, SCHEMA_VERSION, SUITES
 
 DEFAULT_BUDGET_S = 540.0  # fits the GPU machine's 10-minute command limit with room to write
 QUICK_BUDGET_S = 110.0  # the quick suite's promise: under two minutes on a 2-core CPU
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from bench.backends import ALL_BACKENDS, DEFAULT_BACKENDS
-    from bench.suites import SUITES
-
     p = argparse.ArgumentParser(prog="python -m bench", description="pyjit's benchmark harness.",
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--suite", default="quick", help=f"comma-separated suites from {', '.join(SUITES)} (default quick)")
@@ -67,8 +64,8 @@ def _split(text: str | None) -> list[str]:
 
 def _list(device: Any) -> int:
     from bench import models, workloads
-    from bench.backends import ALL_BACKENDS, make_backend
-    from bench.suites import COMPILE_WORKLOADS, SUITES
+    from bench.backends import make_backend
+    from bench.suites import COMPILE_WORKLOADS
 
     print("suites:", ", ".join(SUITES))
     for group, items in (("overhead", workloads.OVERHEAD), ("kernels", workloads.KERNELS), ("models", models.MODELS)):
@@ -88,8 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv
     from bench import env
-    from bench.backends import DEFAULT_BACKENDS, make_backends
-    from bench.suites import SUITES
+    from bench.backends import make_backends
 
     device = env.pick_device(args.device)
     if args.threads:
@@ -193,7 +189,13 @@ def _run(args: argparse.Namespace, device: Any, size: str, suites: list[str], ba
             ctx.quick = s == "quick"
             ctx.plan = quick_plan if ctx.quick else plan
             ctx.suite_deadline = budget.suite_deadline(len(suites) - i)
-            RUNNERS[s](ctx)
+            try:
+                RUNNERS[s](ctx)
+            except Exception as exc:  # a harness bug: keep what the other suites measure
+                import traceback
+
+                doc["notes"].append(f"suite {s} stopped by a harness error: {type(exc).__name__}: {exc}\n"
+                                    + traceback.format_exc(limit=6))
     except KeyboardInterrupt:
         interrupted = True
         doc["notes"].append("interrupted by the user: results are partial")
@@ -202,7 +204,10 @@ def _run(args: argparse.Namespace, device: Any, size: str, suites: list[str], ba
     if not args.no_plots:
         from bench.plots import write_plots
 
-        written, why = write_plots(doc, args.out, name)
+        try:
+            written, why = write_plots(doc, args.out, name)
+        except Exception as exc:  # a plot is never worth the numbers
+            written, why = [], f"plots failed: {type(exc).__name__}: {exc}"
         doc["plots"] = written
         if why:
             doc["notes"].append(why)

@@ -130,20 +130,33 @@ def _capture_compilers() -> dict[str, Callable[[Callable[..., Any], Any], Callab
 # (a) cache-hit overhead
 
 
+def _mlp8() -> torch.nn.Module:
+    """A module whose guards cover 16 parameters plus the input (17 tensors)."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(8)]).eval()
+
+
 def measure_call_overhead(n_args: tuple[int, ...] = (1, 4, 16), *, samples: int = 41, calls_per_sample: int = 2000,
-                          numel: int = 8) -> dict[str, Any]:
+                          numel: int = 8, include_module: bool = True) -> dict[str, Any]:
     """Per-call time (s) of plain, pyjit and torch.compile calls, and their overhead over plain.
 
-    Returns ``{"config": {...}, "results": {n: {"plain": stats, "<compiler>": stats | None,
+    Workloads: the ``add1_args<n>`` functions for each n in ``n_args`` (labels "1", "4", "16"),
+    plus, with ``include_module``, an 8-layer ``nn.Sequential`` of ``Linear(8, 8)`` called on
+    one (2, 8) tensor (label "mlp8": 17 tensors to guard, parameters included).
+
+    Returns ``{"config": {...}, "results": {label: {"plain": stats, "<compiler>": stats | None,
     "<compiler>_overhead": stats | None, "<compiler>_error": str}}}`` where stats come from
     :func:`summarize` over ``samples`` samples of ``calls_per_sample`` calls each. Overhead
     samples are paired differences (compiled sample i - plain sample i, taken back to back).
     """
     _reset_all()
-    results: dict[int, dict[str, Any]] = {}
-    for n in n_args:
-        fn = OVERHEAD_FUNCTIONS[n]
-        args = tuple(torch.randn(numel) for _ in range(n))
+    workloads: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {
+        str(n): (OVERHEAD_FUNCTIONS[n], tuple(torch.randn(numel) for _ in range(n))) for n in n_args
+    }
+    if include_module:
+        workloads["mlp8"] = (_mlp8(), (torch.randn(2, 8),))
+    results: dict[str, dict[str, Any]] = {}
+    for label, (fn, args) in workloads.items():
         variants: dict[str, Callable[..., Any]] = {"plain": fn}
         row: dict[str, Any] = {}
         for name, compile_fn in COMPILERS.items():
@@ -175,7 +188,7 @@ def measure_call_overhead(n_args: tuple[int, ...] = (1, 4, 16), *, samples: int 
                 continue
             row[k] = summarize(raw[k])
             row[f"{k}_overhead"] = summarize([c - p for c, p in zip(raw[k], raw["plain"])])
-        results[n] = row
+        results[label] = row
     _reset_all()
     return {
         "config": {"samples": samples, "calls_per_sample": calls_per_sample, "numel": numel,

@@ -1,7 +1,7 @@
 """Direct measurements of pyjit internals through their public contracts (overhead suite).
 
 - :func:`hook_overhead_row`: what ``pyjit.enable()`` (the global frame hook) costs ordinary,
-  tensor-free Python code: ``fib(15)`` with the hook off and on.
+  tensor-free Python code: ``fib(15)`` with the hook off and on, samples interleaved.
 - :func:`guard_check_row`: one ``pyjit._C.GuardTree.check`` over 1/4/16 tensor arguments (the
   per-call guard cost of a cache hit), built with the contract's ``check_tensor``.
 
@@ -9,11 +9,11 @@ Both report UNAVAILABLE with the reason while the layer they probe is missing.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
-from bench.measure import TimingPlan, time_calls
+from bench.measure import BatchTimer, TimingPlan, time_calls, time_interleaved
 from bench.runner import STATUS_ERROR, STATUS_OK, STATUS_UNAVAILABLE
 
 
@@ -37,33 +37,40 @@ def hook_overhead_row(plan: TimingPlan) -> dict[str, Any]:
     if pyjit is None:
         row["reason"] = why
         return row
-    enable = getattr(pyjit, "enable", None)
-    if not callable(enable):
-        row["reason"] = "pyjit.enable does not exist yet"
+    enable, disable = getattr(pyjit, "enable", None), getattr(pyjit, "disable", None)
+    if not (callable(enable) and callable(disable)):
+        row["reason"] = "pyjit.enable/pyjit.disable do not exist yet"
         return row
-    from bench.measure import time_calls
-
     cpu = torch.device("cpu")
+
+    def hooked(step: Callable[[], Any]) -> Callable[[], Any]:
+        # The hook is switched on around each calibration/sample, outside the timed batch.
+        def with_hook() -> Any:
+            enable()
+            try:
+                return step()
+            finally:
+                disable()
+
+        return with_hook
+
     try:
-        off = time_calls(_pure_python_workload, [()], cpu, plan)
-        handle = enable()
-        entered = hasattr(handle, "__enter__") and hasattr(handle, "__exit__")
-        if entered:
-            handle.__enter__()
-        try:
-            on = time_calls(_pure_python_workload, [()], cpu, plan)
-        finally:
-            if entered:
-                handle.__exit__(None, None, None)
-            elif callable(getattr(pyjit, "disable", None)):
-                pyjit.disable()
-            if callable(getattr(pyjit, "reset", None)):
-                pyjit.reset()
+        off = BatchTimer(_pure_python_workload, [()], cpu, plan)
+        on = BatchTimer(_pure_python_workload, [()], cpu, plan)
+        on.calibrate = hooked(on.calibrate)  # type: ignore[method-assign]
+        on.sample = hooked(on.sample)  # type: ignore[method-assign]
+        off.calibrate()
+        on.calibrate()
+        time_interleaved([off, on], plan)  # same noise for both
     except Exception as exc:
         row.update(status=STATUS_ERROR, reason=f"{type(exc).__name__}: {exc}"[:300])
         return row
-    row.update(status=STATUS_OK, timing=on.summary(), timing_hook_off=off.summary(),
-               hook_overhead_fraction=(on.median - off.median) / off.median if off.median > 0 else None)
+    finally:
+        if callable(getattr(pyjit, "reset", None)):
+            pyjit.reset()
+    t_on, t_off = on.timing(), off.timing()
+    row.update(status=STATUS_OK, timing=t_on.summary(), timing_hook_off=t_off.summary(),
+               hook_overhead_fraction=(t_on.median - t_off.median) / t_off.median if t_off.median > 0 else None)
     return row
 
 

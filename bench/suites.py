@@ -27,7 +27,7 @@ from bench.measure import TimingPlan
 from bench.runner import STATUS_ERROR, STATUS_OK, STATUS_SKIPPED, STATUS_UNAVAILABLE, Case
 from bench.spec import Workload
 
-SUITES = ("quick", "overhead", "compile", "kernels", "models")
+from bench import SUITES  # noqa: E402,F401  (re-exported)
 # Workloads of the compile suite (full and quick): one pointwise, one reduction, one block.
 COMPILE_WORKLOADS = ("pointwise_chain", "softmax", "gpt2_block")
 COMPILE_WORKLOADS_QUICK = ("pointwise_chain",)

@@ -78,7 +78,33 @@ def pyjit_backend(gm: Any, example_inputs: builtins.list[Any]) -> Callable[..., 
                               type(gm).__name__, type(e).__name__, e)
         return eager(gm, example_inputs)
     _mark_skip(compiled)
-    return compiled
+    return _GuardedCompiled(compiled, gm)
+
+
+class _GuardedCompiled:
+    """pyjit's compiled graph, falling back to the captured graph if it ever raises at run time
+    (a backend bug must not break the user's program; logged once on ``fallbacks``)."""
+
+    __slots__ = ("fn", "gm", "failed")
+
+    def __init__(self, fn: Callable[..., Any], gm: Any) -> None:
+        self.fn = fn
+        self.gm = gm
+        self.failed = False
+
+    def __call__(self, *args: Any) -> Any:
+        if not self.failed:
+            try:
+                return self.fn(*args)
+            except Exception as e:
+                from .config import config
+
+                if config.raise_on_internal_error:
+                    raise
+                self.failed = True
+                _fallback_log.warning("compiled graph %s raised %s: %s; running the captured graph from now on",
+                                      type(self.gm).__name__, type(e).__name__, e)
+        return self.gm.forward(*args)
 
 
 def _mark_skip(fn: Any) -> None:

@@ -65,6 +65,9 @@ class ModularIndexing(sympy.Function):
             return sympy.Integer(0)
         if base.is_Integer and divisor.is_Integer and modulus.is_Integer:
             return sympy.Integer((int(base) // int(divisor)) % int(modulus))
+        if isinstance(base, FloorDiv) and base.args[1].is_Integer and divisor.is_Integer:
+            # ((e // a) // b) % m == (e // (a*b)) % m
+            return ModularIndexing(base.args[0], base.args[1] * divisor, modulus)
         if divisor.is_Integer and modulus.is_Integer and base.is_Add:
             # Drop terms that are multiples of divisor*modulus: they do not change the result.
             dm = int(divisor) * int(modulus)
@@ -159,11 +162,41 @@ def simplify_with_ranges(expr: Expr, ranges: dict[sympy.Symbol, int]) -> Expr:
             return int(e.args[2])
         return None
 
+    def drop_small_terms(base: Expr, d: int) -> tuple[Expr, int] | None:
+        """``(big / g, g)`` when ``base = big + small`` with ``g | d``, ``g | big`` and ``0 <= small < g``.
+
+        Then ``base // d == (big / g) // (d / g)``: e.g. ``(32*x + r) // 256 == x // 8`` for ``r < 32``.
+        """
+        terms = list(base.args) if base.is_Add else [base]
+        coeffs = [t.as_coeff_Mul()[0] for t in terms]
+        candidates = sorted({math.gcd(d, int(c)) for c in coeffs if c.is_Integer and int(c) > 0}, reverse=True)
+        for g in candidates:
+            if g <= 1:
+                continue
+            big = [t for t, c in zip(terms, coeffs) if c.is_Integer and int(c) % g == 0]
+            small = [t for t, c in zip(terms, coeffs) if not (c.is_Integer and int(c) % g == 0)]
+            if not small or not big:
+                continue
+            bound = upper(sympy.Add(*small))
+            if bound is not None and bound <= g and all(c.is_Integer and int(c) >= 0 for c in coeffs):
+                return sympy.expand(sympy.Add(*big) / g), g
+        return None
+
     def visit(e: Expr) -> Expr:
         if not e.args:
             return e
         args = [visit(a) for a in e.args]
         e = e.func(*args) if any(a is not b for a, b in zip(args, e.args)) else e
+        if isinstance(e, (FloorDiv, ModularIndexing)) and e.args[1].is_Integer:
+            split = drop_small_terms(e.args[0], int(e.args[1]))
+            if split is not None:
+                big, g = split
+                if isinstance(e, FloorDiv):
+                    e = FloorDiv(big, int(e.args[1]) // g)
+                else:
+                    e = ModularIndexing(big, int(e.args[1]) // g, e.args[2])
+                if not isinstance(e, (FloorDiv, ModularIndexing)):
+                    return e
         if isinstance(e, ModularIndexing):
             base, d, m = e.args
             u = upper(base)

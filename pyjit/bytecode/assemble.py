@@ -176,26 +176,30 @@ def assemble(instructions: list[Instruction], template: types.CodeType, **code_f
     # 3. jumps and EXTENDED_ARG, to a fixed point.
     position = {id(inst): i for i, inst in enumerate(instructions)}
     _check_for_iter_targets(instructions, position)
-    for inst in instructions:
-        if inst.target is not None:
-            if id(inst.target) not in position:
-                raise AssemblyError(f"{inst!r} jumps to an instruction that is not in the list")
-            backward = position[id(inst.target)] <= position[id(inst)]
-            real = opcodes.real_jump_opname(inst.opname, backward)
-            if (real in opcodes.BACKWARD_JUMPS) != backward:
-                raise AssemblyError(
-                    f"{inst.opname} cannot jump {'backward' if backward else 'forward'} on "
-                    f"CPython {opcodes.PY_VERSION[0]}.{opcodes.PY_VERSION[1]}; add a JUMP_BACKWARD trampoline"
-                )
-            inst._real_opname = real  # type: ignore[attr-defined]
-            if inst.opname not in opcodes.VIRTUAL_TO_REAL:
-                inst.opname = real
-            inst.opcode = opcodes.OPMAP[real]
-            if inst.arg is None:
-                inst.arg = 0
-    sizes = [
-        _ext_count(inst.arg or 0) + 1 + opcodes.cache_entries(_real(inst)) for inst in instructions
-    ]
+    real_names = [inst.opname for inst in instructions]  # encodable opname per instruction
+    jumps: list[tuple[int, int, bool, int]] = []  # (index, target index, backward, caches)
+    for i, inst in enumerate(instructions):
+        if inst.target is None:
+            continue
+        t = position.get(id(inst.target))
+        if t is None:
+            raise AssemblyError(f"{inst!r} jumps to an instruction that is not in the list")
+        backward = t <= i
+        real = opcodes.real_jump_opname(inst.opname, backward)
+        if (real in opcodes.BACKWARD_JUMPS) != backward:
+            raise AssemblyError(
+                f"{inst.opname} cannot jump {'backward' if backward else 'forward'} on "
+                f"CPython {opcodes.PY_VERSION[0]}.{opcodes.PY_VERSION[1]}; add a JUMP_BACKWARD trampoline"
+            )
+        real_names[i] = real
+        if inst.opname not in opcodes.VIRTUAL_TO_REAL:
+            inst.opname = real
+        inst.opcode = opcodes.OPMAP[real]
+        if inst.arg is None:
+            inst.arg = 0
+        jumps.append((i, t, backward, opcodes.CACHE_ENTRIES.get(real, 0)))
+    caches = [opcodes.CACHE_ENTRIES.get(name, 0) for name in real_names]
+    sizes = [_ext_count(inst.arg or 0) + 1 + c for inst, c in zip(instructions, caches)]
     while True:
         starts = []
         total = 0
@@ -203,17 +207,11 @@ def assemble(instructions: list[Instruction], template: types.CodeType, **code_f
             starts.append(total)
             total += size
         changed = False
-        for i, inst in enumerate(instructions):
-            if inst.target is None:
-                continue
-            real = _real(inst)
+        for i, t, backward, cache in jumps:
             end = starts[i] + sizes[i]
-            target = starts[position[id(inst.target)]]
-            arg = end - target if real in opcodes.BACKWARD_JUMPS else target - end
-            if arg < 0:
-                raise AssemblyError(f"{inst!r}: jump direction does not match its target")
-            inst.arg = arg
-            new_size = _ext_count(arg) + 1 + opcodes.cache_entries(real)
+            arg = end - starts[t] if backward else starts[t] - end
+            instructions[i].arg = arg
+            new_size = _ext_count(arg) + 1 + cache
             if new_size != sizes[i]:
                 sizes[i] = new_size
                 changed = True
@@ -227,15 +225,17 @@ def assemble(instructions: list[Instruction], template: types.CodeType, **code_f
     run_key: Optional[tuple[int, int, bool]] = None
     run_start = 0
     run_owner = 0
+    opmap = opcodes.OPMAP
+    ext_op = opcodes.EXTENDED_ARG
     for i, inst in enumerate(instructions):
-        real_op = opcodes.OPMAP[_real(inst)]
         arg = inst.arg or 0
-        ext = _ext_count(arg)
-        for k in range(ext, 0, -1):
-            code += bytes((opcodes.EXTENDED_ARG, (arg >> (8 * k)) & 0xFF))
+        if arg > 0xFF:
+            for k in range(_ext_count(arg), 0, -1):
+                code += bytes((ext_op, (arg >> (8 * k)) & 0xFF))
         inst.offset = len(code)
-        code += bytes((real_op, arg & 0xFF))
-        code += b"\0\0" * opcodes.cache_entries(_real(inst))
+        code += bytes((opmap[real_names[i]], arg & 0xFF))
+        if caches[i]:
+            code += bytes(2 * caches[i])
         lines.add(_location(inst.positions), sizes[i])
         key = inst.exn.key() if inst.exn is not None else None
         if key != run_key:
@@ -244,9 +244,6 @@ def assemble(instructions: list[Instruction], template: types.CodeType, **code_f
             run_key, run_start, run_owner = key, starts[i], i
     if run_key is not None:
         exn_entries.append(_exn_entry(instructions[run_owner], run_start, total, starts, position))
-    for inst in instructions:
-        if hasattr(inst, "_real_opname"):
-            del inst._real_opname  # type: ignore[attr-defined]
 
     stacksize = compute_stacksize(instructions, flags)
     result = template.replace(
@@ -266,10 +263,6 @@ def assemble(instructions: list[Instruction], template: types.CodeType, **code_f
     if actual != slots:  # our index computation must match CPython's constructor exactly
         raise AssemblyError(f"local layout mismatch: CPython {actual} vs computed {slots}")
     return result
-
-
-def _real(inst: Instruction) -> str:
-    return getattr(inst, "_real_opname", inst.opname)
 
 
 def _location(positions: Optional[dis.Positions]) -> Location:

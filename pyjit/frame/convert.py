@@ -83,7 +83,7 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
     cg = OutputCodegen(output)
     ret_expr = result.reconstruct(cg)
     gm = finalize_graph(output, cg)
-    if output.mutates_inputs and len(output.inputs) > 1:
+    if output.mutates and len(output.inputs) > 1:
         # The trace assumed its tensor inputs are distinct objects; in-place updates would
         # interact differently if they alias.
         output.guards.add(GuardKind.DISTINCT, None, extra=tuple(gi.source for gi in output.inputs))

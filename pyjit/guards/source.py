@@ -207,3 +207,37 @@ class FuncAttrSource(Source):
 
     def root(self) -> Source:
         return self.base.root()
+
+
+def _module_dict(module_name: str) -> dict[str, Any]:
+    import sys
+
+    return sys.modules[module_name].__dict__
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleGlobalSource(Source):
+    """A global of another module (the globals of an inlined function defined elsewhere)."""
+
+    module: str
+    global_name: str
+
+    def name(self) -> str:
+        return f"sys.modules[{self.module!r}].{self.global_name}"
+
+    def expr(self) -> str:
+        return f"__import__('sys').modules[{self.module!r}].__dict__[{self.global_name!r}]"
+
+    def get(self, frame: FrameValues) -> Any:
+        return _module_dict(self.module)[self.global_name]
+
+    def tree_node(self, tree: Any) -> Any:
+        import functools
+
+        getter = _dict_getters.get(self.module)
+        if getter is None:  # one callable per module: the tree shares the accessor node
+            getter = _dict_getters[self.module] = functools.partial(_module_dict, self.module)
+        return tree.call(getter).item(self.global_name)
+
+
+_dict_getters: dict[str, Any] = {}

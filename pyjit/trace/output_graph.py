@@ -65,7 +65,7 @@ class OutputGraph:
         self.inputs: list[GraphInput] = []
         self._input_by_id: dict[int, GraphInput] = {}
         self.call_count = 0
-        self.mutates_inputs = False
+        self.mutates = False  # the graph contains an in-place operation
         # Real autocast/inference-mode contexts entered while tracing (exited if tracing stops).
         self.entered_contexts: list[Any] = []
         self._last_placeholder: fx.Node | None = None
@@ -118,15 +118,11 @@ class OutputGraph:
         node.meta["stack_trace"] = tx.stack_trace()
         node.meta["example_value"] = result
         self.call_count += 1
-        if kind == "call_method" and isinstance(target, str) and target.endswith("_") and not target.startswith("__"):
-            self._note_mutation(args[0] if args else None)
+        if _is_mutation(kind, target, kwargs):
+            # Conservative: any in-place op (also on views of inputs) makes the trace assume its
+            # tensor inputs do not alias each other (a DISTINCT guard, see convert_frame).
+            self.mutates = True
         return self.wrap_result(tx, node, result, args)
-
-    def _note_mutation(self, self_var: Any) -> None:
-        from ..variables.tensor import TensorVariable
-
-        if isinstance(self_var, TensorVariable) and self_var.node.op == "placeholder":
-            self.mutates_inputs = True
 
     def _run_fake(self, kind: str, target: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
         from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
@@ -217,6 +213,22 @@ class OutputGraph:
                 node._rename(_identifier(var_name))
             except Exception:  # private API; names are cosmetic
                 pass
+
+
+def _is_mutation(kind: str, target: Any, kwargs: dict[str, Any]) -> bool:
+    if kind == "call_method" and isinstance(target, str):
+        return target.endswith("_") and not target.startswith("__")
+    if target in _INPLACE_OPERATORS or "out" in kwargs:
+        return True
+    name = getattr(target, "__name__", "")
+    return name.endswith("_") and not name.startswith("_")  # torch.relu_, F.relu_ ...
+
+
+_INPLACE_OPERATORS = frozenset({
+    operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv,
+    operator.imod, operator.ipow, operator.imatmul, operator.iand, operator.ior, operator.ixor,
+    operator.ilshift, operator.irshift,
+})
 
 
 def _target_name(target: Any) -> str:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import config
 from ..errors import GraphBreak, Unsupported, UserLocation
-from ..guards.source import AttrSource, GlobalSource, ItemSource, Source
+from ..guards.source import AttrSource, GlobalSource, ItemSource, ModuleGlobalSource, Source
 from .graph_breaks import unsupported
 
 if TYPE_CHECKING:
@@ -177,7 +177,17 @@ class Translator:
             return GlobalSource(name)
         if self.fn_source is not None:
             return ItemSource(AttrSource(self.fn_source, "__globals__"), name)
-        return None  # library code (torch.nn...) read without guards: assumed not to change
+        from ..frame.policy import is_library_code
+
+        if is_library_code(self.code):
+            return None  # library code (torch.nn...) read without guards: assumed not to change
+        module = self.f_globals.get("__name__")
+        mod_obj = sys.modules.get(module) if isinstance(module, str) else None
+        if mod_obj is not None and getattr(mod_obj, "__dict__", None) is self.f_globals:
+            return ModuleGlobalSource(module, name)
+        # A function whose globals are not a module's (exec'd code): its globals are read
+        # unguarded. Documented limitation.
+        return None
 
     def load_global(self, name: str) -> "VariableTracker":
         from ..variables.builder import wrap

@@ -66,12 +66,6 @@ def binary_op(tx: "Translator", op: Callable[[Any, Any], Any], a: VariableTracke
     if _is_tensor(a) or _is_tensor(b):
         if op in _INPLACE_TO_BINARY and not _is_tensor(a):
             op = _INPLACE_TO_BINARY[op]
-        if op in _INPLACE_TO_BINARY:
-            from .tensor import TensorVariable
-
-            assert isinstance(a, TensorVariable)
-            if a.node.op == "placeholder":
-                tx.output.mutates_inputs = True
         return tx.output.call(tx, "call_function", op, [a, b], {})
     if a.is_python_constant() and b.is_python_constant():
         return fold(tx, op, [a, b], {})
@@ -581,3 +575,48 @@ def _super(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, Vari
     return SuperVariable(cls, obj)
 
 
+
+
+# -- itertools over trackers ---------------------------------------------------------------------
+# The finite combinators are applied to the lists of trackers themselves (itertools works on any
+# objects), so they also combine tensors; the elements come back as trackers again.
+
+def _itertools_handler(fn: Callable[..., Any]) -> Handler:
+    def handler(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        real_args: list[Any] = []
+        for a in args:
+            if isinstance(a, (BaseListVariable, ListIteratorVariable)) or (
+                    a.is_python_constant() and isinstance(a.as_python_constant(), (range, tuple, list, str))):
+                real_args.append(a.unpack(tx))
+            elif a.is_python_constant():
+                real_args.append(a.as_python_constant())
+            else:
+                real_args.append(a.unpack(tx))
+        real_kwargs = {k: v for k, v in kwargs.items()}
+        if fn is itertools.zip_longest and "fillvalue" not in real_kwargs:
+            real_kwargs["fillvalue"] = ConstantVariable(None)
+        try:
+            items = list(fn(*real_args, **real_kwargs))
+        except Exception as e:
+            unsupported("exception", f"itertools.{fn.__name__}: {type(e).__name__}: {e}")
+        return ListIteratorVariable([_as_tracker(i) for i in items])
+
+    return handler
+
+
+def _as_tracker(item: Any) -> VariableTracker:
+    if isinstance(item, VariableTracker):
+        return item
+    if isinstance(item, tuple):
+        return TupleVariable([_as_tracker(i) for i in item])
+    return ConstantVariable(item)
+
+
+import itertools  # noqa: E402
+
+for _fn in (itertools.product, itertools.chain, itertools.combinations, itertools.combinations_with_replacement,
+            itertools.permutations, itertools.zip_longest, itertools.islice, getattr(itertools, "pairwise", None)):
+    if _fn is not None:
+        _HANDLERS[_fn] = _itertools_handler(_fn)
+_HANDLERS[itertools.chain.from_iterable] = lambda tx, args, kwargs: _HANDLERS[itertools.chain](  # type: ignore[index]
+    tx, args[0].unpack(tx), {})

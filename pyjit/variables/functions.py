@@ -89,6 +89,20 @@ def function_cells(fn: types.FunctionType, source: Source | None) -> tuple[CellV
     return tuple(cells)
 
 
+def class_function_source(obj_source: Source | None, name: str, fn: Any) -> Source | None:
+    """``L['self'].__class__.name``: how a function found on an object's class is reached.
+
+    Giving inlined methods a source matters for the globals they read: ``fn.__globals__[...]``
+    is then guarded like the frame's own globals. Library code (torch.nn...) gets none.
+    """
+    from ..frame.policy import is_library_code
+
+    code = getattr(fn, "__code__", None)
+    if obj_source is None or code is None or is_library_code(code):
+        return None
+    return AttrSource(AttrSource(obj_source, "__class__"), name)
+
+
 class UserFunctionVariable(VariableTracker):
     """A plain Python function reached from the frame (guarded by identity)."""
 
@@ -136,12 +150,14 @@ class UserFunctionVariable(VariableTracker):
 class UserMethodVariable(VariableTracker):
     """A function bound to a tracked ``self`` (``obj.method`` / ``self.helper``)."""
 
-    __slots__ = ("fn", "obj")
+    __slots__ = ("fn", "obj", "fn_source")
 
-    def __init__(self, fn: types.FunctionType, obj: VariableTracker, source: Source | None = None) -> None:
+    def __init__(self, fn: types.FunctionType, obj: VariableTracker, source: Source | None = None,
+                 fn_source: Source | None = None) -> None:
         super().__init__(source)
         self.fn = fn
         self.obj = obj
+        self.fn_source = fn_source
 
     def python_type(self) -> type:
         return types.MethodType
@@ -152,7 +168,9 @@ class UserMethodVariable(VariableTracker):
         if is_torch_library_function(self.fn) and not getattr(self.fn, "__name__", "") == "forward":
             # e.g. a torch method implemented in Python: record it in the graph as a call.
             return TorchFunctionVariable(self.fn).call_function(tx, [self.obj, *args], kwargs)
-        fn_src = AttrSource(self.source, "__func__") if self.source is not None else None
+        fn_src = self.fn_source
+        if fn_src is None and self.source is not None:
+            fn_src = AttrSource(self.source, "__func__")
         return UserFunctionVariable(self.fn, fn_src).call_function(tx, [self.obj, *args], kwargs)
 
     def __repr__(self) -> str:

@@ -75,11 +75,17 @@ class NNModuleVariable(VariableTracker):
         if isinstance(cls_attr, property):
             from .functions import UserFunctionVariable
 
-            return UserFunctionVariable(cls_attr.fget).call_function(tx, [self], {})  # type: ignore[arg-type]
+            from .functions import class_function_source
+
+            src = class_function_source(self.source, name, cls_attr.fget)
+            fget_src = AttrSource(src, "fget") if src is not None else None
+            return UserFunctionVariable(cls_attr.fget, fget_src).call_function(tx, [self], {})  # type: ignore[arg-type]
         if isinstance(cls_attr, types.FunctionType):
             from .functions import UserMethodVariable
 
-            return UserMethodVariable(cls_attr, self)
+            from .functions import class_function_source
+
+            return UserMethodVariable(cls_attr, self, fn_source=class_function_source(self.source, name, cls_attr))
         # class-level constants (e.g. __constants__, a default stored on the class)
         return wrap(tx, getattr(m, name), AttrSource(self.source, name) if self.source is not None else None)
 
@@ -92,9 +98,11 @@ class NNModuleVariable(VariableTracker):
             unsupported("unsupported_call", f"{type(m).__name__} instance has its own forward attribute")
         if not isinstance(forward, types.FunctionType):
             unsupported("unsupported_call", f"{type(m).__name__}.forward is not a Python function")
-        from .functions import UserFunctionVariable
+        from .functions import UserFunctionVariable, class_function_source
 
-        return UserFunctionVariable(forward).call_function(tx, [self, *args], kwargs)
+        _guard_no_hooks(tx, self)
+        src = class_function_source(self.source, "forward", forward)
+        return UserFunctionVariable(forward, src).call_function(tx, [self, *args], kwargs)
 
     def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         m = self.value
@@ -185,6 +193,29 @@ class NNModuleVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"NNModuleVariable({type(self.value).__name__})"
+
+
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+_GLOBAL_HOOK_DICTS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                      "_global_backward_pre_hooks")
+
+
+def _guard_no_hooks(tx: "Translator", var: "NNModuleVariable") -> None:
+    """The call was inlined because the module had no hooks: guard that it still has none
+    (hooks added to a submodule after compiling must not be skipped silently)."""
+    from torch.nn.modules import module as _mod
+
+    from ..guards.guards import GuardKind
+    from ..guards.source import ModuleGlobalSource
+
+    guards = tx.output.guards
+    if var.source is not None:
+        for name in _HOOK_DICTS:
+            if name in var.value.__dict__:
+                guards.add(GuardKind.LEN_MATCH, AttrSource(var.source, name), 0)
+    for name in _GLOBAL_HOOK_DICTS:
+        if hasattr(_mod, name):
+            guards.add(GuardKind.LEN_MATCH, ModuleGlobalSource(_mod.__name__, name), 0)
 
 
 _MISSING = object()

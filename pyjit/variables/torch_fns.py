@@ -271,5 +271,11 @@ def install_global_state_guards(tx: "Translator") -> None:
     g = tx.output.guards
     g.add(GuardKind.GLOBAL_STATE, None, torch.is_grad_enabled(), extra=torch.is_grad_enabled)
     g.add(GuardKind.GLOBAL_STATE, None, torch.get_default_dtype(), extra=torch.get_default_dtype)
-    g.add(GuardKind.GLOBAL_STATE, None, torch._C._is_any_autocast_enabled(), extra=torch._C._is_any_autocast_enabled)
+    g.add(GuardKind.GLOBAL_STATE, None, _autocast_state(), extra=_autocast_state)
+
+
+# Any autocast region active (CPU, CUDA, ...). A C builtin on current torch; older builds fall
+# back to a Python function over the per-device queries.
+_autocast_state = getattr(torch._C, "_is_any_autocast_enabled", None) or (
+    lambda: any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda")))
 

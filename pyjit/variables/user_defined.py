@@ -120,15 +120,19 @@ class UserDefinedObjectVariable(VariableTracker):
             from .functions import UserFunctionVariable
 
             if isinstance(cls_attr.fget, types.FunctionType):
-                return UserFunctionVariable(cls_attr.fget).call_function(tx, [self], {})
+                from .functions import class_function_source
+
+                src = class_function_source(self.source, name, cls_attr.fget)
+                fget_src = AttrSource(src, "fget") if src is not None else None
+                return UserFunctionVariable(cls_attr.fget, fget_src).call_function(tx, [self], {})
             unsupported("unsupported_attr", f"property {name} implemented in C")
         d = getattr(obj, "__dict__", None)
         if d is not None and name in d:
             return wrap(tx, d[name], AttrSource(self.source, name) if self.source is not None else None)
         if isinstance(cls_attr, types.FunctionType):
-            from .functions import UserMethodVariable
+            from .functions import UserMethodVariable, class_function_source
 
-            return UserMethodVariable(cls_attr, self)
+            return UserMethodVariable(cls_attr, self, fn_source=class_function_source(self.source, name, cls_attr))
         if isinstance(cls_attr, staticmethod):
             return wrap(tx, cls_attr.__func__, None)
         if isinstance(cls_attr, classmethod):
@@ -146,7 +150,10 @@ class UserDefinedObjectVariable(VariableTracker):
         if isinstance(call, types.FunctionType):
             from .functions import UserMethodVariable
 
-            return UserMethodVariable(call, self).call_function(tx, args, kwargs)
+            from .functions import class_function_source
+
+            src = class_function_source(self.source, "__call__", call)
+            return UserMethodVariable(call, self, fn_source=src).call_function(tx, args, kwargs)
         unsupported("unsupported_call", f"calling a {type(self.value).__name__} instance")
 
     def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
@@ -154,7 +161,10 @@ class UserDefinedObjectVariable(VariableTracker):
         if name.startswith("__") and isinstance(dunder, types.FunctionType):
             from .functions import UserMethodVariable
 
-            return UserMethodVariable(dunder, self).call_function(tx, args, kwargs)
+            from .functions import class_function_source
+
+            src = class_function_source(self.source, name, dunder)
+            return UserMethodVariable(dunder, self, fn_source=src).call_function(tx, args, kwargs)
         return super().call_method(tx, name, args, kwargs)
 
     def truth(self, tx: "Translator") -> bool:

@@ -32,6 +32,8 @@ def _assert_matches(actual: Any, expected: Any) -> None:
 def sweep_op(op: Any, device: str, dtype: torch.dtype = torch.float32, max_samples: int = 3) -> tuple[str, str]:
     """(status, detail) for one OpInfo entry."""
     status = "pass"
+    fallbacks: list[str] = []
+    backend.metrics.fallback_ops.clear()
     if "wrapper_set_seed" in getattr(getattr(op.op, "__code__", None), "co_names", ()):
         # The sample function reseeds at trace time only; random ops are aten fallbacks anyway.
         return "skip", "random op (reseeds inside the sample function)"
@@ -82,7 +84,12 @@ def sweep_op(op: Any, device: str, dtype: torch.dtype = torch.float32, max_sampl
             return "fail", f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
         if sum(backend.metrics.fallback_ops.values()) > before or len(backend.metrics.eager_graphs) > eager_before:
             status = "fallback"
-    return status, ""
+            for name, count in backend.metrics.fallback_ops.items():
+                if count and name not in fallbacks:
+                    fallbacks.append(name)
+            if len(backend.metrics.eager_graphs) > eager_before:
+                fallbacks.append("graph run as captured: " + backend.metrics.eager_graphs[-1].splitlines()[0][:80])
+    return status, ", ".join(fallbacks)
 
 
 def main(argv: list[str]) -> None:

@@ -139,12 +139,19 @@ def test_compile_suite_runs_workers_in_new_processes(tmp_path):
     assert "cold" in row["reason"]
 
 
-def test_module_entry_point_lists_backends():
-    out = subprocess.run([sys.executable, "-m", "bench", "--list"], cwd=REPO_ROOT, capture_output=True, text=True,
+def test_module_entry_point_runs():
+    out = subprocess.run([sys.executable, "-m", "bench", "--help"], cwd=REPO_ROOT, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
+    assert "--time-budget" in out.stdout and "--compare" in out.stdout
+
+
+def test_list_names_every_backend_with_its_availability(capsys):
+    assert main(["--list"]) == 0
+    out = capsys.readouterr().out
     for name in ("eager", "pyjit", "torch.compile", "pyjit+inductor", "dynamo+pyjit"):
-        assert name in out.stdout
+        line = next(line for line in out.splitlines() if line.strip().startswith(name + " "))
+        assert "available" in line
 
 
 def test_unknown_suite_is_an_error(tmp_path):

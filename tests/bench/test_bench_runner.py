@@ -114,3 +114,23 @@ def test_parse_phases_structured_and_text():
     phases = parse_phases([rec1, rec2])
     assert abs(phases["trace"] - 0.26) < 1e-9
     assert phases["codegen"] == 0.5 and phases["triton"] == 1.5
+
+
+def test_training_step_workload_checks_loss_and_gradients():
+    from bench.workloads import by_name
+
+    w = by_name("mlp_classifier_train")
+    case = Case(w, CPU, "small", PLAN, copy_gbps=None, input_cap_bytes=1 << 20)
+    n_params = len(list(case.built.fn.parameters()))
+    assert len(case.refs[0]) == 1 + n_params  # the loss and one gradient per parameter
+    eager = case.run(make_backend("eager", CPU), None)
+    assert eager["status"] == "OK"
+
+    def wrong_gradients(model):  # a compiled forward that is off by a scale: loss and grads differ
+        def forward(x):
+            return model(x) * 1.5
+
+        return forward
+
+    row = case.run(Backend("scaled", "test", True, "", wrong_gradients, lambda: None), None)
+    assert row["status"] == "FAIL"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import io
 import sys
 import types
@@ -125,8 +126,10 @@ def _may_insert_before(prev: Optional[Instruction], cur: Instruction) -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=None)
 def insert_noops(code: types.CodeType, retarget: bool) -> types.CodeType:
-    """Recursively insert stack-neutral sequences before (nearly) every instruction."""
+    """Recursively insert stack-neutral sequences before (nearly) every instruction (cached:
+    several cases share a function, and the EXTENDED_ARG check reuses the edited code)."""
 
     def edit(instructions: list[Instruction], spec: CodeSpec) -> None:
         # Nested code objects first, so MAKE_FUNCTION builds the edited ones.

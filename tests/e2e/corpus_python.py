@@ -7,12 +7,15 @@ Each ``@case(N, *inputs)`` registers the function below it; N = expected counted
 from __future__ import annotations
 
 import collections.abc
+import functools
+import itertools
 import math
+import operator
 
 import torch
 import torch.nn.functional as F
 
-from .corpus_spec import case, category, ints, t
+from .corpus_spec import built_case, case, category, ints, t
 
 category("python_features")
 
@@ -284,3 +287,75 @@ def inference_mode_block(x):
     with torch.inference_mode():
         y = x * 2
     return y
+
+
+# ----------------------------------------------------------------------------------------------
+category("version_specific_bytecode")
+
+
+class _ScaledLinear(torch.nn.Linear):
+    """super().forward: LOAD_SUPER_ATTR on 3.12+, the __class__ cell on 3.11."""
+
+    def forward(self, x):
+        return super().forward(x) * 2
+
+
+@built_case(2, t(4, 8))
+def super_forward_in_subclass():
+    return _ScaledLinear(8, 4)
+
+
+@case(2, t(4, 8))
+def unary_positive(x):
+    # CALL_INTRINSIC_1(UNARY_POSITIVE) on 3.12+, UNARY_POSITIVE on 3.11
+    return +x * 2
+
+
+@case(1, [t(4), t(4)], (t(4),))
+def star_literals(xs, ys):
+    # LIST_EXTEND / BUILD_LIST from starred items
+    return torch.cat([*xs, *ys])
+
+
+@case(1, t(4, 8))
+def dict_unpack_into_call(x):
+    return torch.nn.functional.layer_norm(x, **{"normalized_shape": (8,)})
+
+
+@case(1, t(4, 8))
+def comprehension_shadowing_local(x):
+    # 3.12 inlines comprehensions (LOAD_FAST_AND_CLEAR): the outer i must survive
+    i = 3
+    sizes = [i * 2 for i in range(2)]
+    return x * (i + sum(sizes))
+
+
+@case(1, t(4, 8))
+def returns_constant_none_branch(x):
+    y = x + 1
+    if x.dim() == 3:
+        return None  # RETURN_CONST on 3.12+, never taken here
+    return y
+
+
+# ----------------------------------------------------------------------------------------------
+category("stdlib_on_constants")
+
+
+@case(2, t(2, 3, 4))
+def operator_and_reduce(x):
+    numel = functools.reduce(operator.mul, x.shape, 1)
+    return operator.mul(operator.add(x, 1), numel)
+
+
+@case(2, t(4, 8))
+def device_and_dtype_objects(x):
+    dev = torch.device("cpu")
+    y = x.to(device=dev, dtype=torch.float64)
+    return y * (dev.type == "cpu")
+
+
+@case(1, t(4, 8), note="itertools on constants: beyond issue 4's explicit builtin list, common in real code")
+def itertools_product_on_constants(x):
+    pairs = list(itertools.product(range(2), range(3)))
+    return x * len(pairs)

@@ -6,6 +6,7 @@ eager run, never into a different exception): each behaves exactly as eager Pyth
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import pytest
 import torch
@@ -280,3 +281,87 @@ def test_backend_that_raises_falls_back_to_eager():
         assert "backend exploded" in str(e) or "backend exploded" in str(e.__cause__)
         return
     assert_same(f(x), out)
+
+
+def test_inplace_on_leaf_requiring_grad_raises_like_eager():
+    def f(x):
+        x.add_(1)
+        return x
+
+    jf = _jit(f)
+    x = torch.randn(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        f(x)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        jf(x)
+    assert x.grad is None
+
+
+class _MyTensor(torch.Tensor):
+    pass
+
+
+def _odd_inputs():
+    import enum
+    import fractions
+
+    class Mode(enum.Enum):
+        A = 1
+        B = 2
+
+    cases = []
+    try:
+        import numpy as np
+
+        cases.append(("numpy_array", lambda x, a: x + torch.from_numpy(a), np.arange(3, dtype=np.float32)))
+    except ImportError:  # numpy is optional for torch
+        pass
+    return cases + [
+        ("complex_number", lambda x, c: (x * c).real, 1.5 + 2j),
+        ("fraction", lambda x, fr: x * float(fr), fractions.Fraction(3, 4)),
+        ("enum_member", lambda x, m: x * m.value if m is Mode.B else x, Mode.B),
+        ("bytes", lambda x, b: x + len(b), b"abc"),
+        ("tensor_subclass", lambda x, t: x + t * 2, torch.ones(3).as_subclass(_MyTensor)),
+        ("generator_object", lambda x, g: x + sum(g), None),  # filled per call below
+        ("range_object", lambda x, r: x * len(r) + r[-1], range(2, 9, 3)),
+        ("torch_size", lambda x, s: x.reshape(s), torch.Size([3, 1])),
+        ("dtype", lambda x, d: x.to(d) * 2, torch.float64),
+        ("slice", lambda x, s: x[s] * 2, slice(0, 2)),
+        ("frozenset", lambda x, fs: x * (2 if "a" in fs else 3), frozenset({"a", "b"})),
+    ]
+
+
+@pytest.mark.parametrize("name,fn,value", _odd_inputs(), ids=[c[0] for c in _odd_inputs()])
+def test_unusual_argument_types_are_correct(name, fn, value):
+    jf = _jit(fn)
+    for i in range(2):
+        x = torch.randn(3, generator=torch.Generator().manual_seed(i))
+        if name == "generator_object":
+            expected, actual = fn(x, (v for v in range(3))), jf(x, (v for v in range(3)))
+        else:
+            expected, actual = fn(x, value), jf(x, value)
+        assert type(actual) is type(expected)
+        assert_same(expected.as_subclass(torch.Tensor), actual.as_subclass(torch.Tensor))
+
+
+@dataclasses.dataclass
+class _Out:
+    main: torch.Tensor
+    aux: dict
+
+
+class _Plain:
+    def __init__(self, value):
+        self.value = value
+
+
+def test_returning_new_user_objects():
+    def f(x):
+        return _Out(main=x + 1, aux={"n": x.shape[0], "t": x * 2}), _Plain(x - 1)
+
+    jf = _jit(f)
+    x = torch.randn(3)
+    (eo, ep), (ao, ap) = f(x), jf(x)
+    assert type(ao) is _Out and type(ap) is _Plain
+    assert_same(eo, ao)
+    assert_same(ep.value, ap.value)

@@ -197,3 +197,53 @@ def test_jitted_module_inside_plain_training_loop_backward_matches():
     assert_same(x.grad, xj.grad, "input grad")
     for (name, p_ref), p in zip(ref.named_parameters(), m.parameters()):
         assert_same(p_ref.grad, p.grad, f"grad of {name}")
+
+
+class _Two(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 4)
+        self.fc2 = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def _double_output(module, inputs, output):
+    return output * 2
+
+
+def _shift_input(module, inputs):
+    return (inputs[0] + 1,)
+
+
+@pytest.mark.parametrize("where", ["root", "submodule"])
+@pytest.mark.parametrize("kind", ["forward_hook", "forward_pre_hook"])
+def test_hooks_present_before_compiling_run(where, kind):
+    torch.manual_seed(0)
+    m = _Two()
+    target = m if where == "root" else m.fc1
+    if kind == "forward_hook":
+        target.register_forward_hook(_double_output)
+    else:
+        target.register_forward_pre_hook(_shift_input)
+    jm = pyjit.jit(m, backend=CountingBackend())
+    x = torch.randn(3, 4)
+    for _ in range(2):
+        assert_same(m(x), jm(x))
+
+
+@pytest.mark.parametrize("where", ["root", "submodule"])
+def test_hook_added_and_removed_after_compiling_is_seen(where):
+    # torch.compile gets the submodule case wrong by default: it skips guards on the hooks of
+    # inlined modules (torch._dynamo.config.skip_nnmodule_hook_guards=True) for speed. pyjit
+    # must not trade a silent wrong answer for speed.
+    torch.manual_seed(0)
+    m = _Two()
+    jm = pyjit.jit(m, backend=CountingBackend())
+    x = torch.randn(3, 4)
+    assert_same(m(x), jm(x))
+    handle = (m if where == "root" else m.fc2).register_forward_hook(_double_output)
+    assert_same(m(x), jm(x), "after adding a hook")
+    handle.remove()
+    assert_same(m(x), jm(x), "after removing it")

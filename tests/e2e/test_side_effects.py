@@ -215,3 +215,52 @@ def test_dropout_in_training_mode_matches_under_same_seed():
         expected = m(x)
         torch.manual_seed(seed)
         assert_same(expected, jm(x))
+
+
+def test_inplace_on_input_seen_through_view_argument():
+    def f(a, b):
+        a.add_(1)
+        return b * 2
+
+    jf = _jit(f)
+    for _ in range(2):
+        xe = torch.randn(3, 4)
+        xj = xe.clone()
+        assert_same(f(xe, xe[0]), jf(xj, xj[0]))
+        assert_same(xe, xj, "mutated input")
+    # and with unrelated arguments of the same shapes afterwards
+    xe, ye = torch.randn(3, 4), torch.randn(4)
+    xj, yj = xe.clone(), ye.clone()
+    assert_same(f(xe, ye), jf(xj, yj))
+
+
+def test_backward_inside_jitted_function():
+    def step(x, w):
+        loss = (x @ w).square().sum()
+        loss.backward()
+        return loss.detach()
+
+    jf = _jit(step)
+    x = torch.randn(3, 4)
+    we = torch.randn(4, 2, requires_grad=True)
+    wj = we.detach().clone().requires_grad_(True)
+    for _ in range(2):
+        assert_same(step(x, we), jf(x, wj))
+        assert_same(we.grad, wj.grad, "accumulated grad")
+
+
+def test_manual_seed_inside_jitted_function():
+    def f(x):
+        torch.manual_seed(5)
+        return x + torch.rand(x.shape)
+
+    jf = _jit(f)
+    x = torch.zeros(3)
+    assert_same(f(x), jf(x))
+    torch.manual_seed(0)
+    f(x)
+    after_eager = torch.rand(2)
+    torch.manual_seed(0)
+    jf(x)
+    after_jit = torch.rand(2)
+    assert_same(after_eager, after_jit, "global RNG after the call")

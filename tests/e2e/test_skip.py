@@ -136,3 +136,19 @@ def test_nested_calls_inside_jitted_frame_are_not_compiled_separately():
     # Calling the helper directly (not jitted) makes no graph.
     helper(x)
     assert backend.frame_count == 1
+
+
+def test_frame_without_tensor_ops_is_marked_skip_after_one_look():
+    # Issue 4: "mark the code skip" -- through the C core's per-code mark (docs/contracts.md).
+    from pyjit import _C
+
+    def only_ints(a, b):
+        return a * b - 1
+
+    jf = pyjit.jit(only_ints, backend=CountingBackend())
+    assert not _C.is_skip(only_ints.__code__)
+    assert jf(3, 4) == 11
+    assert _C.is_skip(only_ints.__code__)
+    assert jf(5, 6) == 29
+    pyjit.reset()
+    assert not _C.is_skip(only_ints.__code__), "pyjit.reset() forgets skip marks too"

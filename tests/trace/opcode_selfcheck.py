@@ -233,7 +233,21 @@ def f_match(x):
     return [_classify(v) for v in ((1, 2), (1, 3), [4, 5, 6], {"k": 1, "j": 2}, Pair(1, 9), x, "s")]
 
 
+def f_with_blocks(x):
+    import torch
+
+    states = []
+    with torch.no_grad():
+        states.append(torch.is_grad_enabled())
+        with torch.enable_grad():
+            states.append(torch.is_grad_enabled())
+        y = x + 1
+    states.append(torch.is_grad_enabled())
+    return states, y
+
+
 FUNCTIONS = [
+    (f_with_blocks, (1,)),
     (f_match, (7,)),
     (f_more_calls, (4,)), (f_cells_nonlocal, (3,)), (f_misc_ops, (4,)),
     (f_arith, (7, 3)), (f_calls, (5,)), (f_methods, (2,)), (f_loops, (12,)), (f_comprehensions, (3,)),

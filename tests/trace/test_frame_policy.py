@@ -167,3 +167,23 @@ def test_import_inside_function_and_unbound_tensor_method(rec):
 
     x = torch.randn(4)
     same(f(x), pyjit.jit(f, backend=rec, fullgraph=True)(x))
+
+
+def test_pyjit_backend_failing_at_run_time_falls_back(monkeypatch, caplog):
+    import pyjit.backends as backends
+
+    class Boom:
+        @staticmethod
+        def compile_fx(gm, example_inputs):
+            def run(*args):
+                raise RuntimeError("kernel launch failed")
+
+            return run
+
+    monkeypatch.setattr(backends.importlib, "import_module", lambda name: Boom)
+    x = torch.randn(3)
+    with patch(raise_on_internal_error=False), caplog.at_level(logging.WARNING, logger="pyjit.fallbacks"):
+        jf = pyjit.jit(affine)
+        same(affine(x), jf(x))
+        same(affine(x), jf(x))
+    assert any("kernel launch failed" in r.getMessage() for r in caplog.records)

@@ -159,3 +159,17 @@ def test_tracing_stopped_inside_autocast_restores_state(rec):
     with pytest.raises(pyjit.GraphBreakError):
         pyjit.jit(f, backend=rec, fullgraph=True)(x)
     assert not torch._C._is_any_autocast_enabled()
+
+
+def test_inplace_update_through_a_view_guards_against_aliased_inputs(rec):
+    def f(a, b):
+        a[0].add_(1)
+        return a * b
+
+    jf = pyjit.jit(f, backend=rec)
+    for alias in (False, True, False):
+        xe, ye = torch.randn(3), torch.randn(3)
+        xj, yj = xe.clone(), ye.clone()
+        same(f(xe, xe if alias else ye), jf(xj, xj if alias else yj))
+        same(xe, xj)
+    assert len(rec.graphs) == 2  # distinct inputs, then the aliased call

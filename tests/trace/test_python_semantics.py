@@ -267,3 +267,75 @@ def test_calling_a_jitted_function_from_jitted_code_traces_through(rec):
     x = torch.randn(3)
     same(x.exp() + 1, pyjit.jit(f, backend=rec, fullgraph=True)(x))
     assert rec.calls() == ["exp", "add"]
+
+
+def test_globals_of_methods_defined_in_other_modules_are_guarded(rec, tmp_path, monkeypatch):
+    (tmp_path / "pyjit_other_mod.py").write_text(
+        "SCALE = 2.0\n"
+        "class M:\n"
+        "    def go(self, x):\n"
+        "        return x * SCALE\n"
+        "import torch\n"
+        "class Mod(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x + SCALE\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import pyjit_other_mod as other
+
+    def f(obj, x):
+        return obj.go(x)
+
+    def g(mod, x):
+        return mod(x)
+
+    jf, jg = pyjit.jit(f, backend=rec), pyjit.jit(g, backend=rec)
+    obj, mod, x = other.M(), other.Mod(), torch.randn(3)
+    same(f(obj, x), jf(obj, x))
+    same(g(mod, x), jg(mod, x))
+    other.SCALE = 5.0  # a global of the *other* module, read by inlined methods
+    same(f(obj, x), jf(obj, x))
+    same(g(mod, x), jg(mod, x))
+    assert len(rec.graphs) == 4
+
+
+def test_globals_of_sourceless_functions_are_guarded_through_their_module(rec, tmp_path, monkeypatch):
+    (tmp_path / "pyjit_other_mod2.py").write_text(
+        "import torch\n"
+        "SCALE = 2.0\n"
+        "T = torch.ones(3)\n"
+        "def make():\n"
+        "    def inner(x):\n"
+        "        return x * SCALE + T\n"
+        "    return inner\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import pyjit_other_mod2 as other
+
+    def f(x):
+        return other.make()(x)  # `inner` is created by a call: no source of its own
+
+    jf = pyjit.jit(f, backend=rec)
+    x = torch.randn(3)
+    same(f(x), jf(x))
+    other.SCALE = 5.0
+    same(f(x), jf(x))
+    other.T = torch.zeros(3)  # a tensor global of the other module: a graph input read each call
+    same(f(x), jf(x))
+    assert len(rec.graphs) == 2
+
+
+def test_itertools_over_constants_and_tensors(rec):
+    import itertools
+
+    def f(x, ys):
+        pairs = list(itertools.product(range(2), range(3)))
+        total = x
+        for a, b in itertools.combinations(ys, 2):
+            total = total + a * b
+        for i, t in zip(itertools.count() if False else range(9), itertools.chain(ys, [x])):
+            total = total + i * t
+        return total, pairs, list(itertools.islice("abcdef", 2, 4))
+
+    x, ys = torch.randn(3), [torch.randn(3) for _ in range(3)]
+    same(f(x, ys), pyjit.jit(f, backend=rec, fullgraph=True)(x, ys))

@@ -82,8 +82,13 @@ class TritonKernel:
         self.kernel_index = kernel_index
         self.inputs: dict[str, str] = {}
         self.outputs: dict[str, str] = {}
-        self.sections: dict[str, IndentedBuffer] = {s: IndentedBuffer() for s in ("pre", "acc", "loop", "post")}
+        # Sections: "pre" (before any loop), then per reduction loop i: "acc{i}" (accumulator
+        # initialisation), "loop{i}" (the body), "post{i}" (finalised reductions, epilogues).
+        self.sections: dict[str, IndentedBuffer] = {"pre": IndentedBuffer()}
         self.section = "pre"
+        self.loop = 0  # the loop the current node runs in (looped kernels)
+        self.num_loops = 0
+        self.producers = {n.name: n for n in group.nodes}
         self.cache: dict[tuple[str, str], CSEVar] = {}  # (scope, expression) -> value
         self.counter = 0
         self.mask = "xmask"
@@ -93,7 +98,15 @@ class TritonKernel:
 
     # ------------------------------------------------------------------ scoping
     def _scopes(self) -> tuple[str, ...]:
-        return {"pre": ("pre",), "loop": ("pre", "loop"), "post": ("pre", "post")}[self.section]
+        """Sections whose values are visible from the current one."""
+        if self.section == "pre":
+            return ("pre",)
+        kind, i = self.section.rstrip("0123456789"), int(self.section.lstrip("acpostlo"))
+        posts = tuple(f"post{j}" for j in range(i if kind == "loop" else i + 1))
+        return ("pre", *posts, self.section) if kind == "loop" else ("pre", *posts)
+
+    def _section(self, name: str) -> IndentedBuffer:
+        return self.sections.setdefault(name, IndentedBuffer())
 
     def _lookup(self, key: str) -> CSEVar | None:
         for scope in self._scopes():
@@ -109,7 +122,7 @@ class TritonKernel:
                 return hit
         var = CSEVar(f"tmp{self.counter}", dtype)
         self.counter += 1
-        self.sections[self.section].writeline(f"{var.name} = {expr}")
+        self._section(self.section).writeline(f"{var.name} = {expr}")
         if cse:
             self.cache[(self.section, expr)] = var
         return var
@@ -146,10 +159,12 @@ class TritonKernel:
         hit = self._lookup(key)
         if hit is not None:
             return hit
-        if name in self.removed:
-            # The scheduler only removes a buffer when every read hits the in-register value;
-            # reading its (never written) memory would be a silent wrong answer.
-            raise AssertionError(f"kernel reads removed buffer {name} at {index} outside its producer's scope")
+        producer = self.producers.get(name)
+        if producer is not None:
+            # Produced by this kernel at this very index (the scheduler checked), but in an
+            # earlier reduction loop whose registers are gone: recompute it here rather than
+            # read memory this program may not see written yet.
+            return self._recompute(producer, name, index)
         ptr = self.inputs.setdefault(name, f"in_ptr{len(self.inputs)}")
         pointer, mask = self._pointer(ptr, index)
         dtype = self.dtypes[name]
@@ -171,7 +186,7 @@ class TritonKernel:
             val = f"{val}.to({triton_dtype(dtype)})"
         pointer, mask = self._pointer(ptr, index, store=True)
         mask_text = f", {mask}" if mask else ""
-        self.sections[self.section].writeline(f"tl.store({pointer}, {val}{mask_text})")
+        self._section(self.section).writeline(f"tl.store({pointer}, {val}{mask_text})")
 
     def constant(self, value: bool | int | float, dtype: torch.dtype) -> CSEVar:
         cdt = compute_dtype(dtype)
@@ -331,16 +346,25 @@ class TritonKernel:
             return self._emit(f"{idx}.to(tl.int64)", torch.int64)
         raise NotImplementedError(f"reduction {rtype}")
 
+    def _recompute(self, producer: SchedulerNode, name: str, index: sympy.Expr) -> CSEVar:
+        data = getattr(producer.buf, "data", None)
+        placed = producer.kernel_index(self.group.group)
+        if data is None or placed is None or producer.is_reduction:
+            raise AssertionError(f"kernel reads {name} at {index} outside the scope that computed it")
+        value = data.make_loader()(self, placed[0])
+        self.cache[(self.section, f"store:{name}:{self._index_str(index)}")] = value
+        return value
+
     def _looped_reduction(self, rtype: ReductionType, value: CSEVar, vdt: torch.dtype, tdt: str,
                           out_dt: torch.dtype) -> CSEVar:
-        acc_buf, post = self.sections["acc"], self.sections["post"]
+        acc_buf, post = self._section(f"acc{self.loop}"), self._section(f"post{self.loop}")
         k = self.counter
         self.counter += 1
         acc = f"acc{k}"
         mask = "rmask & xmask"
         full = self._emit(f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])", vdt)
         fp = vdt.is_floating_point
-        loop = self.sections["loop"]
+        loop = self._section(f"loop{self.loop}")
         if rtype in ("sum", "any", "all"):
             ident = self._identity(rtype, vdt)
             if rtype == "sum":
@@ -392,28 +416,32 @@ class TritonKernel:
     def _post(self, expr: str, dtype: torch.dtype) -> CSEVar:
         var = CSEVar(f"tmp{self.counter}", dtype)
         self.counter += 1
-        self.sections["post"].writeline(f"{var.name} = {expr}")
+        self._section(f"post{self.loop}").writeline(f"{var.name} = {expr}")
+        self.cache[(f"post{self.loop}", f"__post{var.name}")] = var
         return var
 
     # ------------------------------------------------------------------ kernel assembly
     def codegen_nodes(self) -> None:
-        reduction_names = {n.name for n in self.group.nodes if n.is_reduction}
-        after_reduction: set[str] = set()
+        # Looped kernels: ``avail[name]`` is the first loop whose r-iterated nodes may use the
+        # value (a reduction finished in loop i is available from loop i + 1 on).
+        avail: dict[str, int] = {}
         for node in self.group.nodes:
             placed = node.kernel_index(self.group.group)
             assert placed is not None, node.name
             index, rindex, x_only = placed
-            depends = bool(node.read_names & (reduction_names | after_reduction))
-            if depends or node.is_reduction:
-                after_reduction.add(node.name)
+            deps = [avail[r] for r in node.read_names if r in avail]
+            first = max(deps, default=0)
             if not self.is_reduction:
                 self.section, self.mask = "pre", "xmask"
             elif self.persistent:
                 self.section, self.mask = "pre", ("xmask" if x_only else "rmask & xmask")
             elif x_only:
-                self.section, self.mask = ("post" if depends else "pre"), "xmask"
+                self.section, self.mask = ("pre" if first == 0 else f"post{first - 1}"), "xmask"
             else:
-                self.section, self.mask = "loop", "rmask & xmask"
+                self.loop = first
+                self.num_loops = max(self.num_loops, first + 1)
+                self.section, self.mask = f"loop{first}", "rmask & xmask"
+            avail[node.name] = first + 1 if (node.is_reduction and not self.persistent) else first
             body = node.buf.store_body()  # type: ignore[union-attr]
             if node.is_reduction:
                 if not self.persistent:
@@ -460,14 +488,14 @@ class TritonKernel:
                 code.writeline("rindex = tl.arange(0, RBLOCK)[None, :]")
                 code.writeline("rmask = rindex < rnumel")
             code.writelines(self.sections["pre"].lines)
-            if self.is_reduction and not self.persistent:
-                code.writelines(self.sections["acc"].lines)
+            for i in range(self.num_loops if self.is_reduction and not self.persistent else 0):
+                code.writelines(self._section(f"acc{i}").lines)
                 code.writeline("for roffset in range(0, rnumel, RBLOCK):")
                 with code.indent():
                     code.writeline(f"rindex = roffset + tl.arange(0, RBLOCK)[None, :]{self._i64()}")
                     code.writeline("rmask = rindex < rnumel")
-                    code.writelines(self.sections["loop"].lines)
-                code.writelines(self.sections["post"].lines)
+                    code.writelines(self._section(f"loop{i}").lines)
+                code.writelines(self._section(f"post{i}").lines)
         arg_names = [*self.inputs.keys(), *self.outputs.keys()]
         grid = -(-self.xnumel // meta["XBLOCK"])
         return KernelSource(name, code.getvalue(), arg_names, self.xnumel, self.rnumel, meta, grid)
@@ -512,7 +540,7 @@ class _SectionSwitch:
     def store(self, name: str, index: sympy.Expr, value: CSEVar) -> None:
         k = self.kernel
         section, mask = k.section, k.mask
-        k.section, k.mask = "post", "xmask"
+        k.section, k.mask = f"post{k.loop}", "xmask"
         try:
             k.store(name, index, value)
         finally:

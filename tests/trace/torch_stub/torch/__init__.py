@@ -34,12 +34,23 @@ class iinfo:  # noqa: N801
     pass
 
 
-class no_grad:  # noqa: N801
-    pass
+class _GradCtx:
+    mode = False
+
+    def __enter__(self) -> None:
+        self.prev = _grad[0]
+        _grad[0] = self.mode
+
+    def __exit__(self, *exc) -> None:  # noqa: ANN002
+        _grad[0] = self.prev
 
 
-class enable_grad:  # noqa: N801
-    pass
+class no_grad(_GradCtx):  # noqa: N801
+    mode = False
+
+
+class enable_grad(_GradCtx):  # noqa: N801
+    mode = True
 
 
 class set_grad_enabled:  # noqa: N801
@@ -131,6 +142,13 @@ class _Node:
 class Graph:
     def __init__(self) -> None:
         self.nodes: list[object] = []
+
+    def call_function(self, target, args=(), kwargs=None):  # noqa: ANN001, ANN201
+        node = _Node()
+        node.meta = {}
+        node.target = target
+        self.nodes.append(node)
+        return node
 
 
 class GraphModule:
