@@ -1,8 +1,10 @@
 """Backend GPU kernel benchmark: eager vs torch.compile (inductor) vs pyjit's backend, one run.
 
 ``run(quick=True) -> dict`` (called by the bench harness, kept verbatim) or
-``python -m bench.backend_kernels``. For each workload: ms per call (median of CUDA-event
-timings), speedup over eager, and for memory-bound workloads the achieved bandwidth
+``python -m bench.backend_kernels``. Workloads: pointwise chain, GELU, softmax, layer norm,
+RMS norm (bf16), cross-entropy, linear + GELU + residual (fp16), attention (fp16), a GPT-2
+style block (fp16). For each: ms per call (median of CUDA-event timings), speedup over
+eager, and for memory-bound workloads the achieved bandwidth
 (bytes of inputs + outputs / time) as a % of the measured device-to-device copy bandwidth.
 pyjit's backend is driven through ``torch.compile(fn, backend=pyjit.backend.compile_fx)``.
 On a machine without CUDA it returns ``{"skipped": ...}``.
@@ -39,25 +41,54 @@ def copy_bandwidth_gbs(nbytes: int = 1 << 30) -> float:
     return 2 * nbytes / (ms * 1e-3) / 1e9
 
 
-def workloads(quick: bool) -> dict[str, tuple[Callable[..., Any], list[torch.Tensor], bool]]:
-    """name -> (fn, inputs, memory_bound)."""
-    n = 4096 if quick else 8192
-    d = torch.device("cuda")
+class Gpt2Block(torch.nn.Module):
+    """A GPT-2 style block: pre-LN causal attention and a tanh-GELU MLP, with residuals."""
+
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.fc, self.out = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-1, -2)) / math.sqrt(d // self.heads)
+        mask = torch.tril(torch.ones(t, t, device=x.device, dtype=torch.bool))
+        att = att.masked_fill(~mask, float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(y)
+        return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+def workloads(quick: bool, device: str = "cuda", tiny: bool = False
+              ) -> dict[str, tuple[Callable[..., Any], list[torch.Tensor], bool]]:
+    """name -> (fn, inputs, memory_bound). ``tiny``: small shapes for a CPU smoke test."""
+    d = torch.device(device)
+    n = 64 if tiny else (4096 if quick else 8192)
+    vocab = 96 if tiny else (4096 if quick else 8192)
+    h = 32 if tiny else 1024
+    rows = 16 if tiny else 2048
+    seq, heads, hd = (16, 2, 16) if tiny else (1024, 16, 64)
+    half = torch.float32 if device == "cpu" else torch.float16  # CPU matmuls are not the point
     x = torch.randn(n, n, device=d)
     y = torch.randn(n, n, device=d)
     xb = torch.randn(n, n, device=d, dtype=torch.bfloat16)
     wb = torch.randn(n, device=d, dtype=torch.bfloat16)
     w, b = torch.randn(n, device=d), torch.randn(n, device=d)
-    logits = torch.randn(n, 8192 if not quick else 4096, device=d)
-    target = torch.randint(0, logits.shape[1], (n,), device=d)
-    h = 1024
-    xl = torch.randn(2048, h, device=d, dtype=torch.float16)
-    wl = torch.randn(4 * h, h, device=d, dtype=torch.float16)
-    bl = torch.randn(4 * h, device=d, dtype=torch.float16)
-    res = torch.randn(2048, 4 * h, device=d, dtype=torch.float16)
-    q = torch.randn(16, 1024, 64, device=d, dtype=torch.float16)
-    k = torch.randn(16, 1024, 64, device=d, dtype=torch.float16)
-    v = torch.randn(16, 1024, 64, device=d, dtype=torch.float16)
+    logits = torch.randn(n, vocab, device=d)
+    target = torch.randint(0, vocab, (n,), device=d)
+    xl = torch.randn(rows, h, device=d, dtype=half)
+    wl = torch.randn(4 * h, h, device=d, dtype=half)
+    bl = torch.randn(4 * h, device=d, dtype=half)
+    res = torch.randn(rows, 4 * h, device=d, dtype=half)
+    q, k, v = (torch.randn(heads, seq, hd, device=d, dtype=half) for _ in range(3))
+    dm, nh = (32, 4) if tiny else (768, 12)
+    block = Gpt2Block(d=dm, heads=nh).to(device=d, dtype=half).eval()
+    xblock = torch.randn(2 if tiny else (8 if quick else 16), 8 if tiny else (256 if quick else 1024), dm,
+                         device=d, dtype=half)
 
     def rms_norm(a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
         af = a.float()
@@ -71,7 +102,9 @@ def workloads(quick: bool) -> dict[str, tuple[Callable[..., Any], list[torch.Ten
         "rms_norm_bf16": (rms_norm, [xb, wb], True),
         "cross_entropy": (lambda lg, t: F.cross_entropy(lg, t), [logits, target], True),
         "linear_gelu_residual": (lambda a, ww, bb, r: F.gelu(F.linear(a, ww, bb)) + r, [xl, wl, bl, res], False),
-        "attention": (lambda qq, kk, vv: torch.softmax(qq @ kk.transpose(-1, -2) / 8.0, -1) @ vv, [q, k, v], False),
+        "attention": (lambda qq, kk, vv: torch.softmax(qq @ kk.transpose(-1, -2) / math.sqrt(hd), -1) @ vv,
+                      [q, k, v], False),
+        "gpt2_block": (block, [xblock], False),
     }
 
 

@@ -15,6 +15,7 @@ is rewritten after every result, so a run that is cut off still leaves its numbe
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import sys
@@ -50,6 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "under a 10-minute command limit)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: torch's choice); 1 gives steadier numbers on a shared machine")
+    p.add_argument("--clock", default="auto", choices=("auto", "wall", "process"),
+                   help="CPU timer: wall (perf_counter) or process (CPU time of this process: steadier on a shared "
+                        "machine, use with --threads 1). auto = wall, unless the CPU machine is overloaded at the "
+                        "start (load average above its cores): then process and 1 thread. CUDA uses CUDA events")
     p.add_argument("--samples", type=int, default=None, help="timed samples per case (default 15, quick 9)")
     p.add_argument("--no-external", action="store_true",
                    help="do not run the layers' plug-in scripts (bench/core_overhead.py ...): reported as SKIPPED")
@@ -88,6 +93,17 @@ def main(argv: list[str] | None = None) -> int:
     from bench.backends import make_backends
 
     device = env.pick_device(args.device)
+    args.auto_note = None
+    if args.clock == "auto":
+        args.clock = "wall"
+        load, cores = env.load_average(), os.cpu_count() or 1
+        if device.type == "cpu" and load and load[0] > cores:
+            # Wall time on an overloaded machine mostly measures the other processes.
+            args.clock = "process"
+            args.threads = args.threads or 1
+            args.auto_note = (f"--clock auto: the machine was overloaded at the start (load average {load[0]:.1f} on "
+                              f"{cores} cores), so CPU times are this process's CPU time with {args.threads} torch "
+                              "thread(s); pass --clock wall to time wall-clock instead")
     if args.threads:
         import torch
 
@@ -151,20 +167,24 @@ def _run(args: argparse.Namespace, device: Any, size: str, suites: list[str], ba
             if not b.available:
                 print(f"  backend {b.name}: unavailable ({b.reason})", file=sys.stderr)
 
+    meta["clock"] = "cuda_event" if device.type == "cuda" else args.clock
     load = meta["host"].get("load_avg_start")
     cores = meta["host"].get("cpu_count") or 1
-    if load and load[0] > cores:
+    if args.auto_note:
+        doc["notes"].append(args.auto_note)
+    elif load and load[0] > cores and device.type == "cpu" and args.clock == "wall":
         doc["notes"].append(f"the machine was busy at the start (load average {load[0]:.1f} on {cores} cores): "
-                            "CPU numbers are noisy; compare only numbers of one run (samples are interleaved), "
-                            "and consider --threads 1")
+                            "wall-clock CPU numbers are noisy; consider --clock process --threads 1")
 
     def save() -> None:
         meta["elapsed_s"] = time.monotonic() - started
         meta["host"]["load_avg_end"] = env.load_average()
         report.write_json(report.sanitize(doc), json_path)
 
-    plan = TimingPlan(samples=args.samples) if args.samples else TimingPlan()
-    quick_plan = TimingPlan.quick() if not args.samples else TimingPlan(samples=args.samples, sample_time_s=0.01)
+    plan = TimingPlan(clock=args.clock) if not args.samples else TimingPlan(samples=args.samples, clock=args.clock)
+    quick_plan = dataclasses.replace(TimingPlan.quick(), clock=args.clock)
+    if args.samples:
+        quick_plan = dataclasses.replace(quick_plan, samples=args.samples)
     if any(s in ("quick", "kernels") for s in suites):
         bw_bytes = (256 << 20) if device.type == "cuda" else (32 << 20)
         meta["copy_bandwidth"] = copy_bandwidth(device, bw_bytes, quick_plan)

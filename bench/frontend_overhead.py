@@ -1,7 +1,8 @@
 """Frontend benchmarks (issue 4): cache-hit call overhead and capture time, pyjit vs torch.compile.
 
-Owns two measurements, each a function returning a plain dict (the bench harness calls them)
-and a table printer for ``python -m bench.frontend_overhead``:
+Owns two measurements, each a function returning a plain dict, the harness plug-in
+:func:`run_bench` (rows as ``docs/contracts.md`` specifies for ``bench/`` scripts) and a table
+printer for ``python -m bench.frontend_overhead``:
 
 - :func:`measure_call_overhead`: per-call time of a function with 1, 4 and 16 tiny tensor
   arguments (``a + 1`` chains) called plainly, through ``pyjit.jit(backend="eager")`` and
@@ -59,7 +60,7 @@ def summarize(samples: list[float]) -> dict[str, float]:
     """Median and interquartile range of per-call times (seconds)."""
     qs = statistics.quantiles(samples, n=4, method="inclusive") if len(samples) > 1 else [samples[0]] * 3
     return {"median": statistics.median(samples), "q1": qs[0], "q3": qs[2], "iqr": qs[2] - qs[0],
-            "min": min(samples), "n": len(samples)}
+            "min": min(samples), "n": len(samples), "samples": list(samples)}
 
 
 def _time_batch(fn: Callable[..., Any], args: tuple[Any, ...], calls: int) -> float:
@@ -137,7 +138,7 @@ def _mlp8() -> torch.nn.Module:
 
 
 def measure_call_overhead(n_args: tuple[int, ...] = (1, 4, 16), *, samples: int = 41, calls_per_sample: int = 2000,
-                          numel: int = 8, include_module: bool = True) -> dict[str, Any]:
+                          numel: int = 8, include_module: bool = True, device: str = "cpu") -> dict[str, Any]:
     """Per-call time (s) of plain, pyjit and torch.compile calls, and their overhead over plain.
 
     Workloads: the ``add1_args<n>`` functions for each n in ``n_args`` (labels "1", "4", "16"),
@@ -150,11 +151,22 @@ def measure_call_overhead(n_args: tuple[int, ...] = (1, 4, 16), *, samples: int 
     samples are paired differences (compiled sample i - plain sample i, taken back to back).
     """
     _reset_all()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors: intra-op threads only add noise
+    try:
+        return _measure_call_overhead(n_args, samples, calls_per_sample, numel, include_module, device)
+    finally:
+        torch.set_num_threads(threads)
+        _reset_all()
+
+
+def _measure_call_overhead(n_args: tuple[int, ...], samples: int, calls_per_sample: int, numel: int,
+                           include_module: bool, device: str) -> dict[str, Any]:
     workloads: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {
-        str(n): (OVERHEAD_FUNCTIONS[n], tuple(torch.randn(numel) for _ in range(n))) for n in n_args
+        str(n): (OVERHEAD_FUNCTIONS[n], tuple(torch.randn(numel, device=device) for _ in range(n))) for n in n_args
     }
     if include_module:
-        workloads["mlp8"] = (_mlp8(), (torch.randn(2, 8),))
+        workloads["mlp8"] = (_mlp8().to(device), (torch.randn(2, 8, device=device),))
     results: dict[str, dict[str, Any]] = {}
     for label, (fn, args) in workloads.items():
         variants: dict[str, Callable[..., Any]] = {"plain": fn}
@@ -189,9 +201,8 @@ def measure_call_overhead(n_args: tuple[int, ...] = (1, 4, 16), *, samples: int 
             row[k] = summarize(raw[k])
             row[f"{k}_overhead"] = summarize([c - p for c, p in zip(raw[k], raw["plain"])])
         results[label] = row
-    _reset_all()
     return {
-        "config": {"samples": samples, "calls_per_sample": calls_per_sample, "numel": numel,
+        "config": {"samples": samples, "calls_per_sample": calls_per_sample, "numel": numel, "device": device,
                    "torch": torch.__version__, "python": sys.version.split()[0], "unit": "s"},
         "results": results,
     }
@@ -270,11 +281,53 @@ def measure_capture_time(case_names: list[str] | None = None, *, repeats: int = 
             "per_case": per_case, "summary": summary}
 
 
+def run_bench(*, quick: bool = False, device: str = "cpu", time_budget_s: float | None = None) -> list[dict[str, Any]]:
+    """The bench harness plug-in (docs/contracts.md, ``bench/``): one row per measurement.
+
+    Rows: ``call_time/<workload>`` (us per call; backends plain, pyjit, torch.compile),
+    ``call_overhead/<workload>`` (us over plain; pyjit, torch.compile), ``capture_time/median``
+    (ms; pyjit, torch.compile) and ``capture_time/ratio`` (pyjit / torch.compile, geomean over
+    the corpus cases both captured). Call overhead runs on ``device``; capture time on the CPU
+    corpus. ``quick`` or a small ``time_budget_s`` trims samples and corpus cases."""
+    small = quick or (time_budget_s is not None and time_budget_s < 240)
+    overhead = measure_call_overhead(samples=7 if small else 41, calls_per_sample=300 if small else 2000,
+                                     device=device)
+    capture = measure_capture_time(repeats=1 if small else 3, limit=12 if small else None)
+    rows: list[dict[str, Any]] = []
+    for label, row in overhead["results"].items():
+        for backend in ("plain", *COMPILERS):
+            for key, name in ((backend, "call_time"), (f"{backend}_overhead", "call_overhead")):
+                if backend == "plain" and name == "call_overhead":
+                    continue
+                stats = row.get(key)
+                entry: dict[str, Any] = {"name": f"{name}/{label}", "backend": backend, "unit": "us"}
+                if stats is None:
+                    entry.update(value=float("nan"), status="ERROR", note=row.get(f"{backend}_error", ""))
+                else:
+                    entry.update(value=stats["median"] * 1e6, median=stats["median"] * 1e6, q1=stats["q1"] * 1e6,
+                                 q3=stats["q3"] * 1e6, samples=[v * 1e6 for v in stats["samples"]], status="OK")
+                rows.append(entry)
+    summary = capture["summary"]
+    for backend in COMPILERS:
+        med = summary[backend]["median"]
+        rows.append({"name": "capture_time/median", "backend": backend, "unit": "ms",
+                     "value": float("nan") if med is None else med * 1e3, "status": "OK" if med is not None else "ERROR",
+                     "note": f"{summary['compared_cases']} corpus cases captured by both, best of "
+                             f"{capture['config']['repeats']}"})
+    ratio = summary["ratio_pyjit_over_torch_compile"]
+    rows.append({"name": "capture_time/ratio", "backend": "pyjit", "unit": "x",
+                 "value": float("nan") if ratio["geomean"] is None else ratio["geomean"],
+                 "status": "OK" if ratio["geomean"] is not None else "ERROR",
+                 "note": f"geomean of per-case pyjit/torch.compile over {ratio['cases']} cases; "
+                         f"median {ratio['median']}"})
+    return rows
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     """Both measurements; ``quick`` trims samples and cases (for smoke runs of the harness)."""
     if quick:
-        return {"call_overhead": measure_call_overhead(samples=11, calls_per_sample=500),
-                "capture_time": measure_capture_time(repeats=1, limit=20)}
+        return {"call_overhead": measure_call_overhead(samples=7, calls_per_sample=300),
+                "capture_time": measure_capture_time(repeats=1, limit=12)}
     return {"call_overhead": measure_call_overhead(), "capture_time": measure_capture_time()}
 
 
@@ -293,8 +346,9 @@ def _ms(v: float | None) -> str:
 def format_call_overhead(res: dict[str, Any]) -> str:
     cfg = res["config"]
     lines = [f"Cache-hit call time, median [IQR] in us per call ({cfg['samples']} samples x "
-             f"{cfg['calls_per_sample']} calls, tensors of {cfg['numel']} floats, backend=eager)",
-             f"{'tensors':>7} | {'plain':>18} | {'pyjit':>18} | {'torch.compile':>18} | "
+             f"{cfg['calls_per_sample']} calls, backend=eager). Workloads: 1/4/16 = a + 1 chains over "
+             f"that many tensors of {cfg['numel']} floats; mlp8 = 8 x Linear(8, 8) module on a (2, 8) input",
+             f"{'workload':>8} | {'plain':>18} | {'pyjit':>18} | {'torch.compile':>18} | "
              f"{'pyjit overhead':>20} | {'t.c overhead':>20} | ratio"]
     for n, row in res["results"].items():
         def cell(key: str) -> str:
@@ -307,7 +361,7 @@ def format_call_overhead(res: dict[str, Any]) -> str:
 
         po, to = row.get("pyjit_overhead"), row.get("torch.compile_overhead")
         ratio = f"{po['median'] / to['median']:.2f}" if po and to and to["median"] > 0 else "n/a"
-        lines.append(f"{n:>7} | {cell('plain')} | {cell('pyjit')} | {cell('torch.compile')} | "
+        lines.append(f"{n:>8} | {cell('plain')} | {cell('pyjit')} | {cell('torch.compile')} | "
                      f"{ocell('pyjit_overhead')} | {ocell('torch.compile_overhead')} | {ratio}")
         for k, v in row.items():
             if k.endswith("_error"):
@@ -354,7 +408,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-case", action="store_true", help="print every case's capture time")
     parser.add_argument("--json", default=None, help="also write every number (dicts above) to this file")
     opts = parser.parse_args(argv)
-    torch.set_num_threads(1)  # tiny tensors: threading only adds noise
     report: dict[str, Any] = {"load_average_at_start": os.getloadavg()}
     if opts.what in ("all", "overhead"):
         report["call_overhead"] = measure_call_overhead(samples=opts.samples, calls_per_sample=opts.calls)

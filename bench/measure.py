@@ -26,7 +26,7 @@ class Timing:
     samples: list[float]
     calls_per_sample: int
     warmup_calls: int
-    timer: str  # "perf_counter" or "cuda_event"
+    timer: str  # "perf_counter", "process_time" or "cuda_event"
     input_sets: int
 
     def summary(self) -> dict[str, Any]:
@@ -71,15 +71,19 @@ class TimingPlan:
 
     samples: int = 15
     sample_time_s: float = 0.02
-    warmup_calls: int = 3
+    # Warm-up: at least this many calls and this long (slow calls: 2 calls or 1 s), never timed.
+    warmup_calls: int = 5
     warmup_time_s: float = 0.05
     max_calls_per_sample: int = 100_000
     # Upper bound on the timed part of one case; slow cases take fewer samples (never under 3).
     max_time_s: float = 3.0
+    # CPU clock: "wall" (perf_counter) or "process" (CPU time of this process: on a shared machine
+    # it leaves out the time other processes held the cores; use with one torch thread).
+    clock: str = "wall"
 
     @staticmethod
     def quick() -> "TimingPlan":
-        return TimingPlan(samples=9, sample_time_s=0.01, warmup_calls=2, warmup_time_s=0.02, max_time_s=1.0)
+        return TimingPlan(samples=9, sample_time_s=0.01, warmup_calls=4, warmup_time_s=0.02, max_time_s=1.0)
 
 
 def _sync(device: torch.device) -> None:
@@ -126,22 +130,23 @@ class BatchTimer:
             end.record()
             end.synchronize()
             return begin.elapsed_time(end) / 1e3  # ms -> s
-        t0 = time.perf_counter()
+        clock = time.process_time if self.plan.clock == "process" else time.perf_counter
+        t0 = clock()
         self._run(calls)
-        return time.perf_counter() - t0
+        return clock() - t0
 
     def calibrate(self) -> None:
         plan = self.plan
         fastest = math.inf
         start = time.perf_counter()
-        while self.warmup_calls < plan.warmup_calls or (time.perf_counter() - start) < plan.warmup_time_s:
-            t0 = time.perf_counter()
-            self._run(1)
-            _sync(self.device)
-            fastest = min(fastest, time.perf_counter() - t0)
+        while True:
+            fastest = min(fastest, self._time(1))
             self.warmup_calls += 1
-            if self.warmup_calls >= 10_000:
+            elapsed = time.perf_counter() - start
+            if self.warmup_calls >= plan.warmup_calls and elapsed >= plan.warmup_time_s:
                 break
+            if (self.warmup_calls >= 2 and elapsed >= 1.0) or self.warmup_calls >= 10_000:
+                break  # slow calls: two are enough to warm up and to estimate
         self.per_call_s = max(fastest, 1e-9)
         self.calls = int(min(plan.max_calls_per_sample, max(1, math.ceil(plan.sample_time_s / self.per_call_s))))
 
@@ -152,8 +157,9 @@ class BatchTimer:
         return t
 
     def timing(self) -> Timing:
+        cpu_timer = "process_time" if self.plan.clock == "process" else "perf_counter"
         return Timing(samples=list(self.samples), calls_per_sample=self.calls, warmup_calls=self.warmup_calls,
-                      timer="cuda_event" if self.device.type == "cuda" else "perf_counter",
+                      timer="cuda_event" if self.device.type == "cuda" else cpu_timer,
                       input_sets=len(self.input_sets))
 
 

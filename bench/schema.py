@@ -24,7 +24,7 @@ TOP_KEYS = {"schema": str, "metadata": dict, "backends": dict, "results": list, 
 METADATA_KEYS = {"created": str, "command": list, "suites": list, "backends_requested": list, "device": dict,
                  "python": str, "torch": str, "triton": (str, type(None)), "pyjit": dict, "git": dict,
                  "host": dict, "size": str, "time_budget_s": (int, float, type(None)), "elapsed_s": (int, float),
-                 "copy_bandwidth": (dict, type(None))}
+                 "copy_bandwidth": (dict, type(None)), "clock": str}
 ROW_KEYS = {"suite": str, "workload": str, "backend": str, "status": str, "reason": (str, type(None)),
             "params": dict}
 TIMING_KEYS = {"unit": str, "timer": str, "samples": list, "calls_per_sample": int, "median": (int, float),

@@ -128,6 +128,11 @@ def jit(fn: Any = None, *, backend: Any = "pyjit", fullgraph: bool = False, dyna
     from . import backends
 
     options = JitOptions(backends.lookup(backend), fullgraph, dynamic)
+    if dynamic:
+        from .logs import get_logger
+
+        get_logger("perf_hints").info("pyjit.jit(dynamic=True): dynamic shapes are not supported yet; every new "
+                                      "input shape compiles a new entry (up to pyjit.config.entry_limit)")
     if fn is None:
         return lambda f: jit(f, backend=backend, fullgraph=fullgraph, dynamic=dynamic)
     if isinstance(fn, JitFunction):

@@ -42,8 +42,8 @@ class Config:
     # Backend (owner: backend): fuse loop nodes into shared kernels (off = one kernel per buffer).
     backend_fusion: bool = True
     # Backend: reductions of at most this many elements per row run as one persistent block;
-    # longer ones loop over the row in chunks.
-    backend_persistent_reduction_max: int = 4096
+    # longer ones loop over the row in chunks (several loops in one kernel when needed).
+    backend_persistent_reduction_max: int = 8192
     # Backend: use the on-disk cache of generated modules (PYJIT_CACHE_DIR).
     backend_disk_cache: bool = True
 

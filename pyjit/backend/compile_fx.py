@@ -104,7 +104,11 @@ def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tenso
         spec_box.append(spec)
         return leaves
 
-    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    # Inputs that are already fake (a frontend may pass them) keep their own mode.
+    modes = {id(t.fake_mode): t.fake_mode for t in example_inputs if _is_fake(t)}
+    if len(modes) > 1:
+        raise NotImplementedError("example inputs come from several fake tensor modes")
+    fake_mode = next(iter(modes.values())) if modes else FakeTensorMode(allow_non_fake_inputs=True)
     fake_inputs = [fake_mode.from_tensor(t, static_shapes=True) if not _is_fake(t) else t for t in example_inputs]
     fn = torch.func.functionalize(flat_forward, remove="mutations")
     with fake_mode, torch.no_grad():

@@ -11,7 +11,6 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch.utils._pytree import tree_map
 
 from ..errors import LoweringError
 from .ir import (
@@ -25,7 +24,6 @@ from .ir import (
     Reduction,
     ReinterpretView,
     StorageBox,
-    View,
 )
 from .lowering import LOWERINGS
 from .lowering.fallbacks import make_extern
@@ -207,5 +205,3 @@ class GraphLowering(torch.fx.Interpreter):
                 return f"{lines[i]}: {code}" if code else lines[i]
         return ""
 
-
-_ = (View, tree_map)

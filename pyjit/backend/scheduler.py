@@ -3,6 +3,8 @@
 Each :class:`SchedulerNode` is one buffer to produce (a loop nest or an extern call). A
 loop node has an iteration *group* ``(xnumel, rnumel)`` and, for any candidate kernel group,
 the index expressions of its loads and stores in kernel coordinates (``xindex``/``rindex``).
+Looped reduction kernels may hold several loops (e.g. softmax: max, then sum, then the
+normalised store); a value needed in a later loop is recomputed there (see codegen).
 Two nodes may share a kernel when their groups are compatible and every value one reads from
 the other is produced by the same program at the same index (:func:`can_fuse`). Fusion is
 greedy by a score (bytes of memory traffic saved), never creating a cycle between kernels.
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import sympy
 
@@ -249,26 +251,9 @@ class Scheduler:
             for dep in accesses[n.name].reads:
                 if dep.name in names and dep.index != stores[dep.name]:
                     return None
-        if group[1] > self.persistent_rmax and not self._looped_ok(nodes, accesses):
-            return None
         if self._creates_cycle(a, b):
             return None
         return FusedGroup(nodes, group)
-
-    def _looped_ok(self, nodes: list[SchedulerNode], accesses: dict[str, Access]) -> bool:
-        """A looped reduction has one loop: no r-iterated node may need an in-kernel reduction."""
-        after_reduction: set[str] = set()
-        for n in nodes:
-            depends = any(r in after_reduction for r in n.read_names)
-            if n.is_reduction:
-                if depends:
-                    return False
-                after_reduction.add(n.name)
-            elif depends:
-                if not accesses[n.name].x_only:
-                    return False
-                after_reduction.add(n.name)
-        return True
 
     def _creates_cycle(self, a: FusedGroup, b: FusedGroup) -> bool:
         """True if a path a -> (other group) -> b or b -> ... -> a exists."""
@@ -329,5 +314,3 @@ def iter_nodes(groups: Iterable[FusedGroup]) -> Iterable[SchedulerNode]:
     for g in groups:
         yield from g.nodes
 
-
-_ = Any

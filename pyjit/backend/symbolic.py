@@ -285,14 +285,15 @@ class _Printer(sympy.printing.str.StrPrinter):
         return text
 
     def _print_Min(self, e: sympy.Min) -> str:
-        args = [self._print(a) for a in e.args]
+        # Tensor-valued arguments first: tl.minimum(<block>, 5) rather than tl.minimum(5, <block>).
+        args = [self._print(a) for a in sorted(e.args, key=lambda a: a.is_Integer)]
         text = args[0]
         for a in args[1:]:
             text = f"tl.minimum({text}, {a})"
         return text
 
     def _print_Max(self, e: sympy.Max) -> str:
-        args = [self._print(a) for a in e.args]
+        args = [self._print(a) for a in sorted(e.args, key=lambda a: a.is_Integer)]
         text = args[0]
         for a in args[1:]:
             text = f"tl.maximum({text}, {a})"

@@ -16,6 +16,23 @@ from .codetables import decode_exceptiontable, decode_linetable, iter_units
 from .instruction import ExnHandler, Instruction
 
 
+# Per-opcode lookup tables (decode runs once per instruction of every traced function).
+_EXTENDED_ARG = opcodes.EXTENDED_ARG
+_OPNAME: list = [opcodes.OPNAME.get(op) for op in range(256)]
+_CACHES = [opcodes.cache_entries(name) if name else 0 for name in _OPNAME]
+_HAS_ARG = [opcodes.has_arg(op) for op in range(256)]
+_IS_JUMP = [name in opcodes.REAL_JUMPS for name in _OPNAME]
+_PLAIN_ARG = [
+    not (
+        name in opcodes.CONST_OPS
+        or name in opcodes.NAME_OPS
+        or name in opcodes.LOCAL_OPS
+        or name in opcodes.COMPARE_OPS
+    )
+    for name in _OPNAME
+]
+
+
 def localsplus_names(code: types.CodeType) -> list[str]:
     """Names of the frame's localsplus slots in index order (locals, cells, free variables).
 
@@ -62,41 +79,47 @@ def decode(code: types.CodeType) -> list[Instruction]:
     duplicated = frozenset(n for n in set(local_names) if local_names.count(n) > 1)
     instructions: list[Instruction] = []
     by_start: dict[int, Instruction] = {}  # start offset (incl. EXTENDED_ARG prefix) -> instr
-    start_of: dict[int, int] = {}  # id(instr) -> start offset
     jump_offsets: list[tuple[Instruction, int]] = []
     locs = list(iter_units(decode_linetable(code.co_linetable, code.co_firstlineno)))
+    positions: dict[tuple, dis.Positions] = {}  # one Positions object per distinct location
+    no_location = (None, None, None, None)
 
     i = 0
     ext = 0
     start = 0
     n = len(raw)
+    n_locs = len(locs)
     while i < n:
         op = raw[i]
         oparg = raw[i + 1] | ext
-        if op == opcodes.EXTENDED_ARG:
+        if op == _EXTENDED_ARG:
             ext = oparg << 8
             i += 2
             continue
         ext = 0
-        name = opcodes.OPNAME.get(op)
+        name = _OPNAME[op]
         if name is None:
             raise ValueError(f"unknown opcode {op} at offset {i} in {code.co_name} ({code.co_filename})")
-        caches = opcodes.cache_entries(name)
-        arg = oparg if opcodes.has_arg(op) else None
-        inst = Instruction(opname=name, opcode=op, arg=arg, offset=i)
-        loc = locs[i // 2] if i // 2 < len(locs) else (None, None, None, None)
-        inst.positions = dis.Positions(*loc)
-        if name in opcodes.REAL_JUMPS:
+        caches = _CACHES[op]
+        arg = oparg if _HAS_ARG[op] else None
+        loc = locs[i >> 1] if (i >> 1) < n_locs else no_location
+        pos = positions.get(loc)
+        if pos is None:
+            pos = positions[loc] = dis.Positions(*loc)
+        inst = Instruction(name, op, arg, None, None, pos, None, i)
+        if _IS_JUMP[op]:
             end = i + 2 + 2 * caches
             delta = 2 * (oparg if arg is not None else 0)
             jump_offsets.append((inst, end - delta if name in opcodes.BACKWARD_JUMPS else end + delta))
             if name in opcodes.REAL_TO_VIRTUAL:  # 3.11: present one name for both directions
                 inst.opname = opcodes.REAL_TO_VIRTUAL[name]
         elif arg is not None:
-            inst.argval, inst.flags = decode_argval(name, arg, code, local_names, duplicated)
+            if _PLAIN_ARG[op]:
+                inst.argval = arg
+            else:
+                inst.argval, inst.flags = decode_argval(name, arg, code, local_names, duplicated)
         instructions.append(inst)
         by_start[start] = inst
-        start_of[id(inst)] = start
         i += 2 + 2 * caches
         start = i
 

@@ -16,9 +16,13 @@ when it starts a new one, and the exception table is printed as label ranges::
 """
 from __future__ import annotations
 
+import os
+import re
 import types
-from typing import Sequence, Union
+from typing import Optional, Sequence, Union
 
+from ..config import config
+from ..logs import get_logger
 from .analysis import jump_targets
 from .decode import decode
 from .instruction import Instruction
@@ -89,3 +93,24 @@ def _name(inst: Instruction, labels: dict[int, str], instructions: Sequence[Inst
         return labels[id(inst)]
     index = next(i for i, x in enumerate(instructions) if x is inst)  # debug output only
     return f"#{index} {inst.opname}"
+
+
+_log = get_logger("bytecode")
+_dump_counter = 0
+
+
+def publish(code: types.CodeType, what: str) -> Optional[str]:
+    """Report a generated code object: a line on the ``bytecode`` log channel and, when
+    ``PYJIT_DEBUG_DIR`` is set, its disassembly in ``<debug_dir>/bytecode/``. Returns the path."""
+    global _dump_counter
+    _log.info("built %s: %s", code.co_qualname, what)
+    if not config.debug_dir:
+        return None
+    _dump_counter += 1
+    directory = os.path.join(config.debug_dir, "bytecode")
+    os.makedirs(directory, exist_ok=True)
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", code.co_qualname)[:80]
+    path = os.path.join(directory, f"{_dump_counter:04d}_{safe}.txt")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(f"# {what}\n{disassemble(code)}\n")
+    return path

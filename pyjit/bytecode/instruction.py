@@ -61,7 +61,7 @@ class ExnHandler:
         return (id(self.target), self.depth, self.lasti)
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(eq=False, slots=True)
 class Instruction:
     """One bytecode instruction, with jump targets and handlers as object references.
 

@@ -30,7 +30,7 @@ import dataclasses
 import dis
 import types
 import weakref
-from typing import Iterable, Optional, Sequence
+from typing import Optional, Sequence
 
 from ..errors import PyjitError
 from . import opcodes
@@ -38,6 +38,7 @@ from .analysis import StackSlot, live_locals_map, stack_contents
 from .assemble import assemble, compute_layout
 from .create import prologue
 from .decode import decode
+from .disasm import publish
 from .instruction import Instruction, create_instruction
 from .transform import CO_GENERATOR_FLAGS, CO_NESTED, CO_NEWLOCALS, CO_OPTIMIZED
 
@@ -87,6 +88,9 @@ def _may_be_null(slot: StackSlot) -> bool:
     if p.opname == "LOAD_GLOBAL" and p.flags & 1:
         # 3.11/3.12 push NULL below the global, 3.13 above it.
         return slot.index == (1 if opcodes.PY313 else 0)
+    if p.opname == "LOAD_METHOD" or (p.opname in ("LOAD_ATTR", "LOAD_SUPER_ATTR") and p.flags & 1):
+        # Method loads push (method, self) or (NULL, attribute); 3.13 (attribute, NULL).
+        return slot.index == (1 if opcodes.PY313 else 0)
     return False
 
 
@@ -116,8 +120,16 @@ def resume_point(code: types.CodeType, offset: int) -> ResumePoint:
     else:
         stack = contents[id(inst)]
         reason = unsupported_reason(code, instructions, inst, stack)
-    live = live_locals_map(instructions).get(id(inst), frozenset())
+    live = live_locals_map(instructions).get(id(inst), frozenset()) | _super_self(code)
     return ResumePoint(code, inst, stack, live, tuple(code.co_cellvars), reason)
+
+
+def _super_self(code: types.CodeType) -> frozenset[str]:
+    """Zero-argument ``super()`` reads the frame's first slot without any LOAD_FAST: in a code
+    object that can call it (``__class__`` is free), the first argument is always live."""
+    if "__class__" in code.co_freevars and code.co_argcount and code.co_varnames[0] not in code.co_cellvars:
+        return frozenset({code.co_varnames[0]})
+    return frozenset()
 
 
 def unsupported_reason(
@@ -199,7 +211,15 @@ def make_resume_code(
         return cached
     code = _build(original, offset, stack_depth, tuple(live_locals), frozenset(null_slots), frozenset(context_slots))
     per_code[key] = code
+    publish(code, f"resume function for {original.co_filename}:{_line_at(original, offset)} ({original.co_qualname})")
     return code
+
+
+def _line_at(code: types.CodeType, offset: int) -> Optional[int]:
+    for start, _end, line in code.co_lines():
+        if start <= offset < _end:
+            return line
+    return None
 
 
 def _build(
@@ -237,6 +257,12 @@ def _build(
         if name not in cells and name not in original.co_varnames:
             raise ResumeError(f"{name!r} is not a local variable of {original.co_qualname}")
     live_at_target = live_locals_map(instructions)[id(target)]
+    for name in _super_self(original):
+        if name not in live_locals:
+            raise ResumeError(
+                f"cannot resume at {_where(original, target)} without {name!r}: zero-argument "
+                "super() reads the first argument; pass it (resume_point() lists it as live)"
+            )
 
     params = resume_parameter_names(original, stack_depth, live_locals, tuple(null_slots))
     varnames = params + [n for n in original.co_varnames if n not in params]

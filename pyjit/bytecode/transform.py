@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 from .assemble import assemble, compute_layout
 from .create import prologue
 from .decode import decode
+from .disasm import publish
 from .instruction import Instruction
 
 CO_OPTIMIZED = inspect.CO_OPTIMIZED
@@ -163,4 +164,6 @@ def make_flat_replacement(
     pro = prologue(spec.freevars, spec.cellvars, spec.layout())
     resume_pos = dis.Positions(original.co_firstlineno, original.co_firstlineno, None, None)
     pro[-1].positions = resume_pos
-    return assemble(pro + instructions, original, **spec.code_fields())
+    code = assemble(pro + instructions, original, **spec.code_fields())
+    publish(code, f"flat replacement for {original.co_filename}:{original.co_firstlineno} ({original.co_qualname})")
+    return code

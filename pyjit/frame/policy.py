@@ -159,7 +159,16 @@ def callback(target: CodeState | None, func: types.FunctionType, args: tuple[Any
     from ..guards.guards import compile_c_tree
 
     names = frame.arg_names
-    tree = compile_c_tree(frame.guards, _C, lambda a: frame_values(func, names, tuple(a)))
+    try:
+        tree = compile_c_tree(frame.guards, _C, lambda a: frame_values(func, names, tuple(a)))
+    except Exception as e:  # e.g. a guard value the C tree cannot hold: run eagerly, never break
+        if config.raise_on_internal_error:
+            raise
+        _fallback_log.warning("pyjit could not build the guards of %s (%s:%d) and runs it eagerly: %s: %s",
+                              code.co_name, code.co_filename, code.co_firstlineno, type(e).__name__, e)
+        state.frames.pop()
+        _C.mark_skip(code)
+        return None
     return tree, frame.code
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
+import math
 import types
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
@@ -116,7 +118,7 @@ class Guard:
                 return f"{s}: the object it was traced with no longer exists"
             return None if value is want else f"{s}: expected the object {_short_obj(want)}, got {_short_obj(value)}"
         if k is GuardKind.EQUALS_MATCH:
-            if type(value) is type(self.expected) and value == self.expected:
+            if _same_constant(value, self.expected):
                 return None
             return f"{s}: expected {self.expected!r}, got {value!r}"
         if k is GuardKind.TENSOR_MATCH:
@@ -252,6 +254,8 @@ def _python_condition(g: Guard, pool: ConstPool) -> str:
     if k is GuardKind.ID_MATCH:
         return f"{e} is {pool.ref(g.target(), 'obj')}"
     if k is GuardKind.EQUALS_MATCH:
+        if _needs_exact_float(g.expected):
+            return f"{pool.ref(_same_constant, 'same_constant')}({e}, {pool.ref(g.expected, 'const')})"
         v = pool.ref(g.expected, "const")
         return f"({pool.ref(type, 'type')}({e}) is {pool.ref(type(g.expected), 'T')} and {e} == {v})"
     if k is GuardKind.TENSOR_MATCH:
@@ -270,6 +274,19 @@ def _python_condition(g: Guard, pool: ConstPool) -> str:
         items = ", ".join(x.expr() for x in g.extra)
         return f"{pool.ref(_distinct, 'distinct')}({items})"
     raise AssertionError(k)
+
+
+def _needs_exact_float(c: Any) -> bool:
+    """0.0/-0.0 compare equal and NaN equals nothing, but they fold to different results."""
+    return type(c) is float and (c == 0.0 or c != c)
+
+
+def _same_constant(a: Any, b: Any) -> bool:
+    if type(a) is not type(b):
+        return False
+    if type(b) is float and _needs_exact_float(b):
+        return (a != a and b != b) or (a == b and math.copysign(1.0, a) == math.copysign(1.0, b))
+    return bool(a == b)
 
 
 def _tensor_ok(v: Any, spec: TensorSpec) -> bool:
@@ -322,7 +339,10 @@ def compile_c_tree(guards: GuardSet, C: Any, frame_context: Callable[[Any], Fram
             node.check_id(g.target(), i)
         elif k is GuardKind.EQUALS_MATCH:
             node.check_type(type(g.expected), i)
-            node.check_eq(g.expected, i)
+            if _needs_exact_float(g.expected):
+                node.check_fn(functools.partial(_same_constant, b=g.expected), i)
+            else:
+                node.check_eq(g.expected, i)
         elif k is GuardKind.TENSOR_MATCH:
             t = g.expected
             node.check_tensor(t.type, t.dtype, t.device, t.requires_grad, t.sizes, t.strides, i)

@@ -35,10 +35,23 @@ def module_key(source: str) -> str:
     return hashlib.sha256((_versions() + "\n" + source).encode()).hexdigest()
 
 
+_scratch_root: str | None = None
+
+
 def write_module(source: str) -> tuple[str, str, bool]:
-    """Store ``source``; returns (key, path, already_present)."""
+    """Store ``source``; returns (key, path, already_present).
+
+    With ``config.backend_disk_cache`` off, modules go to a private per-process temporary
+    directory instead of the persistent cache (nothing is reused across processes).
+    """
+    global _scratch_root
     key = module_key(source)
-    directory = os.path.join(cache_root(), _versions(), "modules", key[:2])
+    root = cache_root()
+    if not config.backend_disk_cache:
+        if _scratch_root is None:
+            _scratch_root = tempfile.mkdtemp(prefix="pyjit-nocache-")
+        root = _scratch_root
+    directory = os.path.join(root, _versions(), "modules", key[:2])
     os.makedirs(directory, mode=0o700, exist_ok=True)
     path = os.path.join(directory, f"{key}.py")
     if os.path.exists(path):

@@ -184,19 +184,11 @@ class NamedTupleVariable(TupleVariable):
         return self.tuple_cls(vals)
 
     def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
-        fields = getattr(self.tuple_cls, "_fields", None)
-        if fields is not None and name in fields:
+        # namedtuples have _fields; structseqs (torch.return_types.max ...) list their visible
+        # fields, in order, in __match_args__.
+        fields = getattr(self.tuple_cls, "_fields", None) or getattr(self.tuple_cls, "__match_args__", ())
+        if name in fields:
             return self.items[fields.index(name)]
-        if fields is None:  # structseq (torch.return_types.max ...)
-            names = [n for n in dir(self.tuple_cls) if not n.startswith("_") and n not in ("count", "index", "n_fields", "n_sequence_fields", "n_unnamed_fields")]
-            for i in range(len(self.items)):
-                try:
-                    probe = self.tuple_cls(tuple(range(len(self.items))))
-                    for n in names:
-                        if getattr(probe, n) == i and n == name:
-                            return self.items[i]
-                except Exception:
-                    break
         from .base import method_or_unsupported
 
         return method_or_unsupported(self, name)

@@ -1,7 +1,6 @@
 """Fusion: kernel counts of typical patterns (from backend.metrics), checked against eager."""
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 
 import pyjit.backend as backend
@@ -41,10 +40,14 @@ def test_sum_plus_mean_one_kernel(device: str) -> None:
     assert _kernels() == 1
 
 
-def test_looped_softmax_matches_eager(device: str) -> None:
+def test_looped_softmax_and_layer_norm_one_kernel_each(device: str) -> None:
     from pyjit import config as cfg
+    w, b = make([50], device), make([50], device)
     with cfg.patch(backend_persistent_reduction_max=8):
         check(lambda x: F.softmax(x, -1), make([3, 50], device))
+        assert _kernels() == 1
+        check(lambda x: F.layer_norm(x, (50,), w, b), make([3, 50], device), atol=1e-4, rtol=1e-4)
+        assert _kernels() == 2
 
 
 def test_fusion_disabled_gives_more_kernels(device: str) -> None:

@@ -92,3 +92,15 @@ def test_debug_dir_dump(device: str, tmp_path) -> None:
         compile_graph(lambda x: x.exp(), [make([3], device)])
     dumped = [p.read_text() for p in tmp_path.iterdir() if p.name.startswith("pyjit_module_")]
     assert dumped and "def call(args)" in dumped[0] and "pyjit_fused_exp_0" in dumped[0]
+
+
+def test_disk_cache_can_be_disabled(device: str) -> None:
+    import pathlib
+
+    root = pathlib.Path(cfg.config.default_cache_dir())
+    before = set(root.rglob("*.py"))
+    with cfg.patch(backend_disk_cache=False):
+        compiled = compile_graph(lambda x: x * 5 - 2, [make([4], device)])
+    x = make([4], device)
+    torch.testing.assert_close(compiled(x), x * 5 - 2)
+    assert set(root.rglob("*.py")) == before

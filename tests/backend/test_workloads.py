@@ -87,3 +87,17 @@ def test_gpt2_block(device: str, use_sdpa: bool) -> None:
     block = Block().to(device).eval()
     x = make([2, 8, 32], device, low=-1, high=1)
     _check(block, x, atol=1e-4, rtol=1e-4)
+
+
+def test_bench_workloads_compile_and_match(device: str) -> None:
+    """Every workload of bench/backend_kernels.py, at tiny sizes, equals eager under pyjit."""
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]))
+    bench = importlib.import_module("bench.backend_kernels")
+    for name, (fn, inputs, _) in bench.workloads(True, device=device, tiny=True).items():
+        backend.metrics.reset()
+        tol = 2e-2 if any(t.dtype in (torch.float16, torch.bfloat16) for t in inputs) else 1e-4
+        _check(fn, *inputs, atol=tol, rtol=tol)
+        assert backend.metrics.generated_kernel_count >= 1, name

@@ -8,6 +8,7 @@ import sys
 import bytecode_corpus_a  # noqa: F401  (registers cases)
 import bytecode_corpus_b  # noqa: F401
 import bytecode_corpus_c  # noqa: F401
+import bytecode_corpus_d  # noqa: F401
 import pytest
 from bytecode_corpus_base import CASES, SNIPPETS
 from bytecode_helpers import all_code_objects, insert_noops, run, run_snippet, with_code

@@ -19,6 +19,7 @@ import types
 import bytecode_corpus_a  # noqa: F401  (registers cases)
 import bytecode_corpus_b  # noqa: F401
 import bytecode_corpus_c  # noqa: F401
+import bytecode_corpus_d  # noqa: F401
 import pytest
 from bytecode_corpus_base import CASES, CM, LOG, Case, reset_state
 from bytecode_helpers import Captured, Outcome, capture_code, run, with_code

@@ -10,9 +10,10 @@ Time switch: by default CPython's own regression-test package (``Lib/test``, ~90
 out to keep this folder within its time budget; ``PYJIT_TEST_STDLIB=full`` includes it (counts of
 both runs are in docs/bytecode.md).
 
-``co_stacksize`` is compared too. The only allowed difference: CPython 3.11 sizes the stack for
-handler code it later proved unreachable (a few ``except*`` blocks), so its value can be larger
-than the maximum over reachable code, which is what pyjit computes; such cases are counted.
+``co_stacksize`` is compared too. The only allowed difference: CPython sizes the stack for
+handler code it later proved unreachable (6 functions of ``Lib/test`` per version), so its value
+can be larger than the maximum over reachable code, which is what pyjit computes; such cases are
+counted.
 """
 from __future__ import annotations
 

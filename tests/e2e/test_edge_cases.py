@@ -365,3 +365,32 @@ def test_returning_new_user_objects():
     assert type(ao) is _Out and type(ap) is _Plain
     assert_same(eo, ao)
     assert_same(ep.value, ap.value)
+
+
+def test_calls_from_several_threads():
+    # Not promised by issue 4 beyond "no wrong answers": compile and cache hits from 4 threads.
+    import threading
+
+    def f(x, k):
+        return (x * k).sin() + k
+
+    jf = _jit(f)
+    errors: list[str] = []
+
+    def worker(tid: int) -> None:
+        try:
+            for i in range(20):
+                x = torch.randn(3 + (i % 3), generator=torch.Generator().manual_seed(tid * 100 + i))
+                expected, actual = f(x, tid), jf(x, tid)
+                if not torch.equal(expected, actual):
+                    errors.append(f"thread {tid} call {i}: wrong result")
+        except Exception as e:  # collected: pytest does not see exceptions in threads
+            errors.append(f"thread {tid}: {type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=120)
+    assert not any(th.is_alive() for th in threads), "a thread hung"
+    assert not errors, "\n".join(errors[:5])

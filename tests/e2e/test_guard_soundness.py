@@ -270,3 +270,125 @@ def test_python_argument_change_is_seen(a, b):
     for x in (torch.randn(2, 3), torch.arange(6).view(2, 3)):
         for opt in (a, b, a):
             assert_same(f(x, opt), jf(x, opt), f"opt={opt!r}, x.dtype={x.dtype}")
+
+
+def _calls(fn, arg_sets):
+    """Call fn eagerly and jitted on each argument tuple in order (fresh copies for each side)."""
+    jf = pyjit.jit(fn, backend=CountingBackend())
+    for i, make in enumerate(arg_sets):
+        eager_args, jit_args = make(), make()
+        assert_same(fn(*eager_args), jf(*jit_args), f"call {i}")
+        assert_same(eager_args, jit_args, f"arguments after call {i}")
+
+
+_A = torch.randn(4)
+_B = torch.randn(4)
+
+
+def test_signed_zero_and_nan_constants():
+    def f(x, s):
+        return x / s
+
+    jf = pyjit.jit(f, backend=CountingBackend())
+    x = torch.ones(3)
+    for s in (0.0, -0.0, 0.0, float("nan"), float("inf"), float("-inf"), -0.0):
+        expected, actual = f(x, s), jf(x, s)
+        assert_same(expected, actual, f"s={s!r}")
+        assert torch.equal(torch.signbit(expected), torch.signbit(actual)), f"sign differs for s={s!r}"
+
+
+def test_bool_and_int_arguments_are_different():
+    def f(x, flag):
+        if isinstance(flag, bool):
+            return x + 100
+        return x * flag
+
+    _calls(f, [lambda: (torch.arange(3), True), lambda: (torch.arange(3), 1), lambda: (torch.arange(3), True)])
+
+
+def test_dict_key_order_change():
+    def f(d):
+        return torch.cat([v * (i + 1) for i, v in enumerate(d.values())])
+
+    _calls(f, [lambda: ({0: _A.clone(), 1: _B.clone()},), lambda: ({1: _B.clone(), 0: _A.clone()},)])
+
+
+def test_kwargs_order_change():
+    def f(x, **kw):
+        return torch.stack([x * v for v in kw.values()]), list(kw)
+
+    jf = pyjit.jit(f, backend=CountingBackend())
+    x = torch.randn(3)
+    for kw in ({"a": 1.0, "b": 2.0}, {"b": 2.0, "a": 1.0}, {"a": 1.0, "b": 2.0}):
+        assert_same(f(x, **kw), jf(x, **kw), f"kwargs {list(kw)}")
+
+
+def test_list_vs_tuple_argument():
+    def f(xs):
+        out = torch.stack(list(xs))
+        return out if isinstance(xs, tuple) else out * 2
+
+    _calls(f, [lambda: ([_A.clone(), _B.clone()],), lambda: ((_A.clone(), _B.clone()),)])
+
+
+def test_nested_container_structure_change():
+    def f(d):
+        return sum(v.sum() for v in d["a"]) + len(d["a"])
+
+    _calls(f, [lambda: ({"a": [_A.clone(), _B.clone()]},), lambda: ({"a": [_A.clone()]},),
+               lambda: ({"a": (_A.clone(), _B.clone())},)])
+
+
+def test_none_vs_tensor_inside_list():
+    def f(xs):
+        return [x * 2 if x is not None else None for x in xs]
+
+    _calls(f, [lambda: ([_A.clone(), None],), lambda: ([None, _B.clone()],)])
+
+
+def test_same_tensor_through_two_sources():
+    def f(a, holder):
+        a.add_(1)
+        return holder[0] * 2
+
+    jf = pyjit.jit(f, backend=CountingBackend())
+    for same in (False, True, False, True):
+        xe, ye = torch.randn(3), torch.randn(3)
+        xj, yj = xe.clone(), ye.clone()
+        expected = f(xe, [xe if same else ye])
+        actual = jf(xj, [xj if same else yj])
+        assert_same(expected, actual, f"same={same}")
+
+
+def test_global_tensor_passed_as_argument_too():
+    def f(x):
+        x.mul_(2)
+        return x + TABLE
+
+    jf = pyjit.jit(f, backend=CountingBackend())
+    saved = TABLE.clone()
+    try:
+        for as_global in (False, True, False):
+            TABLE.copy_(saved)
+            arg = TABLE if as_global else torch.ones(8)
+            expected = f(arg.clone() if not as_global else arg)
+            TABLE.copy_(saved)
+            arg = TABLE if as_global else torch.ones(8)
+            actual = jf(arg)
+            assert_same(expected, actual, f"as_global={as_global}")
+    finally:
+        TABLE.copy_(saved)
+
+
+def test_tied_then_untied_parameters():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 4, bias=False), nn.Linear(4, 4, bias=False))
+    m[1].weight = m[0].weight  # tied
+    jm = pyjit.jit(m, backend=CountingBackend())
+    x = torch.randn(2, 4)
+    assert_same(m(x), jm(x), "tied")
+    with torch.no_grad():
+        m[0].weight.mul_(2)  # both layers see it
+    assert_same(m(x), jm(x), "tied, after in-place update")
+    m[1].weight = nn.Parameter(torch.randn(4, 4))  # untie
+    assert_same(m(x), jm(x), "untied")

@@ -181,3 +181,17 @@ def test_guard_sets_do_not_keep_modules_alive():
     gc.collect()
     assert ref() is None
     assert "no longer exists" in g.first_failure(FrameValues({"m": torch.nn.Linear(2, 2)}, {}, {}))[1]
+
+
+@pytest.mark.parametrize("traced,called,ok", [(0.0, -0.0, False), (-0.0, -0.0, True), (float("nan"), float("nan"), True),
+                                              (float("nan"), 1.0, False), (0.0, 0.0, True), (2.5, 2.5, True)])
+def test_float_constants_guarded_exactly(traced, called, ok):
+    g = GuardSet()
+    g.add(GuardKind.EQUALS_MATCH, LocalSource("s", 0), traced)
+
+    def fn(s):
+        return s
+
+    assert (compile_c_tree(g, _C).check(fn, (called,)) == -1) is ok
+    assert compile_python(g, fn.__code__, fn)(called) is ok
+    assert (g.first_failure(FrameValues({"s": called}, {}, {})) is None) is ok

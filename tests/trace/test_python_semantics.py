@@ -339,3 +339,13 @@ def test_itertools_over_constants_and_tensors(rec):
 
     x, ys = torch.randn(3), [torch.randn(3) for _ in range(3)]
     same(f(x, ys), pyjit.jit(f, backend=rec, fullgraph=True)(x, ys))
+
+
+def test_return_types_fields(rec):
+    def f(x):
+        r = x.max(dim=0)
+        v, i = torch.sort(x, dim=1)
+        return r.values + 1, r.indices, v, i, r
+
+    x = torch.randn(3, 4)
+    same(f(x), pyjit.jit(f, backend=rec, fullgraph=True)(x))

@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Sequence
+import re
+from typing import Any
 
 import sympy
 import torch
 
 from ..ops_handler import BinaryOp, ReductionType, UnaryOp
 from ..scheduler import RINDEX, XINDEX, FusedGroup, SchedulerNode
-from ..symbolic import simplify_with_ranges, texpr
+from ..symbolic import simplify_with_ranges, sym, texpr, unflatten_index
 from .common import IndentedBuffer, compute_dtype, next_power_of_2, triton_dtype
+from .tiling import XBLOCK_2D, YBLOCK_2D, Tiling, choose_tiling
+
+YINDEX = sym("yindex")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +45,8 @@ class KernelSource:
     xnumel: int
     rnumel: int
     meta: dict[str, int]  # XBLOCK, RBLOCK, num_warps
-    grid: int
+    grid: tuple[int, ...]
+    ynumel: int = 1  # > 1 for 2-D tiled pointwise kernels
 
 
 _LIBDEVICE_UNARY = {"expm1", "log10", "log1p", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh",
@@ -93,15 +98,19 @@ class TritonKernel:
         self.counter = 0
         self.mask = "xmask"
         self.int64 = self.xnumel * self.rnumel >= 2 ** 31
+        self.tiling: Tiling | None = None if self.is_reduction else choose_tiling(group)
         # Shape of kernel-invariant values: Triton broadcasts only between blocks of equal rank.
-        self.unit = "[1, 1]" if self.is_reduction else "[1]"
+        self.unit = "[1, 1]" if (self.is_reduction or self.tiling) else "[1]"
+        self.full_shape = "[YBLOCK, XBLOCK]" if self.tiling else "[XBLOCK]"
 
     # ------------------------------------------------------------------ scoping
     def _scopes(self) -> tuple[str, ...]:
         """Sections whose values are visible from the current one."""
         if self.section == "pre":
             return ("pre",)
-        kind, i = self.section.rstrip("0123456789"), int(self.section.lstrip("acpostlo"))
+        match = re.fullmatch(r"(acc|loop|post)(\d+)", self.section)
+        assert match is not None, self.section
+        kind, i = match.group(1), int(match.group(2))
         posts = tuple(f"post{j}" for j in range(i if kind == "loop" else i + 1))
         return ("pre", *posts, self.section) if kind == "loop" else ("pre", *posts)
 
@@ -129,7 +138,11 @@ class TritonKernel:
 
     # ------------------------------------------------------------------ ops handler
     def _index_str(self, index: sympy.Expr) -> str:
-        return texpr(simplify_with_ranges(index, {XINDEX: self.xnumel, RINDEX: self.rnumel}))
+        if self.tiling is not None:
+            ranges = {XINDEX: self.tiling.xnumel, YINDEX: self.tiling.ynumel}
+        else:
+            ranges = {XINDEX: self.xnumel, RINDEX: self.rnumel}
+        return texpr(simplify_with_ranges(index, ranges))
 
     def _pointer(self, ptr: str, index: sympy.Expr, store: bool = False) -> tuple[str, str | None]:
         """Pointer expression and mask for an access at ``index``.
@@ -142,16 +155,17 @@ class TritonKernel:
         if not names and not store:
             # One address for every lane: a unit block (not a 0-d scalar) keeps ranks uniform.
             return f"{text} + tl.zeros({self.unit}, tl.int32)", None
-        if (names - {"xindex", "rindex"}) or (store and "xindex" not in names):
-            # Gathered index, or a store whose address ignores xindex (e.g. a full reduction):
-            # give the pointer the node's shape so it matches the value and the mask.
+        partial_store = store and ("xindex" not in names or (self.tiling is not None and "yindex" not in names))
+        if (names - {"xindex", "rindex", "yindex"}) or partial_store:
+            # Gathered index, or a store whose address ignores a kernel axis (e.g. a full
+            # reduction): give the pointer the node's shape so it matches the value and mask.
             if self.is_reduction:
                 shape = "[XBLOCK, RBLOCK]" if "rmask" in self.mask else "[XBLOCK, 1]"
             else:
-                shape = "[XBLOCK]"
+                shape = self.full_shape
             text = f"tl.broadcast_to({text}, {shape})"
             return text, self.mask
-        parts = [m for m, n in (("rmask", "rindex"), ("xmask", "xindex")) if n in names]
+        parts = [m for m, n in (("rmask", "rindex"), ("ymask", "yindex"), ("xmask", "xindex")) if n in names]
         return text, " & ".join(parts)
 
     def load(self, name: str, index: sympy.Expr) -> CSEVar:
@@ -417,7 +431,6 @@ class TritonKernel:
         var = CSEVar(f"tmp{self.counter}", dtype)
         self.counter += 1
         self._section(f"post{self.loop}").writeline(f"{var.name} = {expr}")
-        self.cache[(f"post{self.loop}", f"__post{var.name}")] = var
         return var
 
     # ------------------------------------------------------------------ kernel assembly
@@ -431,7 +444,12 @@ class TritonKernel:
             index, rindex, x_only = placed
             deps = [avail[r] for r in node.read_names if r in avail]
             first = max(deps, default=0)
-            if not self.is_reduction:
+            if self.tiling is not None:
+                t = self.tiling
+                index = [simplify_with_ranges(i, {XINDEX: t.xnumel, YINDEX: t.ynumel}) for i in
+                         unflatten_index(YINDEX, node.sizes[:t.split]) + unflatten_index(XINDEX, node.sizes[t.split:])]
+                self.section, self.mask = "pre", "ymask & xmask"
+            elif not self.is_reduction:
                 self.section, self.mask = "pre", "xmask"
             elif self.persistent:
                 self.section, self.mask = "pre", ("xmask" if x_only else "rmask & xmask")
@@ -452,13 +470,18 @@ class TritonKernel:
             else:
                 body(self, index)
 
+    def _ordered_origins(self) -> list[str]:
+        """Origin fx nodes of the kernel's nodes, in graph order."""
+        position = {name: i for i, name in enumerate(self.node_info)}
+        names = {o for node in self.group.nodes for o in node.origins}
+        return sorted(names, key=lambda o: position.get(o, len(position)))
+
     def kernel_name(self) -> str:
         ops: list[str] = []
-        for node in self.group.nodes:
-            for origin in node.origins:
-                op = self.node_info.get(origin, (origin, ""))[0]
-                if op not in ops and op not in ("placeholder", "output"):
-                    ops.append(op)
+        for origin in self._ordered_origins():
+            op = self.node_info.get(origin, (origin, ""))[0]
+            if op not in ops and op not in ("placeholder", "output"):
+                ops.append(op)
         label = "_".join(o.replace(".", "_") for o in ops[:6]) or "kernel"
         return f"pyjit_fused_{label}_{self.kernel_index}"
 
@@ -466,17 +489,25 @@ class TritonKernel:
         self.codegen_nodes()
         name = self.kernel_name()
         meta = self._launch_meta()
-        params = [*self.inputs.values(), *self.outputs.values(), "xnumel"]
+        params = [*self.inputs.values(), *self.outputs.values()] + (["ynumel"] if self.tiling else []) + ["xnumel"]
         if self.is_reduction:
             params.append("rnumel")
-        params += ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.is_reduction else [])
+        params += (["YBLOCK: tl.constexpr"] if self.tiling else []) + ["XBLOCK: tl.constexpr"]
+        params += ["RBLOCK: tl.constexpr"] if self.is_reduction else []
         code = IndentedBuffer()
         code.writeline("@triton.jit")
         code.writeline(f"def {name}({', '.join(params)}):")
         with code.indent():
             for line in self._origin_comments():
                 code.writeline(line)
-            if self.is_reduction:
+            if self.tiling is not None:
+                code.writeline("yoffset = tl.program_id(1) * YBLOCK")
+                code.writeline(f"yindex = yoffset + tl.arange(0, YBLOCK)[:, None]{self._i64()}")
+                code.writeline("ymask = yindex < ynumel")
+                code.writeline("xoffset = tl.program_id(0) * XBLOCK")
+                code.writeline(f"xindex = xoffset + tl.arange(0, XBLOCK)[None, :]{self._i64()}")
+                code.writeline("xmask = xindex < xnumel")
+            elif self.is_reduction:
                 code.writeline("xoffset = tl.program_id(0) * XBLOCK")
                 code.writeline(f"xindex = xoffset + tl.arange(0, XBLOCK)[:, None]{self._i64()}")
                 code.writeline("xmask = xindex < xnumel")
@@ -497,7 +528,11 @@ class TritonKernel:
                     code.writelines(self._section(f"loop{i}").lines)
                 code.writelines(self._section(f"post{i}").lines)
         arg_names = [*self.inputs.keys(), *self.outputs.keys()]
-        grid = -(-self.xnumel // meta["XBLOCK"])
+        if self.tiling is not None:
+            t = self.tiling
+            grid: tuple[int, ...] = (-(-t.xnumel // meta["XBLOCK"]), -(-t.ynumel // meta["YBLOCK"]))
+            return KernelSource(name, code.getvalue(), arg_names, t.xnumel, self.rnumel, meta, grid, t.ynumel)
+        grid = (-(-self.xnumel // meta["XBLOCK"]),)
         return KernelSource(name, code.getvalue(), arg_names, self.xnumel, self.rnumel, meta, grid)
 
     def _i64(self) -> str:
@@ -506,17 +541,18 @@ class TritonKernel:
     def _origin_comments(self) -> list[str]:
         lines = []
         seen = set()
-        for node in self.group.nodes:
-            for origin in node.origins:
-                op, where = self.node_info.get(origin, (origin, ""))
-                text = f"# {origin} = {op}" + (f"  <- {where}" if where else "")
-                if text not in seen:
-                    seen.add(text)
-                    lines.append(text)
+        for origin in self._ordered_origins():
+            op, where = self.node_info.get(origin, (origin, ""))
+            text = f"# {origin} = {op}" + (f"  <- {where}" if where else "")
+            if text not in seen:
+                seen.add(text)
+                lines.append(text)
         return lines[:12]
 
     def _launch_meta(self) -> dict[str, int]:
         X, R = self.xnumel, self.rnumel
+        if self.tiling is not None:
+            return {"YBLOCK": YBLOCK_2D, "XBLOCK": XBLOCK_2D, "num_warps": 4}
         if not self.is_reduction:
             xblock = min(1024, next_power_of_2(X))
             return {"XBLOCK": xblock, "num_warps": max(1, min(8, xblock // 128))}
@@ -551,5 +587,3 @@ def generate_kernel(group: FusedGroup, kernel_index: int, removed: set[str], dty
                     persistent_rmax: int, node_info: dict[str, tuple[str, str]]) -> KernelSource:
     return TritonKernel(group, kernel_index, removed, dtypes, persistent_rmax, node_info).source()
 
-
-_ = (Sequence, XINDEX, RINDEX, SchedulerNode)

@@ -9,14 +9,14 @@ prints its time per call.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
 from ...runtime.allocator import Step, plan_buffers
 from ..graph import GraphLowering
-from ..ir import Buffer, ComputedBuffer, ExternKernel, InputBuffer, IRNode, MultiOutput, ReinterpretView
-from ..scheduler import FusedGroup, Scheduler
+from ..ir import Buffer, ExternKernel, IRNode, MultiOutput, ReinterpretView
+from ..scheduler import Scheduler
 from .common import IndentedBuffer
 from .triton import KernelSource, generate_kernel
 
@@ -113,9 +113,10 @@ class WrapperCodegen:
                 allocs.append((n.name, (lay.size, lay.stride, lay.dtype)))
             reads = {a for a in ks.arg_names if a not in {n.name for n in group.nodes}}
             steps.append(Step(allocs, reads))
-            args = ", ".join(ks.arg_names + [str(ks.xnumel)] + ([str(ks.rnumel)] if ks.rnumel != 1 else []))
+            sizes = ([str(ks.ynumel)] if ks.ynumel != 1 else []) + [str(ks.xnumel)]
+            args = ", ".join(ks.arg_names + sizes + ([str(ks.rnumel)] if ks.rnumel != 1 else []))
             meta = ", ".join(f"{k}={v}" for k, v in ks.meta.items())
-            lines.append(("kernel", [f"{ks.name}[({ks.grid},)]({args}, {meta})"]))
+            lines.append(("kernel", [f"{ks.name}[{_const(ks.grid)}]({args}, {meta})"]))
         recyclable = {name for s in steps for name, _ in s.allocs}
         plan = plan_buffers(steps, keep, recyclable)
         out = IndentedBuffer()
@@ -219,5 +220,3 @@ class WrapperCodegen:
             '    print(f"{benchmark():.4f} ms per call")',
         ]
 
-
-_ = (Sequence, ComputedBuffer, FusedGroup, InputBuffer)

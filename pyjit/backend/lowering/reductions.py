@@ -15,7 +15,7 @@ import torch
 from ..ir import IRNode, Reduction, StorageBox
 from ..ops_handler import ReductionType
 from ..symbolic import prod, unflatten_index
-from .registry import aten, canonical_dims, make_pointwise, prims, register_lowering, to_dtype_node
+from .registry import aten, canonical_dims, make_pointwise, prims, register_lowering
 from .views import _view
 
 
@@ -219,5 +219,3 @@ def _std(ctx: Any, x: IRNode, dim: Any = None, unbiased: Any = None, keepdim: bo
 def _prims_var(ctx: Any, x: IRNode, dims: Any, correction: float, *, output_dtype: Any = None) -> IRNode:
     return _var_parts(ctx, x, dims, correction, False)[0]
 
-
-_ = to_dtype_node

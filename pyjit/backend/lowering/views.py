@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 import sympy
-import torch
 
 from ..ir import IRNode, Layout, ReinterpretView, View, as_strided_layout
 from ..symbolic import contiguous_strides, prod
@@ -360,5 +359,3 @@ def _diagonal(ctx: Any, x: IRNode, offset: int = 0, dim1: int = 0, dim2: int = 1
 def _unsupported_dtype_views(ctx: Any, *args: Any, **kwargs: Any) -> IRNode:
     raise NotImplementedError("dtype-reinterpreting views are left to aten")
 
-
-_ = torch

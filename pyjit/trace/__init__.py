@@ -1,0 +1,1 @@
+"""The symbolic bytecode interpreter: translator, opcode handlers, FX graph output, generated code."""
