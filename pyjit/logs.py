@@ -47,7 +47,7 @@ def set_logs(spec: str | list[str]) -> None:
             raise ValueError(f"unknown pyjit log channel {name!r} in PYJIT_LOGS; known: {', '.join(CHANNELS)}")
     if _handler is None:
         _handler = logging.StreamHandler(sys.stderr)
-        _handler.setFormatter(logging.Formatter("[pyjit.%(name)s] %(message)s"))
+        _handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
     for channel in CHANNELS:
         logger = _root.getChild(channel)
         if channel in names:
