@@ -210,7 +210,9 @@ def explain(fn: Any) -> Callable[..., Explanation]:
         from .frame.convert import convert_frame
         from .frame.python_runtime import bind_flat
 
-        func, flat = bind_flat(fn, args, kwargs)
+        # Explaining an already-jitted function explains the function it wraps.
+        target = fn._fn if isinstance(fn, JitFunction) else fn
+        func, flat = bind_flat(target, args, kwargs)
         graphs: list[Any] = []
 
         def record(gm: Any, example_inputs: Any) -> Any:

@@ -61,51 +61,72 @@ def stack_depths(
     Raises :class:`StackAnalysisError` when two paths reach an instruction with different depths
     or the stack underflows: such code would crash the interpreter, so it is never assembled.
     """
+    n = len(instructions)
+    if not n:
+        return {}, start_depth
     index_of = {id(inst): i for i, inst in enumerate(instructions)}
-    depths: dict[int, int] = {}
+    depth = [-1] * n
     max_depth = start_depth
-    work: list[tuple[int, int]] = [(0, start_depth)] if instructions else []
+    work: list[int] = []
+    terminators = opcodes.TERMINATORS
+    precall_ok = opcodes.PY311
 
-    def reach(i: int, depth: int, origin: Instruction) -> None:
-        key = id(instructions[i])
-        old = depths.get(key)
-        if old is None:
-            depths[key] = depth
-            work.append((i, depth))
-        elif old != depth:
-            raise StackAnalysisError(
-                f"stack depth mismatch at {instructions[i]!r}: {old} vs {depth} (from {origin!r})"
-            )
+    def conflict(i: int, new: int, origin: Instruction) -> StackAnalysisError:
+        return StackAnalysisError(
+            f"stack depth mismatch at {instructions[i]!r}: {depth[i]} vs {new} (from {origin!r})"
+        )
 
-    if instructions:
-        depths[id(instructions[0])] = start_depth
+    depth[0] = start_depth
+    work.append(0)
     # Handlers are roots too, even when the code they protect is unreachable: CPython's compiler
     # sizes the stack for them (3.11 keeps handlers of try bodies it optimised away).
     for inst in instructions:
-        if inst.exn is not None:
-            handler_depth = inst.exn.depth + 1 + int(inst.exn.lasti)
-            max_depth = max(max_depth, handler_depth)
-            reach(index_of[id(inst.exn.target)], handler_depth, inst)
+        exn = inst.exn
+        if exn is not None:
+            h = index_of[id(exn.target)]
+            hd = exn.depth + 1 + exn.lasti
+            if depth[h] < 0:
+                depth[h] = hd
+                work.append(h)
+                max_depth = max(max_depth, hd)
+            elif depth[h] != hd:
+                raise conflict(h, hd, inst)
     while work:
-        i, depth = work.pop()
+        i = work.pop()
+        d = depth[i]
         inst = instructions[i]
-        if inst.exn is not None:
-            handler_depth = inst.exn.depth + 1 + int(inst.exn.lasti)
-            max_depth = max(max_depth, handler_depth)
-            reach(index_of[id(inst.exn.target)], handler_depth, inst)
+        opname = inst.opname
         arg = raw_arg(inst)
-        for succ, via_jump in _successors(instructions, index_of, i):
-            pops, pushes = stack_effect_split(inst.opname, arg, via_jump)
-            if depth < pops and not (opcodes.PY311 and inst.opname == "PRECALL"):
-                raise StackAnalysisError(f"stack underflow at {inst!r}: depth {depth}, pops {pops}")
-            new = depth - pops + pushes
-            max_depth = max(max_depth, new)
-            reach(succ, new, inst)
-        if inst.opname in opcodes.TERMINATORS and inst.target is None:
-            # Returns/raises: still count their effect toward the maximum like CPython does.
-            pops, pushes = stack_effect_split(inst.opname, arg, False)
-            max_depth = max(max_depth, depth - pops + pushes)
-    return depths, max_depth
+        target = inst.target
+        if target is not None:
+            pops, pushes = stack_effect_split(opname, arg, True)
+            new = d - pops + pushes
+            if new > max_depth:
+                max_depth = new
+            t = index_of[id(target)]
+            if depth[t] < 0:
+                depth[t] = new
+                work.append(t)
+            elif depth[t] != new:
+                raise conflict(t, new, inst)
+        pops, pushes = stack_effect_split(opname, arg, False)
+        if d < pops and not (precall_ok and opname == "PRECALL"):
+            raise StackAnalysisError(f"stack underflow at {inst!r}: depth {d}, pops {pops}")
+        new = d - pops + pushes
+        if opname in terminators:
+            if target is None and new > max_depth:
+                # Returns/raises: their effect still counts toward the maximum, as in CPython.
+                max_depth = new
+            continue
+        if new > max_depth:
+            max_depth = new
+        if i + 1 < n:
+            if depth[i + 1] < 0:
+                depth[i + 1] = new
+                work.append(i + 1)
+            elif depth[i + 1] != new:
+                raise conflict(i + 1, new, inst)
+    return {id(instructions[i]): d for i, d in enumerate(depth) if d >= 0}, max_depth
 
 
 def compute_stacksize(instructions: Sequence[Instruction], co_flags: int = 0) -> int:
