@@ -4,8 +4,9 @@ The parent (:mod:`bench.suites`) starts this module in a fresh interpreter with
 ``PYJIT_CACHE_DIR``, ``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR`` pointing at a
 directory that is empty (cold) or was filled by the cold run (warm). It prints one line
 ``BENCH_RESULT <json>`` with: import time, eager first call, compiled first call, steady call,
-``compile_s`` = compiled first call - steady call, the correctness verdict, and pyjit's
-compile-phase breakdown when the ``compile_times`` channel logged one.
+``compile_s`` = compiled first call - steady call, the correctness verdict, pyjit's
+compile-phase breakdown when the ``compile_times`` channel logged one, and TorchDynamo's
+(``dynamo_phases_s``) for the backends that run under ``torch.compile``.
 """
 from __future__ import annotations
 
@@ -69,7 +70,26 @@ def measure(workload_name: str, backend_name: str, device_name: str, size: str) 
     out["reason"] = verdict.reason or None
     if backend.uses_pyjit:
         out["pyjit_logs"] = summarize_logs(logs.records)
+    if backend_name in ("torch.compile", "dynamo+pyjit"):
+        out["dynamo_phases_s"] = dynamo_phases()
     return out
+
+
+# TorchDynamo's own timers, renamed to the phases pyjit logs (the names differ across torch versions;
+# missing ones are left out). "total" includes the backend.
+_DYNAMO_PHASES = {"_compile.compile_inner": "total", "bytecode_tracing": "trace",
+                  "OutputGraph.call_user_compiler": "backend"}
+
+
+def dynamo_phases() -> dict[str, float]:
+    """The peer's compile-phase breakdown, for comparison with pyjit's ``compile_times``."""
+    try:
+        from torch._dynamo.utils import compile_times
+
+        names, values = compile_times(repr="csv", aggregate=True)
+    except Exception:  # an older/newer torch without this helper: no breakdown, not an error
+        return {}
+    return {_DYNAMO_PHASES[n]: float(v) for n, v in zip(names, values) if n in _DYNAMO_PHASES}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -149,12 +149,14 @@ def _compile_table(rows: list[dict[str, Any]]) -> str:
     lines = []
     for r in rows:
         comp = r.get("compile") or {}
-        phases = ((comp.get("cold") or {}).get("pyjit_logs") or {}).get("compile_phases_s") or {}
+        cold = comp.get("cold") or {}
+        phases = (cold.get("pyjit_logs") or {}).get("compile_phases_s") or cold.get("dynamo_phases_s") or {}
         top = ", ".join(f"{k} {fmt_time(v)}" for k, v in sorted(phases.items(), key=lambda kv: -kv[1])[:4])
         status = r["status"] if r["status"] != "OK" else "OK"
         lines.append([r["workload"], r["backend"], status, fmt_time(comp.get("cold_s")), fmt_time(comp.get("warm_s")),
                       fmt_time(comp.get("cold_process_s")), top or "-"])
-    table = _table(["workload", "backend", "status", "cold", "warm", "cold process", "pyjit phases (cold)"], lines)
+    table = _table(["workload", "backend", "status", "cold", "warm", "cold process", "phases (cold; pyjit or Dynamo)"],
+                   lines)
     return "== compile (first call - steady call, new process; cold = empty caches)\n" + table + "\n" + _reasons(rows)
 
 

@@ -37,8 +37,11 @@ STATUSES = (STATUS_OK, STATUS_FAIL, STATUS_ERROR, STATUS_UNAVAILABLE, STATUS_SKI
 CAPTURED_CHANNELS = ("fallbacks", "graph_breaks", "recompiles", "compile_times")
 
 
-class CaseTimeout(Exception):
-    """The case ran past its share of the time budget."""
+class CaseTimeout(BaseException):
+    """The case ran past its share of the time budget.
+
+    A ``BaseException`` (like ``KeyboardInterrupt``) so that a compiler's own ``except Exception``
+    fallback cannot swallow it and carry on past the budget."""
 
 
 @contextlib.contextmanager
@@ -91,12 +94,17 @@ def capture_pyjit_logs(enabled: bool) -> Iterator[_Capture]:
             lg.setLevel(level)
 
 
-_PHASE_RE = re.compile(r"([A-Za-z_][\w.\-]*)\s*[=:]\s*([0-9]*\.?[0-9]+(?:e-?\d+)?)\s*(ms|us|µs|ns|s)\b")
+_PHASE_RE = re.compile(r"([A-Za-z_][\w.+\-]*)\s*[=:]?\s*([0-9]*\.?[0-9]+(?:e-?\d+)?)\s*(ms|us|µs|ns|s)\b")
 _UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
 
 def parse_phases(records: list[logging.LogRecord]) -> dict[str, float]:
-    """Compile-phase seconds from ``compile_times`` records (``record.phases`` or ``name=1.2ms`` text)."""
+    """Compile-phase seconds from ``compile_times`` records, summed over the records.
+
+    A record attribute ``phases: dict[str, float]`` is taken as is; otherwise ``name=1.2ms``,
+    ``name: 0.5s`` or ``name 3.1 ms`` pairs are read from the message and keyed
+    ``<logging module>.<name>`` (``convert.trace``, ``compile_fx.trace``), because the frontend
+    and the backend each log their own phases and the same word means different work."""
     phases: dict[str, float] = {}
     for rec in records:
         if not rec.name.endswith("compile_times"):
@@ -108,7 +116,8 @@ def parse_phases(records: list[logging.LogRecord]) -> dict[str, float]:
                     phases[str(k)] = phases.get(str(k), 0.0) + float(v)
             continue
         for name, value, unit in _PHASE_RE.findall(rec.getMessage()):
-            phases[name] = phases.get(name, 0.0) + float(value) * _UNIT[unit]
+            key = f"{rec.module}.{name}"
+            phases[key] = phases.get(key, 0.0) + float(value) * _UNIT[unit]
     return phases
 
 

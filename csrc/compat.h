@@ -72,6 +72,32 @@ typedef struct {
  * PyWeakref_GET_OBJECT and any reference counting; we only ever compare the pointer. */
 #define PYJIT_WEAK_TARGET(wr) (((PyWeakReference *)(wr))->wr_object)
 
+/* Value of an exact int of at most one digit (every tensor size/stride below 2**30) without a
+ * call into libpython: 1 and *out set, or 0 when the caller must use PyLong_AsLongLong.
+ * 3.11 stores the sign and digit count in ob_size (ob_digit[0] always exists; its contents
+ * do not matter when ob_size is 0); 3.12 made the representation private behind the
+ * PyUnstable_Long_* inlines. */
+static inline int pyjit_compact_int(PyObject *o, int64_t *out)
+{
+    if (!PyLong_CheckExact(o)) {
+        return 0;
+    }
+#if PYJIT_PY311
+    Py_ssize_t size = Py_SIZE(o);
+    if (size < -1 || size > 1) {
+        return 0;
+    }
+    *out = (int64_t)size * (int64_t)((PyLongObject *)o)->ob_digit[0];
+    return 1;
+#else
+    if (!PyUnstable_Long_IsCompact((PyLongObject *)o)) {
+        return 0;
+    }
+    *out = (int64_t)PyUnstable_Long_CompactValue((PyLongObject *)o);
+    return 1;
+#endif
+}
+
 /* Release an intercepted frame whose code we did not run (see compat.c). */
 void pyjit_release_unrun_frame(PyThreadState *tstate, _PyInterpreterFrame *frame);
 

@@ -1,13 +1,19 @@
 /* tensor_check.c: tensor guards without torch headers.
  *
  * Owns: discovery of the cheapest metadata readers of a tensor type (the C getter behind
- * each getset descriptor `dtype`, `device`, `requires_grad`, `shape`, and the C function of
- * the `stride` method), a small process-wide table of them keyed by type, and the match of
- * one tensor against a TensorSpec. Calling the getter directly skips the generic attribute
- * lookup (MRO walk, descriptor protocol, instance dict probe) that dominates `t.dtype`.
- * Semantics are those of the Python attributes: a getter that dispatches to
- * __torch_function__ still does so. dtype is compared by identity (torch dtypes are
- * singletons), device by equality (getter returns a fresh object each time).
+ * each getset descriptor `dtype`, `device`, `requires_grad`, `shape`, `is_cpu`, `is_<device>`,
+ * and the C functions of the methods `stride`, `is_contiguous`, `get_device`), a small
+ * process-wide table of them keyed by type, the choice of the cheapest exact comparison per
+ * spec (strides, device), and the match of one tensor against a TensorSpec.
+ *
+ * Calling the getter directly skips the generic attribute lookup (MRO walk, descriptor
+ * protocol, instance dict probe) that dominates `t.dtype`. What remains is torch's own cost
+ * per call (error-handling scaffolding, __torch_function__ test: ~250 instructions), so the
+ * rest of this file is about making fewer calls and cheaper ones: bool singletons instead of
+ * new objects (`is_cpu` instead of `device`, `is_contiguous()` instead of `stride()` where
+ * that is the same statement). Semantics are those of the Python attributes: a getter that
+ * dispatches to __torch_function__ still does so. dtype is compared by identity (torch dtypes
+ * are singletons). docs/internals.md ("Tensor checks without torch headers") lists the rules.
  */
 #include "tensor_check.h"
 
@@ -20,22 +26,82 @@ static TensorAccess *access_table[MAX_TENSOR_TYPES];
 static int access_count = 0;
 static PyObject *empty_tuple = NULL;
 
-static void find_getter(PyTypeObject *type, const char *name, getter *get, void **closure)
+/* Borrowed descriptor `name` found on the type's MRO (no instance lookup), or NULL. */
+static PyObject *lookup(PyTypeObject *type, const char *name)
 {
-    *get = NULL;
-    *closure = NULL;
     PyObject *name_obj = PyUnicode_InternFromString(name);
     if (name_obj == NULL) {
         PyErr_Clear();
-        return;
+        return NULL;
     }
     PyObject *descr = _PyType_Lookup(type, name_obj); /* borrowed, never raises */
     Py_DECREF(name_obj);
+    return descr;
+}
+
+static GetterRef find_getter(PyTypeObject *type, const char *name)
+{
+    GetterRef ref = {NULL, NULL};
+    PyObject *descr = lookup(type, name);
     if (descr != NULL && Py_IS_TYPE(descr, &PyGetSetDescr_Type)) {
         PyGetSetDef *def = ((PyGetSetDescrObject *)descr)->d_getset;
-        *get = def->get;
-        *closure = def->closure;
+        ref.get = def->get;
+        ref.closure = def->closure;
     }
+    return ref;
+}
+
+static MethodRef find_method(PyTypeObject *type, const char *name)
+{
+    MethodRef ref = {NULL, NULL, 0};
+    PyObject *descr = lookup(type, name);
+    if (descr == NULL) {
+        return ref;
+    }
+    ref.descr = Py_NewRef(descr);
+    if (Py_IS_TYPE(descr, &PyMethodDescr_Type)) {
+        PyMethodDef *def = ((PyMethodDescrObject *)descr)->d_method;
+        int flags = def->ml_flags & ~(METH_COEXIST | METH_STATIC | METH_CLASS);
+        if (flags == (METH_VARARGS | METH_KEYWORDS) || flags == METH_NOARGS ||
+            flags == METH_VARARGS || flags == METH_FASTCALL ||
+            flags == (METH_FASTCALL | METH_KEYWORDS)) {
+            ref.meth = def->ml_meth;
+            ref.flags = flags;
+        }
+    }
+    return ref;
+}
+
+/* Whether is_contiguous() may stand in for stride() on this type (TensorAccess comment).
+ * The C base is the type that defines the `shape` getset (torch._C.TensorBase); the Python
+ * class right above it in the MRO (torch.Tensor) is the reference for the overrides. */
+static int contiguity_trusted(PyTypeObject *type, const TensorAccess *acc)
+{
+    PyObject *shape = lookup(type, "shape");
+    if (acc->shape.get == NULL || acc->stride.meth == NULL || acc->is_contiguous.meth == NULL ||
+        shape == NULL || !Py_IS_TYPE(shape, &PyGetSetDescr_Type)) {
+        return 0;
+    }
+    PyTypeObject *base = PyDescr_TYPE(shape);
+    /* torch's own methods, not a same-named method of some other C type. */
+    if (PyDescr_TYPE(acc->stride.descr) != base || PyDescr_TYPE(acc->is_contiguous.descr) != base) {
+        return 0;
+    }
+    if (type == base) {
+        return 1;
+    }
+    PyObject *mro = type->tp_mro;
+    if (mro == NULL || !PyTuple_Check(mro)) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); i++) {
+        PyTypeObject *cls = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
+        if (cls->tp_base == base) {
+            return lookup(type, "__torch_function__") == lookup(cls, "__torch_function__") &&
+                   lookup(type, "__torch_dispatch__") == lookup(cls, "__torch_dispatch__");
+        }
+    }
+    return 0;
 }
 
 static const TensorAccess *get_access(PyTypeObject *type)
@@ -61,68 +127,65 @@ static const TensorAccess *get_access(PyTypeObject *type)
         PyErr_NoMemory();
         return NULL;
     }
-    Py_INCREF(type);
-    acc->type = type;
-    find_getter(type, "dtype", &acc->get_dtype, &acc->cl_dtype);
-    find_getter(type, "device", &acc->get_device, &acc->cl_device);
-    find_getter(type, "requires_grad", &acc->get_requires_grad, &acc->cl_requires_grad);
-    find_getter(type, "shape", &acc->get_shape, &acc->cl_shape);
-    find_getter(type, "is_cpu", &acc->get_is_cpu, &acc->cl_is_cpu);
-    PyObject *name_obj = PyUnicode_InternFromString("stride");
-    if (name_obj == NULL) {
-        Py_DECREF(type);
-        PyMem_Free(acc);
-        return NULL;
-    }
-    PyObject *descr = _PyType_Lookup(type, name_obj);
-    Py_DECREF(name_obj);
-    if (descr != NULL) {
-        Py_INCREF(descr);
-        acc->stride_descr = descr;
-        if (Py_IS_TYPE(descr, &PyMethodDescr_Type)) {
-            PyMethodDef *def = ((PyMethodDescrObject *)descr)->d_method;
-            int flags = def->ml_flags & ~(METH_COEXIST | METH_STATIC | METH_CLASS);
-            if (flags == (METH_VARARGS | METH_KEYWORDS) || flags == METH_NOARGS ||
-                flags == METH_VARARGS || flags == METH_FASTCALL ||
-                flags == (METH_FASTCALL | METH_KEYWORDS)) {
-                acc->stride_meth = def->ml_meth;
-                acc->stride_flags = flags;
-            }
-        }
-    }
+    /* Entries live for the whole process (types are few and usually immortal classes). */
+    acc->type = (PyTypeObject *)Py_NewRef((PyObject *)type);
+    acc->dtype = find_getter(type, "dtype");
+    acc->device = find_getter(type, "device");
+    acc->requires_grad = find_getter(type, "requires_grad");
+    acc->shape = find_getter(type, "shape");
+    acc->is_cpu = find_getter(type, "is_cpu");
+    acc->stride = find_method(type, "stride");
+    acc->is_contiguous = find_method(type, "is_contiguous");
+    acc->get_device = find_method(type, "get_device");
+    acc->contiguity_trusted = contiguity_trusted(type, acc);
     access_table[access_count++] = acc;
     return acc;
 }
 
 /* New reference to attribute `name` of v, through the cached getter when there is one. */
-static inline PyObject *read_attr(PyObject *v, getter get, void *closure, const char *name)
+static inline PyObject *read_attr(PyObject *v, GetterRef ref, const char *name)
 {
-    if (get != NULL) {
-        return get(v, closure);
+    if (ref.get != NULL) {
+        return ref.get(v, ref.closure);
     }
     return PyObject_GetAttrString(v, name);
 }
 
-static PyObject *read_strides(const TensorAccess *acc, PyObject *v)
+/* New reference to v.name(), through the cached C function when there is one. */
+static PyObject *call_method(const MethodRef *m, PyObject *v, const char *name)
 {
-    if (acc->stride_meth != NULL) {
-        switch (acc->stride_flags) {
+    if (m->meth != NULL) {
+        switch (m->flags) {
         case METH_VARARGS | METH_KEYWORDS:
-            return ((PyCFunctionWithKeywords)(void (*)(void))acc->stride_meth)(v, empty_tuple, NULL);
+            return ((PyCFunctionWithKeywords)(void (*)(void))m->meth)(v, empty_tuple, NULL);
         case METH_VARARGS:
-            return acc->stride_meth(v, empty_tuple);
+            return m->meth(v, empty_tuple);
         case METH_NOARGS:
-            return acc->stride_meth(v, NULL);
+            return m->meth(v, NULL);
         case METH_FASTCALL:
-            return ((fast_fn)(void (*)(void))acc->stride_meth)(v, NULL, 0);
+            return ((fast_fn)(void (*)(void))m->meth)(v, NULL, 0);
         default:
-            return ((fast_kw_fn)(void (*)(void))acc->stride_meth)(v, NULL, 0, NULL);
+            return ((fast_kw_fn)(void (*)(void))m->meth)(v, NULL, 0, NULL);
         }
     }
-    if (acc->stride_descr != NULL) {
-        return PyObject_Vectorcall(acc->stride_descr, &v, 1, NULL);
+    if (m->descr != NULL && PyFunction_Check(m->descr)) {
+        return PyObject_Vectorcall(m->descr, &v, 1, NULL); /* a plain Python method */
     }
-    return PyObject_CallMethod(v, "stride", NULL);
+    return PyObject_CallMethod(v, name, NULL); /* anything else: full attribute semantics */
+}
+
+/* One int of a metadata tuple; 1 ok, -1 error. */
+static inline int read_int(PyObject *o, int64_t *out)
+{
+    if (pyjit_compact_int(o, out)) {
+        return 1;
+    }
+    long long got = PyLong_AsLongLong(o);
+    if (got == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    *out = (int64_t)got;
+    return 1;
 }
 
 /* Compare a tuple of ints with expected values; 1 equal, 0 not, -1 error. */
@@ -135,8 +198,8 @@ static int match_ints(PyObject *tup, const int64_t *expected, Py_ssize_t n)
         if (expected[i] == PYJIT_DYN) {
             continue;
         }
-        long long got = PyLong_AsLongLong(PyTuple_GET_ITEM(tup, i));
-        if (got == -1 && PyErr_Occurred()) {
+        int64_t got;
+        if (read_int(PyTuple_GET_ITEM(tup, i), &got) < 0) {
             return -1;
         }
         if (got != expected[i]) {
@@ -146,6 +209,82 @@ static int match_ints(PyObject *tup, const int64_t *expected, Py_ssize_t n)
     return 1;
 }
 
+/* Strides, after the sizes matched. STRIDES_CONTIGUOUS: every size is static and >= 2 and
+ * the expected strides are the contiguous ones, so "is_contiguous()" and "stride() equals
+ * the expected strides" are the same statement (torch's contiguity only ignores the strides
+ * of size-1 dimensions and of empty tensors), and is_contiguous() returns a bool singleton
+ * instead of building a tuple of ints. */
+static int match_strides(const TensorSpec *spec, PyObject *v)
+{
+    const TensorAccess *acc = spec->acc;
+    PyObject *o;
+    int ok;
+    if (spec->stride_mode == STRIDES_CONTIGUOUS) {
+        o = call_method(&acc->is_contiguous, v, "is_contiguous");
+        if (o == NULL) {
+            return -1;
+        }
+        ok = (o == Py_True);
+    }
+    else {
+        o = call_method(&acc->stride, v, "stride");
+        if (o == NULL) {
+            return -1;
+        }
+        ok = match_ints(o, spec->strides, spec->ndim);
+    }
+    Py_DECREF(o);
+    return ok;
+}
+
+static int match_device(const TensorSpec *spec, PyObject *v)
+{
+    const TensorAccess *acc = spec->acc;
+    PyObject *o;
+    int ok;
+    switch (spec->device_mode) {
+    case DEV_CPU:
+        /* `device` builds a new torch.device per read; `is_cpu` returns a bool singleton. */
+        o = acc->is_cpu.get(v, acc->is_cpu.closure);
+        if (o == NULL) {
+            return -1;
+        }
+        ok = (o == Py_True);
+        Py_DECREF(o);
+        return ok;
+    case DEV_PROBE: {
+        o = spec->device_probe.get(v, spec->device_probe.closure);
+        if (o == NULL) {
+            return -1;
+        }
+        ok = (o == Py_True);
+        Py_DECREF(o);
+        if (!ok) {
+            return 0;
+        }
+        o = call_method(&acc->get_device, v, "get_device");
+        if (o == NULL) {
+            return -1;
+        }
+        int64_t index;
+        ok = read_int(o, &index);
+        Py_DECREF(o);
+        return ok < 0 ? -1 : index == spec->device_index;
+    }
+    case DEV_GENERIC:
+        break;
+    }
+    o = read_attr(v, acc->device, "device");
+    if (o == NULL) {
+        return -1;
+    }
+    ok = (o == spec->device) ? 1 : PyObject_RichCompareBool(o, spec->device, Py_EQ);
+    Py_DECREF(o);
+    return ok;
+}
+
+/* Order: exact type (free), then the bool/singleton getters, then sizes (a tuple), strides,
+ * device. A hit pays for all of them; a miss usually fails on dtype, requires_grad or sizes. */
 int pyjit_tensor_match(const TensorSpec *spec, PyObject *v)
 {
     if (Py_TYPE(v) != spec->type) {
@@ -153,65 +292,42 @@ int pyjit_tensor_match(const TensorSpec *spec, PyObject *v)
     }
     const TensorAccess *acc = spec->acc;
     int ok;
-    PyObject *o = read_attr(v, acc->get_dtype, acc->cl_dtype, "dtype");
+    PyObject *o = read_attr(v, acc->dtype, "dtype");
     if (o == NULL) {
-        goto error;
+        return -1;
     }
     ok = (o == spec->dtype);
     Py_DECREF(o);
     if (!ok) {
         return 0;
     }
-    o = read_attr(v, acc->get_requires_grad, acc->cl_requires_grad, "requires_grad");
+    o = read_attr(v, acc->requires_grad, "requires_grad");
     if (o == NULL) {
-        goto error;
+        return -1;
     }
     ok = ((o == Py_True) == (spec->requires_grad != 0));
     Py_DECREF(o);
     if (!ok) {
         return 0;
     }
-    o = read_attr(v, acc->get_shape, acc->cl_shape, "shape");
+    o = read_attr(v, acc->shape, "shape");
     if (o == NULL) {
-        goto error;
+        return -1;
     }
     ok = match_ints(o, spec->sizes, spec->ndim);
     Py_DECREF(o);
     if (ok <= 0) {
-        goto done;
+        return ok;
     }
-    if (spec->strides != NULL) {
-        o = read_strides(acc, v);
-        if (o == NULL) {
-            goto error;
-        }
-        ok = match_ints(o, spec->strides, spec->ndim);
-        Py_DECREF(o);
+    if (spec->stride_mode != STRIDES_NONE) {
+        ok = match_strides(spec, v);
         if (ok <= 0) {
-            goto done;
+            return ok;
         }
     }
-    if (spec->device_is_cpu) {
-        /* `device` builds a new torch.device per read; `is_cpu` returns a bool singleton. */
-        o = acc->get_is_cpu(v, acc->cl_is_cpu);
-        if (o == NULL) {
-            goto error;
-        }
-        ok = (o == Py_True);
-        Py_DECREF(o);
-        goto done;
-    }
-    o = read_attr(v, acc->get_device, acc->cl_device, "device");
-    if (o == NULL) {
-        goto error;
-    }
-    ok = (o == spec->device) ? 1 : PyObject_RichCompareBool(o, spec->device, Py_EQ);
-    Py_DECREF(o);
-done:
-    return ok;
-error:
-    /* The caller decides: an Exception fails the check, a KeyboardInterrupt propagates. */
-    return -1;
+    /* -1 (an error) goes to the caller: an Exception fails the check, KeyboardInterrupt
+     * propagates (guards.c). */
+    return match_device(spec, v);
 }
 
 /* Parse a tuple of int|None into values (PYJIT_DYN for None). Returns 1 if any is static. */
@@ -268,6 +384,83 @@ TensorSpec *pyjit_tensor_spec_new(PyObject *type, PyObject *dtype, PyObject *dev
     return spec;
 }
 
+/* Device types whose `is_<type>` getter and get_device() together say exactly what
+ * `tensor.device == torch.device(type, index)` says: the getter tests the tensor's device
+ * type, get_device() returns its index (-1 when it has none). Others use `device` and ==. */
+static const char *const probe_device_types[] = {"cuda", "meta", "xpu", "mps"};
+
+static void choose_device_mode(TensorSpec *spec)
+{
+    const TensorAccess *acc = spec->acc;
+    spec->device_mode = DEV_GENERIC;
+    /* Only a real torch.device: another object could define == differently. */
+    if (strcmp(Py_TYPE(spec->device)->tp_name, "torch.device") != 0) {
+        return;
+    }
+    PyObject *dev_type = PyObject_GetAttrString(spec->device, "type");
+    PyObject *index = dev_type ? PyObject_GetAttrString(spec->device, "index") : NULL;
+    if (index == NULL || !PyUnicode_Check(dev_type)) {
+        PyErr_Clear();
+        Py_XDECREF(dev_type);
+        Py_XDECREF(index);
+        return;
+    }
+    long idx = -1;
+    if (index != Py_None) {
+        idx = PyLong_Check(index) ? PyLong_AsLong(index) : -2;
+        if (idx == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            idx = -2;
+        }
+    }
+    if (PyUnicode_CompareWithASCIIString(dev_type, "cpu") == 0) {
+        /* CPU tensors never carry an index, so torch.device("cpu", 0) is left to ==. */
+        if (index == Py_None && acc->is_cpu.get != NULL) {
+            spec->device_mode = DEV_CPU;
+        }
+    }
+    else if (idx >= -1 && acc->get_device.descr != NULL) {
+        for (size_t i = 0; i < sizeof(probe_device_types) / sizeof(probe_device_types[0]); i++) {
+            if (PyUnicode_CompareWithASCIIString(dev_type, probe_device_types[i]) != 0) {
+                continue;
+            }
+            char name[16];
+            snprintf(name, sizeof(name), "is_%s", probe_device_types[i]);
+            GetterRef probe = find_getter(spec->type, name);
+            if (probe.get != NULL) {
+                spec->device_mode = DEV_PROBE;
+                spec->device_probe = probe;
+                spec->device_index = idx;
+            }
+            break;
+        }
+    }
+    Py_DECREF(dev_type);
+    Py_DECREF(index);
+}
+
+/* STRIDES_CONTIGUOUS when allowed (see match_strides), else EXACT; NONE without strides. */
+static void choose_stride_mode(TensorSpec *spec)
+{
+    if (spec->strides == NULL) {
+        spec->stride_mode = STRIDES_NONE;
+        return;
+    }
+    spec->stride_mode = STRIDES_EXACT;
+    if (!spec->acc->contiguity_trusted) {
+        return;
+    }
+    uint64_t expected = 1; /* unsigned: a huge (never matching) spec must not overflow UB */
+    for (Py_ssize_t i = spec->ndim - 1; i >= 0; i--) {
+        if (spec->sizes[i] == PYJIT_DYN || spec->sizes[i] < 2 || spec->strides[i] == PYJIT_DYN ||
+            (uint64_t)spec->strides[i] != expected) {
+            return;
+        }
+        expected *= (uint64_t)spec->sizes[i];
+    }
+    spec->stride_mode = STRIDES_CONTIGUOUS;
+}
+
 static TensorSpec *build_spec(PyTypeObject *type, PyObject *dtype, PyObject *device,
                               int requires_grad, PyObject *sizes, PyObject *strides)
 {
@@ -302,23 +495,6 @@ static TensorSpec *build_spec(PyTypeObject *type, PyObject *dtype, PyObject *dev
     spec->dtype = dtype;
     Py_INCREF(device);
     spec->device = device;
-    if (acc->get_is_cpu != NULL) {
-        /* torch.device("cpu") has type "cpu" (and index None); anything else uses `device`. */
-        PyObject *dev_type = PyObject_GetAttrString(device, "type");
-        if (dev_type == NULL) {
-            PyErr_Clear();
-        }
-        else {
-            PyObject *index = PyObject_GetAttrString(device, "index");
-            if (index == NULL) {
-                PyErr_Clear();
-            }
-            spec->device_is_cpu = index == Py_None && PyUnicode_Check(dev_type) &&
-                                  PyUnicode_CompareWithASCIIString(dev_type, "cpu") == 0;
-            Py_XDECREF(index);
-            Py_DECREF(dev_type);
-        }
-    }
     if (parse_dims(sizes, ndim, spec->sizes, "sizes") < 0) {
         pyjit_tensor_spec_free(spec);
         return NULL;
@@ -333,6 +509,8 @@ static TensorSpec *build_spec(PyTypeObject *type, PyObject *dtype, PyObject *dev
         /* All-dynamic strides cost a stride() call for nothing: skip them. */
         spec->strides = any ? st : NULL;
     }
+    choose_stride_mode(spec);
+    choose_device_mode(spec);
     return spec;
 }
 

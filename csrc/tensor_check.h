@@ -7,17 +7,45 @@
 /* Marks an unchecked (dynamic) size or stride. Real sizes/strides are never this value. */
 #define PYJIT_DYN INT64_MIN
 
-/* The cheapest ways to read one tensor type's metadata: C getters of its getset
- * descriptors and the C function of its `stride` method, found once per type. A NULL
- * getter means "fall back to generic attribute access" (e.g. a Python property). */
+/* The C getter behind a getset descriptor; get == NULL: use generic attribute access. */
+typedef struct {
+    getter get;
+    void *closure;
+} GetterRef;
+
+/* A no-argument method found on the type: its C function when it is a method descriptor
+ * with a signature we can call directly, else the descriptor itself (called generically). */
+typedef struct {
+    PyObject *descr;  /* strong, or NULL when the type has no such attribute */
+    PyCFunction meth; /* NULL: call generically */
+    int flags;        /* ml_flags without METH_COEXIST/STATIC/CLASS */
+} MethodRef;
+
+/* The cheapest ways to read one tensor type's metadata, found once per type. */
 typedef struct TensorAccess {
     PyTypeObject *type; /* strong */
-    getter get_dtype, get_device, get_requires_grad, get_shape, get_is_cpu;
-    void *cl_dtype, *cl_device, *cl_requires_grad, *cl_shape, *cl_is_cpu;
-    PyObject *stride_descr; /* strong; the `stride` attribute found on the type */
-    PyCFunction stride_meth; /* NULL: call stride_descr generically */
-    int stride_flags;
+    GetterRef dtype, device, requires_grad, shape, is_cpu;
+    MethodRef stride, is_contiguous, get_device;
+    /* is_contiguous() is torch's own C method and the type overrides neither
+     * __torch_function__ nor __torch_dispatch__ (relative to the first Python class above the
+     * C base, i.e. torch.Tensor): its answer then follows from the sizes and strides that
+     * `shape` and `stride()` report, so it may stand in for stride() (see match_strides). */
+    int contiguity_trusted;
 } TensorAccess;
+
+/* How the device is compared (chosen once per spec from the expected device). */
+typedef enum {
+    DEV_GENERIC, /* `device` getter (a new torch.device per read) and == */
+    DEV_CPU,     /* expected plain CPU: `is_cpu` (CPU tensors never carry a device index) */
+    DEV_PROBE,   /* expected cuda/meta/xpu/mps: `is_<type>` getter and get_device() == index */
+} DeviceMode;
+
+/* How the strides are compared. */
+typedef enum {
+    STRIDES_NONE,       /* all dynamic: not read */
+    STRIDES_EXACT,      /* stride() tuple against the expected values */
+    STRIDES_CONTIGUOUS, /* expected = contiguous strides of static sizes all >= 2: is_contiguous() */
+} StrideMode;
 
 /* What one tensor must look like. */
 typedef struct TensorSpec {
@@ -25,7 +53,10 @@ typedef struct TensorSpec {
     PyObject *dtype;     /* strong; compared by identity */
     PyObject *device;    /* strong; compared by ==, after a pointer fast path */
     int requires_grad;
-    int device_is_cpu;   /* expected device is CPU: the allocation-free `is_cpu` getter decides */
+    DeviceMode device_mode;
+    GetterRef device_probe; /* DEV_PROBE: the `is_<type>` getter */
+    long device_index;      /* DEV_PROBE: expected get_device() (-1 for an index of None) */
+    StrideMode stride_mode;
     Py_ssize_t ndim;
     int64_t *sizes;      /* ndim values, PYJIT_DYN = not checked */
     int64_t *strides;    /* ndim values or NULL = none checked */

@@ -44,6 +44,9 @@ class Config:
     # Backend: reductions of at most this many elements per row run as one persistent block;
     # longer ones loop over the row in chunks (several loops in one kernel when needed).
     backend_persistent_reduction_max: int = 8192
+    # Backend: sum/max/min/any/all over fewer than 128 rows of at least this many elements are
+    # split into parallel chunks plus a combining reduction (one program per row would idle a GPU).
+    backend_split_reduction_min: int = 65536
     # Backend: use the on-disk cache of generated modules (PYJIT_CACHE_DIR).
     backend_disk_cache: bool = True
 

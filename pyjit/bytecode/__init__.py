@@ -12,6 +12,8 @@ Modules: ``opcodes`` (version tables), ``instruction`` (model), ``decode``, ``as
 """
 from __future__ import annotations
 
+import sys
+
 from .analysis import (
     BasicBlock,
     StackAnalysisError,
@@ -67,11 +69,22 @@ from .create import (
 )
 from .decode import decode, localsplus_names
 from .disasm import disassemble
-from .instruction import ExnHandler, Instruction, create_instruction
+from .instruction import ExnHandler, Instruction, copy_instructions, create_instruction
 from .stack_effect import stack_effect, stack_effect_split
 from .transform import CodeSpec, argument_slot_count, make_flat_replacement, transform_code
 
-__all__ = [name for name in dir() if not name.startswith("_") and name != "annotations"]
-from .resume import ResumeError, ResumePoint, make_resume_code, resume_cache_size, resume_parameter_names, resume_point
+from .resume import (
+    ResumeError,
+    ResumePoint,
+    make_resume_code,
+    resume_cache_size,
+    resume_parameter_names,
+    resume_point,
+)
 
-__all__ += ["ResumeError", "ResumePoint", "make_resume_code", "resume_cache_size", "resume_parameter_names", "resume_point"]
+# The public names: everything imported above (submodules stay reachable as attributes).
+__all__ = sorted(
+    name
+    for name, value in list(globals().items())
+    if not name.startswith("_") and name != "annotations" and not isinstance(value, type(sys))
+)

@@ -145,3 +145,24 @@ def create_instruction(
         positions=positions,
         flags=flags,
     )
+
+
+def copy_instructions(instructions: list[Instruction]) -> list[Instruction]:
+    """Deep-enough copy of an instruction list: new Instruction and ExnHandler objects, with
+    jump targets and handlers pointing into the copy (targets outside the list are kept)."""
+    copies = {id(inst): dataclasses.replace(inst) for inst in instructions}
+    handlers: dict[int, ExnHandler] = {}
+    out = []
+    for inst in instructions:
+        new = copies[id(inst)]
+        if inst.target is not None:
+            new.target = copies.get(id(inst.target), inst.target)
+        if inst.exn is not None:
+            h = handlers.get(id(inst.exn))
+            if h is None:
+                h = handlers[id(inst.exn)] = ExnHandler(
+                    copies.get(id(inst.exn.target), inst.exn.target), inst.exn.depth, inst.exn.lasti
+                )
+            new.exn = h
+        out.append(new)
+    return out

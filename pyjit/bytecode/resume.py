@@ -127,7 +127,7 @@ def resume_point(code: types.CodeType, offset: int) -> ResumePoint:
 def _super_self(code: types.CodeType) -> frozenset[str]:
     """Zero-argument ``super()`` reads the frame's first slot without any LOAD_FAST: in a code
     object that can call it (``__class__`` is free), the first argument is always live."""
-    if "__class__" in code.co_freevars and code.co_argcount and code.co_varnames[0] not in code.co_cellvars:
+    if "__class__" in code.co_freevars and code.co_argcount:
         return frozenset({code.co_varnames[0]})
     return frozenset()
 
@@ -247,6 +247,11 @@ def _build(
     for i in context_slots:
         if not (0 <= i < stack_depth and stack[i].is_with_exit):
             raise ResumeError(f"stack slot {i} at {_where(original, target)} is not a with block's __exit__")
+    for i in null_slots:
+        # A NULL where the original has a value would crash the interpreter: only slots that
+        # can hold NULL there (pushed for a pending call) may be declared.
+        if not (0 <= i < stack_depth and _may_be_null(stack[i])):
+            raise ResumeError(f"stack slot {i} at {_where(original, target)} never holds NULL")
     if len(set(live_locals)) != len(live_locals):
         raise ResumeError(f"live_locals {live_locals!r} names a variable twice")
     free = set(original.co_freevars)

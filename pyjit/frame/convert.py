@@ -7,24 +7,31 @@
 3. no tensor operation recorded -> :class:`~pyjit.errors.SkipFrame` (the caller marks the code skip);
 4. rebuild the return value (:class:`~pyjit.trace.output_graph.OutputCodegen`), finish the FX graph,
    hand it to the backend with the real example inputs;
-5. generate the replacement function (flat signature, same free variables): read the graph
-   inputs through their sources, call the compiled graph, rebuild the return value.
+5. assemble the replacement code with :mod:`pyjit.bytecode` (flat signature, same free
+   variables, the user's filename and lines): read the graph inputs through their sources, call
+   the compiled graph (a constant of the code), rebuild the return value. Its disassembly is
+   logged on ``bytecode`` and, with ``PYJIT_DEBUG_DIR``, written next to the graph's code.
 """
 from __future__ import annotations
 
 import dataclasses
+import logging
+import os
+import re
 import time
 import types
 from typing import Any, Callable
 
 import torch
 
+from ..bytecode import disassemble
+from ..config import config
 from ..errors import BackendError, SkipFrame
 from ..guards.guards import GuardKind, GuardSet
 from ..guards.source import ClosureSource, LocalSource
 from ..logs import get_logger
 from ..trace.output_graph import OutputCodegen, OutputGraph, finalize_graph
-from ..trace.pycodegen import build_flat_code, flat_arg_names
+from ..trace.pycodegen import PyCodegen, body_first_line, flat_arg_names
 from ..trace.translator import Translator
 from ..variables.builder import wrap
 from ..variables.functions import CellVariable
@@ -33,6 +40,7 @@ from ..variables.torch_fns import install_global_state_guards
 _graph_log = get_logger("graph_code")
 _guard_log = get_logger("guards")
 _times_log = get_logger("compile_times")
+_bytecode_log = get_logger("bytecode")
 
 _counter = [0]
 
@@ -43,7 +51,6 @@ class CompiledFrame:
     code: types.CodeType          # replacement code (flat signature)
     graph: torch.fx.GraphModule
     compiled: Callable[..., Any]
-    source_text: str              # the generated replacement function, for logs/debugging
     arg_names: list[str]
 
 
@@ -80,8 +87,9 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
         raise SkipFrame(f"{code.co_name}: no tensor operations")
     t1 = time.perf_counter()
 
+    return_line = tx.location().lineno  # tx stopped at the frame's return instruction
     cg = OutputCodegen(output)
-    ret_expr = result.reconstruct(cg)
+    cg.capture_return(result)
     gm = finalize_graph(output, cg)
     if output.mutates and len(output.inputs) > 1:
         # The trace assumed its tensor inputs are distinct objects; in-place updates would
@@ -98,18 +106,31 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
 
     _counter[0] += 1
     fn_name = f"__pyjit_{_identifier(code.co_name)}_{_counter[0]}"
-    pool = cg.pool
-    graph_ref = pool.ref(compiled, "compiled_graph")
-    inputs = ", ".join(gi.source.expr() for gi in output.inputs)
-    body = [f"# graph inputs: {', '.join(gi.source.name() for gi in output.inputs)}",
-            f"___out = {graph_ref}({inputs})",
-            f"return {ret_expr}"]
-    repl, text = build_flat_code(code, fn_name, body, pool)
+    pycg = PyCodegen(code)
+    cg.emit(pycg, compiled, body_first_line(code), return_line)
+    repl = pycg.finish(fn_name)
+    if config.debug_dir or _bytecode_log.isEnabledFor(logging.INFO):
+        text = disassemble(repl)
+        _bytecode_log.info("replacement code for %s (%s:%d), graph inputs %s:\n%s", code.co_name, code.co_filename,
+                           code.co_firstlineno, ", ".join(gi.source.name() for gi in output.inputs) or "(none)", text)
+        if config.debug_dir:
+            _dump(fn_name, gm, output, text)
     _guard_log.info("guards for %s (%s:%d):\n%s", code.co_name, code.co_filename, code.co_firstlineno, output.guards.describe())
     t3 = time.perf_counter()
     _times_log.info("%s: trace=%.2fms backend=%.2fms codegen=%.2fms", code.co_name, (t1 - t0) * 1e3, (t2 - t1) * 1e3,
                     (t3 - t2) * 1e3, extra={"phases": {"trace": t1 - t0, "backend": t2 - t1, "codegen": t3 - t2}})
-    return CompiledFrame(output.guards, repl, gm, compiled, text, names)
+    return CompiledFrame(output.guards, repl, gm, compiled, names)
+
+
+def _dump(fn_name: str, gm: torch.fx.GraphModule, output: OutputGraph, disassembly: str) -> None:
+    """Write the frame's graph code and replacement disassembly side by side in the debug dir."""
+    assert config.debug_dir
+    os.makedirs(config.debug_dir, exist_ok=True)
+    base = os.path.join(config.debug_dir, re.sub(r"[^A-Za-z0-9_]+", "_", fn_name))
+    with open(base + "_graph.py", "w", encoding="utf-8") as f:
+        f.write(f"# graph inputs: {', '.join(gi.source.name() for gi in output.inputs)}\n{gm.code}")
+    with open(base + "_replacement.txt", "w", encoding="utf-8") as f:
+        f.write(disassembly + "\n")
 
 
 def _identifier(name: str) -> str:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from .source import FrameValues, LocalSource, Source
 
 if TYPE_CHECKING:
-    from ..trace.pycodegen import ConstPool
+    from ..trace.pycodegen import PyCodegen
 
 
 class GuardKind(enum.Enum):
@@ -234,46 +234,82 @@ def _short_obj(obj: Any) -> str:
 
 
 def compile_python(guards: GuardSet, original: types.CodeType, func: types.FunctionType) -> Callable[..., bool]:
-    """A function with the frame's flat signature returning True when every guard holds."""
-    from ..trace.pycodegen import ConstPool, build_flat_code, make_function
+    """A function with the frame's flat signature returning True when every guard holds.
 
-    pool = ConstPool()
-    conds: list[str] = []
+    Assembled with :mod:`pyjit.bytecode` like the replacement code: each guard pushes its
+    verdict (sources read with ``Source.reconstruct``, expected values as constants) and a
+    false verdict jumps to ``return False``; so the checks run in order and stop at the first
+    failure, exactly like the C tree.
+    """
+    from ..trace.pycodegen import PyCodegen, make_function
+
+    cg = PyCodegen(original)
+    fail = cg.new_label()
     for g in guards:
-        conds.append(_python_condition(g, pool))
-    body = [f"return ({' and '.join(conds) if conds else 'True'})"]
-    code, _ = build_flat_code(original, f"__pyjit_guard_{original.co_name}", body, pool)
-    return make_function(code, func)
+        _emit_condition(cg, g)
+        cg.pop_jump_if(False, fail)
+    cg.load_const(True)
+    cg.return_value()
+    cg.place(fail)
+    cg.load_const(False)
+    cg.return_value()
+    return make_function(cg.finish(f"__pyjit_guard_{original.co_name}"), func)
 
 
-def _python_condition(g: Guard, pool: ConstPool) -> str:
+def _emit_condition(cg: PyCodegen, g: Guard) -> None:
+    """Push the truth of one guard."""
     k = g.kind
-    e = g.source.expr() if g.source is not None else ""
-    if k is GuardKind.TYPE_MATCH:
-        return f"{pool.ref(type, 'type')}({e}) is {pool.ref(g.expected, 'T')}"
+    src = g.source
+
+    def load() -> None:
+        assert src is not None
+        src.reconstruct(cg)
+
+    def const(value: Any) -> Callable[[], None]:
+        return lambda: cg.load_const(value)
+
     if k is GuardKind.ID_MATCH:
-        return f"{e} is {pool.ref(g.target(), 'obj')}"
-    if k is GuardKind.EQUALS_MATCH:
-        if _needs_exact_float(g.expected):
-            return f"{pool.ref(_same_constant, 'same_constant')}({e}, {pool.ref(g.expected, 'const')})"
-        v = pool.ref(g.expected, "const")
-        return f"({pool.ref(type, 'type')}({e}) is {pool.ref(type(g.expected), 'T')} and {e} == {v})"
-    if k is GuardKind.TENSOR_MATCH:
-        return f"{pool.ref(_tensor_ok, 'check_tensor')}({e}, {pool.ref(g.expected, 'spec')})"
-    if k is GuardKind.DICT_KEYS:
-        return f"{pool.ref(_dict_keys_ok, 'check_keys')}({e}, {pool.ref(tuple(g.expected), 'keys')})"
-    if k is GuardKind.LEN_MATCH:
-        return f"{pool.ref(len, 'len')}({e}) == {int(g.expected)}"
-    if k is GuardKind.GLOBAL_STATE:
-        return f"{pool.ref(g.extra, 'state')}() == {pool.ref(g.expected, 'const')}"
-    if k is GuardKind.SAME_OBJECT:
-        return f"{e} is {g.extra.expr()}"
-    if k is GuardKind.HASATTR:
-        return f"{pool.ref(hasattr, 'hasattr')}({e}, {g.extra!r}) is {bool(g.expected)}"
-    if k is GuardKind.DISTINCT:
-        items = ", ".join(x.expr() for x in g.extra)
-        return f"{pool.ref(_distinct, 'distinct')}({items})"
-    raise AssertionError(k)
+        load()
+        cg.load_const(g.target())
+        cg.is_same()
+    elif k is GuardKind.SAME_OBJECT:
+        load()
+        g.extra.reconstruct(cg)
+        cg.is_same()
+    elif k is GuardKind.TYPE_MATCH:
+        cg.call_const(_type_is, [load, const(g.expected)])
+    elif k is GuardKind.EQUALS_MATCH:
+        cg.call_const(_same_constant, [load, const(g.expected)])
+    elif k is GuardKind.TENSOR_MATCH:
+        cg.call_const(_tensor_ok, [load, const(g.expected)])
+    elif k is GuardKind.DICT_KEYS:
+        cg.call_const(_dict_keys_ok, [load, const(tuple(g.expected))])
+    elif k is GuardKind.LEN_MATCH:
+        cg.call_const(_len_is, [load, const(int(g.expected))])
+    elif k is GuardKind.GLOBAL_STATE:
+        cg.call_const(_state_is, [const(g.extra), const(g.expected)])
+    elif k is GuardKind.HASATTR:
+        cg.call_const(_hasattr_is, [load, const(g.extra), const(bool(g.expected))])
+    elif k is GuardKind.DISTINCT:
+        cg.call_const(_distinct, [functools.partial(s.reconstruct, cg) for s in g.extra])
+    else:
+        raise AssertionError(k)
+
+
+def _type_is(v: Any, t: type) -> bool:
+    return type(v) is t
+
+
+def _len_is(v: Any, n: int) -> bool:
+    return len(v) == n
+
+
+def _state_is(fn: Callable[[], Any], expected: Any) -> bool:
+    return bool(fn() == expected)
+
+
+def _hasattr_is(v: Any, name: str, expected: bool) -> bool:
+    return hasattr(v, name) is expected
 
 
 def _needs_exact_float(c: Any) -> bool:

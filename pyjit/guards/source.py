@@ -1,14 +1,18 @@
 """Sources: how a value is reached from a frame, printed as a Python expression.
 
 A source names a value the tracer read from outside the traced code (an argument, a global,
-a closure cell, an attribute or item of one of those). It has three renderings:
+a closure cell, an attribute or item of one of those). It has these renderings:
 
 - ``name()``: the user-facing form used in logs and guard failure reasons (``L['self'].fc.weight``,
   ``G['scale']``, ``C['k']``);
-- ``expr()``: a Python expression valid inside the generated replacement function, whose
-  parameters are the frame's argument slots, whose free variables are the original's and whose
-  globals are the user function's globals (so ``G['w']`` is just ``w``);
-- ``get(frame)``: the value itself, for the pure-Python guard checker and for tests;
+- ``reconstruct(codegen)``: the instructions that push the value inside generated flat-signature
+  code (:class:`pyjit.trace.pycodegen.PyCodegen`): argument slots by name (``LOAD_FAST``),
+  closure cells with ``LOAD_DEREF``, globals with ``LOAD_GLOBAL`` (the code runs with the user
+  function's globals), then ``LOAD_ATTR``/``BINARY_SUBSCR`` steps;
+- ``expr()``: the placeholder name standing for the source in the expression text that variable
+  trackers compose in their ``reconstruct`` (only while :func:`sources_as_tokens` is active;
+  the output codegen compiles that text to instructions, see ``pyjit/trace/output_graph.py``);
+- ``get(frame)``: the value itself, for guard failure reasons and tests;
 - ``tree_node(tree)``: the matching accessor node of the C guard tree (``pyjit._C.GuardTree``).
 
 Module children/parameters/buffers have their own sources so the generated code reads the
@@ -17,8 +21,31 @@ Module children/parameters/buffers have their own sources so the generated code 
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+if TYPE_CHECKING:
+    from ..trace.pycodegen import PyCodegen
+
+# While replacement code is generated: maps a source to the placeholder name that stands for it
+# in expression text (see Source.expr). A context variable, not a parameter, because variable
+# trackers call ``source.expr()`` without a codegen at hand.
+_token_of: contextvars.ContextVar[Callable[["Source"], str] | None] = contextvars.ContextVar(
+    "pyjit_source_tokens", default=None
+)
+
+
+@contextlib.contextmanager
+def sources_as_tokens(token_of: Callable[["Source"], str]) -> Iterator[None]:
+    """Within the block, ``source.expr()`` returns ``token_of(source)``."""
+    reset = _token_of.set(token_of)
+    try:
+        yield
+    finally:
+        _token_of.reset(reset)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +64,14 @@ class Source:
         raise NotImplementedError
 
     def expr(self) -> str:
+        """The placeholder name for this source in the expression being compiled (see module doc)."""
+        token_of = _token_of.get()
+        if token_of is None:
+            raise AssertionError("Source.expr() is only available while replacement code is generated")
+        return token_of(self)
+
+    def reconstruct(self, codegen: "PyCodegen") -> None:
+        """Append the instructions that push this value (see module docstring)."""
         raise NotImplementedError
 
     def get(self, frame: FrameValues) -> Any:
@@ -62,8 +97,8 @@ class LocalSource(Source):
     def name(self) -> str:
         return f"L[{self.local_name!r}]"
 
-    def expr(self) -> str:
-        return self.local_name
+    def reconstruct(self, codegen: "PyCodegen") -> None:
+        codegen.load_frame_variable(self.local_name)
 
     def get(self, frame: FrameValues) -> Any:
         return frame.locals[self.local_name]
@@ -82,8 +117,8 @@ class GlobalSource(Source):
     def name(self) -> str:
         return f"G[{self.global_name!r}]"
 
-    def expr(self) -> str:
-        return self.global_name
+    def reconstruct(self, codegen: "PyCodegen") -> None:
+        codegen.load_global(self.global_name)  # finds builtins too, like the user's own code
 
     def get(self, frame: FrameValues) -> Any:
         if self.builtin:
@@ -106,8 +141,8 @@ class ClosureSource(Source):
     def name(self) -> str:
         return f"C[{self.var!r}]"
 
-    def expr(self) -> str:
-        return self.var
+    def reconstruct(self, codegen: "PyCodegen") -> None:
+        codegen.load_frame_variable(self.var)  # the replacement has the original's free variables
 
     def get(self, frame: FrameValues) -> Any:
         return frame.closure[self.var]
@@ -124,10 +159,9 @@ class AttrSource(Source):
     def name(self) -> str:
         return f"{self.base.name()}.{self.attr}"
 
-    def expr(self) -> str:
-        if self.attr.isidentifier():
-            return f"{self.base.expr()}.{self.attr}"
-        return f"getattr({self.base.expr()}, {self.attr!r})"
+    def reconstruct(self, codegen: "PyCodegen") -> None:
+        self.base.reconstruct(codegen)
+        codegen.load_attr(self.attr)
 
     def get(self, frame: FrameValues) -> Any:
         return getattr(self.base.get(frame), self.attr)
@@ -147,8 +181,9 @@ class ItemSource(Source):
     def name(self) -> str:
         return f"{self.base.name()}[{self.key!r}]"
 
-    def expr(self) -> str:
-        return f"{self.base.expr()}[{self.key!r}]"
+    def reconstruct(self, codegen: "PyCodegen") -> None:
+        self.base.reconstruct(codegen)
+        codegen.load_item(self.key)
 
     def get(self, frame: FrameValues) -> Any:
         return self.base.get(frame)[self.key]
@@ -173,8 +208,10 @@ class ModuleDictSource(Source):
             return f"{self.base.name()}.{self.key}"
         return f"{self.base.name()}[{self.key}]"  # nn.Sequential children: L['self'].layers[0]
 
-    def expr(self) -> str:
-        return f"{self.base.expr()}.{self.dict_name}[{self.key!r}]"
+    def reconstruct(self, codegen: "PyCodegen") -> None:
+        self.base.reconstruct(codegen)
+        codegen.load_attr(self.dict_name)
+        codegen.load_item(self.key)
 
     def get(self, frame: FrameValues) -> Any:
         return getattr(self.base.get(frame), self.dict_name)[self.key]
@@ -196,8 +233,9 @@ class FuncAttrSource(Source):
     def name(self) -> str:
         return f"{self.base.name()}.{self.attr}"
 
-    def expr(self) -> str:
-        return f"{self.base.expr()}.{self.attr}"
+    def reconstruct(self, codegen: "PyCodegen") -> None:
+        self.base.reconstruct(codegen)
+        codegen.load_attr(self.attr)
 
     def get(self, frame: FrameValues) -> Any:
         return getattr(self.base.get(frame), self.attr)
@@ -210,8 +248,6 @@ class FuncAttrSource(Source):
 
 
 def _module_dict(module_name: str) -> dict[str, Any]:
-    import sys
-
     return sys.modules[module_name].__dict__
 
 
@@ -225,8 +261,12 @@ class ModuleGlobalSource(Source):
     def name(self) -> str:
         return f"sys.modules[{self.module!r}].{self.global_name}"
 
-    def expr(self) -> str:
-        return f"__import__('sys').modules[{self.module!r}].__dict__[{self.global_name!r}]"
+    def reconstruct(self, codegen: "PyCodegen") -> None:
+        # Looked up through sys.modules on every call, like get() and the guards do.
+        codegen.load_const(sys.modules)
+        codegen.load_item(self.module)
+        codegen.load_attr("__dict__")
+        codegen.load_item(self.global_name)
 
     def get(self, frame: FrameValues) -> Any:
         return _module_dict(self.module)[self.global_name]

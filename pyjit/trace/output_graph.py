@@ -6,12 +6,15 @@ operation goes through :meth:`OutputGraph.call`: it creates the node (named afte
 later after the user's variable), runs the op on fake tensors to get ``meta['example_value']``
 and records ``meta['stack_trace']`` (the user's file:line chain).
 
-:class:`OutputCodegen` turns the traced return value into a Python expression for the
-replacement code: tensors computed by the graph become graph outputs (``___out[i]``), inputs
-returned unchanged are re-read through their source, and containers/constants are rebuilt.
+:class:`OutputCodegen` emits the replacement code's body through
+:class:`~pyjit.trace.pycodegen.PyCodegen`: read the graph inputs through their sources, call the
+compiled graph, rebuild the return value (tensors computed by the graph become graph outputs,
+inputs returned unchanged are re-read through their source, containers/constants are rebuilt).
 """
 from __future__ import annotations
 
+import ast
+import functools
 import operator
 import re
 from typing import TYPE_CHECKING, Any, Callable
@@ -21,9 +24,9 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from ..guards.guards import GuardKind, GuardSet, TensorSpec
-from ..guards.source import Source
+from ..guards.source import Source, sources_as_tokens
 from .graph_breaks import unsupported
-from .pycodegen import ConstPool
+from .pycodegen import PyCodegen
 
 if TYPE_CHECKING:
     from ..variables.base import VariableTracker
@@ -240,23 +243,44 @@ def _target_name(target: Any) -> str:
 
 
 class OutputCodegen:
-    """Builds the replacement function's body: call the compiled graph, rebuild the return value."""
+    """Rebuilds the traced return value in the replacement code, after the compiled graph's call.
+
+    Variable trackers describe themselves through their ``reconstruct(cg)`` protocol, which
+    composes Python expression text from names handed out here: :meth:`ref`/:meth:`constant`
+    (an object pushed as a constant), :meth:`graph_output` (element ``i`` of the graph's result
+    tuple) and ``source.expr()`` (a value re-read from the frame, through
+    :meth:`Source.reconstruct <pyjit.guards.source.Source.reconstruct>`). Each name is a
+    placeholder mapped to the instructions pushing its value; the only syntax around them is
+    tuple/list/dict displays and calls. :meth:`emit` compiles that text with the same
+    :class:`~pyjit.trace.pycodegen.PyCodegen` that loads the graph inputs, so all replacement
+    code comes from one emitter (there is no Python-source path).
+    """
 
     def __init__(self, output: OutputGraph) -> None:
         self.output = output
-        self.pool = ConstPool()
         self.out_nodes: list[fx.Node] = []
         self._out_index: dict[fx.Node, int] = {}
+        self._leaves: dict[str, Callable[[PyCodegen], None]] = {}
+        self._token_by_key: dict[Any, str] = {}
+        self._return: ast.expr | None = None
+        self._return_text = ""
+        self._out_local = "___graph_out"
+
+    # -- the reconstruct protocol of variable trackers --------------------------------------
+    def _token(self, key: Any, emit: Callable[[PyCodegen], None], hint: str) -> str:
+        token = self._token_by_key.get(key)
+        if token is None:
+            token = f"___{_identifier(hint)[:32]}_{len(self._leaves)}"
+            self._leaves[token] = emit
+            self._token_by_key[key] = token
+        return token
 
     def ref(self, obj: Any, hint: str = "c") -> str:
-        return self.pool.ref(obj, hint)
+        # The emit closure keeps ``obj`` alive, so its id is not reused while this codegen lives.
+        return self._token(("const", id(obj)), lambda cg: cg.load_const(obj), hint)
 
     def constant(self, value: Any) -> str:
-        if value is None or isinstance(value, (bool, int, str)) and type(value) in (bool, int, str):
-            return repr(value)
-        if type(value) is float and value == value and value not in (float("inf"), float("-inf")):
-            return repr(value)
-        return self.pool.ref(value, "const")
+        return self.ref(value, "const")
 
     def graph_output(self, node: fx.Node) -> str:
         idx = self._out_index.get(node)
@@ -264,7 +288,55 @@ class OutputCodegen:
             idx = len(self.out_nodes)
             self.out_nodes.append(node)
             self._out_index[node] = idx
-        return f"___out[{idx}]"
+
+        def emit(cg: PyCodegen) -> None:
+            cg.load_local(self._out_local)
+            cg.load_item(idx)
+
+        return self._token(("out", idx), emit, f"out{idx}")
+
+    def _source_token(self, source: Source) -> str:
+        return self._token(("source", source), source.reconstruct, source_to_node_name(source))
+
+    def capture_return(self, result: "VariableTracker") -> None:
+        """Record how to rebuild ``result`` (registers the graph outputs it needs)."""
+        with sources_as_tokens(self._source_token):
+            text = result.reconstruct(self)
+        self._return_text = text
+        self._return = ast.parse(text, mode="eval").body
+
+    # -- emission ----------------------------------------------------------------------------
+    def emit(self, cg: PyCodegen, compiled: Callable[..., Any], call_line: int, return_line: int) -> None:
+        """Append: ``___graph_out = compiled(<inputs read through their sources>)``, then
+        ``return <rebuilt value>``."""
+        assert self._return is not None, "capture_return() first"
+        while self._out_local in cg.arg_names:  # never shadow an argument the rebuild may read
+            self._out_local = "_" + self._out_local
+        cg.set_line(call_line)
+        cg.call_const(compiled, [functools.partial(gi.source.reconstruct, cg) for gi in self.output.inputs])
+        cg.store_local(self._out_local)
+        cg.set_line(return_line)
+        self._emit_expression(cg, self._return)
+        cg.return_value()
+
+    def _emit_expression(self, cg: PyCodegen, node: ast.expr) -> None:
+        if isinstance(node, ast.Name) and node.id in self._leaves:
+            self._leaves[node.id](cg)
+        elif isinstance(node, (ast.Tuple, ast.List)) and not any(isinstance(e, ast.Starred) for e in node.elts):
+            for element in node.elts:
+                self._emit_expression(cg, element)
+            cg.build(tuple if isinstance(node, ast.Tuple) else list, len(node.elts))
+        elif isinstance(node, ast.Dict) and all(k is not None for k in node.keys):
+            for key, value in zip(node.keys, node.values):
+                self._emit_expression(cg, key)  # type: ignore[arg-type]
+                self._emit_expression(cg, value)
+            cg.build(dict, len(node.keys))
+        elif isinstance(node, ast.Call) and not node.keywords and not any(isinstance(a, ast.Starred) for a in node.args):
+            cg.call(functools.partial(self._emit_expression, cg, node.func),
+                    [functools.partial(self._emit_expression, cg, a) for a in node.args])
+        else:
+            # Trackers only compose displays and calls of the names handed out above.
+            raise AssertionError(f"cannot rebuild {ast.dump(node)} in {self._return_text!r}")
 
 
 def finalize_graph(output: OutputGraph, cg: OutputCodegen) -> fx.GraphModule:

@@ -1,127 +1,165 @@
-"""Generated Python code objects with a frame's *flat* signature (replacement code, guard checkers).
+"""Instruction emission for generated code with a frame's *flat* signature (replacement code,
+Python guard checkers), built on :mod:`pyjit.bytecode`.
 
 The C core runs a replacement code object in place of a frame. Its contract (docs/contracts.md):
 parameters are the original's argument slots as plain positionals (positional, keyword-only,
 ``*args`` tuple, ``**kwargs`` dict, in frame order) and ``co_freevars`` is identical to the
-original's. Rather than hand-assembling bytecode for every Python version, we write readable
-Python source with exactly that shape and let CPython's compiler produce the code object:
-
-    def __outer():
-        k = None                       # one dummy per free variable of the original
-        def __pyjit_f_0(self, x):      # the original's argument names, flat
-            __graph = '__pyjit_const_0__'   # patched to the compiled graph object
-            __out = __graph(x, self._modules['fc']._parameters['weight'])
-            return (__out[0], x)
-        return __pyjit_f_0
-
-The inner code object is taken from ``__outer``'s constants, and the placeholder strings in its
-``co_consts`` are replaced by the real objects (graph callables, types, expected values). This
-keeps the compiled callable out of the user's module globals, works unchanged on 3.11-3.13, and
-``PYJIT_DEBUG_DIR``/``bytecode`` logging can show the source itself.
+original's. :class:`PyCodegen` collects instructions for such a body — argument slots are read
+with ``LOAD_FAST``, the original's free variables with ``LOAD_DEREF``, globals with
+``LOAD_GLOBAL`` (the code runs with the user function's globals), and every other object the
+code needs (the compiled graph, types, expected values) is a ``LOAD_CONST`` of the object
+itself, so nothing is ever added to the user's module globals — and
+:meth:`PyCodegen.finish` hands them to :func:`pyjit.bytecode.make_flat_replacement`, which adds
+the prologue and assembles the code object with the original's filename, so tracebacks of the
+generated code name the user's file and the lines given with :meth:`PyCodegen.set_line`.
 """
 from __future__ import annotations
 
+import dis
 import types
-from typing import Any
+from typing import Any, Callable, Sequence
 
-from ..logs import get_logger
+from ..bytecode import (
+    Instruction,
+    argument_slot_count,
+    create_binary_subscr,
+    create_build_list,
+    create_build_map,
+    create_build_tuple,
+    create_call,
+    create_instruction,
+    create_load_attr,
+    create_load_const,
+    create_load_deref,
+    create_load_fast,
+    create_load_global,
+    create_pop_jump_if,
+    create_return_value,
+    create_store_fast,
+    decode,
+    make_flat_replacement,
+    with_push_null,
+)
 
-_log = get_logger("bytecode")
+Emit = Callable[[], None]
 
 
 def flat_arg_names(code: types.CodeType) -> list[str]:
     """The names of the frame's argument slots in frame order (what the C callback's args hold)."""
-    n = code.co_argcount + code.co_kwonlyargcount
-    if code.co_flags & 0x04:  # CO_VARARGS
-        n += 1
-    if code.co_flags & 0x08:  # CO_VARKEYWORDS
-        n += 1
-    return list(code.co_varnames[:n])
+    return list(code.co_varnames[: argument_slot_count(code)])
 
 
-class ConstPool:
-    """Objects the generated code needs, referenced by local names bound from patched constants."""
+class PyCodegen:
+    """An instruction list under construction for a flat-signature replacement of ``original``."""
 
-    def __init__(self, prefix: str = "___") -> None:
-        self.prefix = prefix
-        self._by_id: dict[int, str] = {}
-        self.values: dict[str, Any] = {}  # local name -> object
-        self._keep: list[Any] = []
+    def __init__(self, original: types.CodeType) -> None:
+        self.original = original
+        self.arg_names = flat_arg_names(original)
+        self._args = frozenset(self.arg_names)
+        self._free = frozenset(original.co_freevars)
+        self.instructions: list[Instruction] = []
+        self._positions: dis.Positions | None = None
 
-    def ref(self, obj: Any, hint: str = "c") -> str:
-        """A local name that holds ``obj`` inside the generated function."""
-        key = id(obj)
-        if key in self._by_id:
-            return self._by_id[key]
-        hint = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in hint)[:40]
-        name = f"{self.prefix}{hint}_{len(self.values)}"
-        self._by_id[key] = name
-        self.values[name] = obj
-        self._keep.append(obj)  # keep ids unique while the pool lives
-        return name
+    # -- locations -----------------------------------------------------------------------------
+    def set_line(self, line: int | None) -> None:
+        """Instructions appended from now on carry this line of the user's file (tracebacks)."""
+        self._positions = dis.Positions(line, line, None, None) if line is not None else None
+
+    def append(self, *instructions: Instruction) -> None:
+        for inst in instructions:
+            if inst.positions is None:
+                inst.positions = self._positions
+            self.instructions.append(inst)
+
+    # -- loads -----------------------------------------------------------------------------
+    def load_const(self, value: Any) -> None:
+        """Push ``value`` itself (any object; it lives in the code's ``co_consts``)."""
+        self.append(create_load_const(value))
+
+    def load_frame_variable(self, name: str) -> None:
+        """Push an argument slot or a free variable of the original frame."""
+        if name in self._args:
+            self.append(create_load_fast(name))
+        elif name in self._free:
+            self.append(create_load_deref(name))
+        else:
+            raise AssertionError(f"{name!r} is neither an argument nor a free variable of {self.original.co_qualname}")
+
+    def load_global(self, name: str) -> None:
+        """Push a global of the user function's module (or a builtin), looked up at run time."""
+        self.append(create_load_global(name))
+
+    def load_attr(self, name: str) -> None:
+        """Replace TOS with ``getattr(TOS, name)`` (any string, identifiers or not)."""
+        self.append(create_load_attr(name))
+
+    def load_item(self, key: Any) -> None:
+        """Replace TOS with ``TOS[key]`` for a constant key."""
+        self.append(create_load_const(key), create_binary_subscr())
+
+    def load_local(self, name: str) -> None:
+        """Push a local created by the generated code itself (see :meth:`store_local`)."""
+        self.append(create_load_fast(name))
+
+    def store_local(self, name: str) -> None:
+        """Pop TOS into a new local of the generated code (names start with ``___``)."""
+        self.append(create_store_fast(name))
+
+    # -- calls and containers ----------------------------------------------------------------
+    def call(self, emit_callable: Emit, emit_args: Sequence[Emit]) -> None:
+        """Push ``callable(*args)``; each ``emit_*`` appends the instructions pushing one value."""
+        start = len(self.instructions)
+        emit_callable()
+        # The NULL of the call protocol goes below the callable on 3.11/3.12, above it on 3.13.
+        self.instructions[start:] = with_push_null(self.instructions[start:])
+        for emit in emit_args:
+            emit()
+        self.append(*create_call(len(emit_args)))
+
+    def call_const(self, fn: Any, emit_args: Sequence[Emit]) -> None:
+        """Push ``fn(*args)`` for an object ``fn`` known now (a helper, a compiled graph)."""
+        self.call(lambda: self.load_const(fn), emit_args)
+
+    def build(self, kind: type, count: int) -> None:
+        """Build a tuple/list from the top ``count`` values, or a dict from ``count`` key/value pairs."""
+        builder = {tuple: create_build_tuple, list: create_build_list, dict: create_build_map}[kind]
+        self.append(builder(count))
+
+    def is_same(self, negate: bool = False) -> None:
+        """Replace TOS1, TOS with ``TOS1 is TOS`` (``is not`` when ``negate``)."""
+        self.append(create_instruction("IS_OP", arg=int(negate)))
+
+    # -- control flow ------------------------------------------------------------------------
+    def new_label(self) -> Instruction:
+        """An instruction to jump to; place it with :meth:`place`."""
+        return create_instruction("NOP")
+
+    def place(self, label: Instruction) -> None:
+        self.append(label)
+
+    def pop_jump_if(self, value: bool, target: Instruction) -> None:
+        """Pop TOS and jump to ``target`` (a later label) when its truth is ``value``."""
+        self.append(*create_pop_jump_if(value, target))
+
+    def return_value(self) -> None:
+        self.append(create_return_value())
+
+    # -- result ----------------------------------------------------------------------------
+    def finish(self, name: str) -> types.CodeType:
+        """The flat-signature code object running the collected instructions.
+
+        Arguments stay plain locals even when the original keeps them in cells
+        (``cellvars=()``): the generated code only reads them.
+        """
+        return make_flat_replacement(self.original, self.instructions, name=name, cellvars=())
 
 
-def build_flat_code(
-    original: types.CodeType,
-    fn_name: str,
-    body: list[str],
-    pool: ConstPool,
-) -> tuple[types.CodeType, str]:
-    """Compile ``body`` (lines, no indentation) into a code object with ``original``'s flat shape.
-
-    Returns the code object and the generated source (for logs and debug dumps).
-    """
-    params = flat_arg_names(original)
-    freevars = list(original.co_freevars)
-    lines = ["def __pyjit_outer():"]
-    for var in freevars:
-        lines.append(f"    {var} = None")
-    lines.append(f"    def {fn_name}({', '.join(params)}):")
-    if freevars:
-        # Mention every free variable so the inner function closes over all of them, in the
-        # compiler's canonical (sorted) order, exactly like the original.
-        lines.append(f"        if 0: ({', '.join(freevars)},)")
-    placeholders: dict[str, Any] = {}
-    for i, (name, value) in enumerate(pool.values.items()):
-        marker = f"__pyjit_const_{i}_{id(pool)}__"
-        placeholders[marker] = value
-        lines.append(f"        {name} = {marker!r}")
-    for line in body:
-        lines.append("        " + line)
-    lines.append(f"    return {fn_name}")
-    source = "\n".join(lines) + "\n"
-    outer = compile(source, f"<pyjit generated for {original.co_name} at {original.co_filename}:{original.co_firstlineno}>", "exec")
-    inner = _find_code(outer, fn_name)
-    consts = tuple(placeholders.get(c, c) if isinstance(c, str) else c for c in inner.co_consts)
-    code = inner.replace(co_consts=consts)
-    if code.co_freevars != original.co_freevars:
-        raise AssertionError(
-            f"generated code free variables {code.co_freevars} differ from {original.co_freevars}"
-        )
-    _log.info("generated %s:\n%s", fn_name, source)
-    return code, source
-
-
-def _find_code(module_code: types.CodeType, fn_name: str) -> types.CodeType:
-    for c in module_code.co_consts:
-        if isinstance(c, types.CodeType):
-            if c.co_name == fn_name:
-                return c
-            found = _find_code_or_none(c, fn_name)
-            if found is not None:
-                return found
-    raise AssertionError(f"generated function {fn_name} not found")
-
-
-def _find_code_or_none(code: types.CodeType, fn_name: str) -> types.CodeType | None:
-    for c in code.co_consts:
-        if isinstance(c, types.CodeType):
-            if c.co_name == fn_name:
-                return c
-            found = _find_code_or_none(c, fn_name)
-            if found is not None:
-                return found
-    return None
+def body_first_line(code: types.CodeType) -> int:
+    """The line of the first statement of ``code``'s body (where a replacement's work is placed)."""
+    for inst in decode(code):
+        if inst.opname not in ("RESUME", "COPY_FREE_VARS", "MAKE_CELL", "NOP") and inst.lineno is not None:
+            return inst.lineno
+    return code.co_firstlineno
 
 
 def make_function(code: types.CodeType, func: types.FunctionType) -> types.FunctionType:

@@ -1,7 +1,8 @@
 """The symbolic bytecode interpreter: one :class:`Translator` per (root or inlined) frame.
 
-It walks the frame's instructions (read with the stdlib ``dis``, which resolves jump targets
-and names on every supported Python version), keeping a stack and locals of variable trackers.
+It walks the frame's instructions (decoded by :func:`pyjit.bytecode.decode`: jump targets as
+instruction references, names and constants resolved, the same model on 3.11-3.13), keeping a
+stack and locals of variable trackers.
 Each opcode's handler lives in the registry :data:`pyjit.trace.opcodes.OPCODES` (split by
 family). Jumps whose condition is a Python constant are followed; loops over constant-length
 iterables unroll naturally because iterators are materialised. Calls into user Python functions
@@ -12,12 +13,13 @@ on the shared :class:`~pyjit.trace.output_graph.OutputGraph`.
 """
 from __future__ import annotations
 
-import dis
+import dataclasses
 import linecache
 import sys
 import types
 from typing import TYPE_CHECKING, Any
 
+from ..bytecode import Instruction, decode
 from ..config import config
 from ..errors import GraphBreak, Unsupported, UserLocation
 from ..guards.source import AttrSource, GlobalSource, ItemSource, ModuleGlobalSource, Source
@@ -32,42 +34,42 @@ PY = sys.version_info[:2]
 _MAX_STEPS = 200_000  # per trace, all frames together: an unbounded loop is a graph break
 
 
-class Instruction:
-    """The fields of ``dis.Instruction`` the interpreter uses (plus the source line)."""
+@dataclasses.dataclass(frozen=True)
+class DecodedCode:
+    """A code object's instructions as the interpreter walks them (cached per code object).
 
-    __slots__ = ("opname", "arg", "argval", "offset", "lineno")
+    ``instructions`` come from :func:`pyjit.bytecode.decode`: jump targets are
+    :class:`~pyjit.bytecode.Instruction` references (``inst.target``), ``arg`` is the raw
+    argument (flag bits included) and ``argval`` its meaning. ``index`` maps ``id(instruction)``
+    to its position (for jumps); ``lines[i]`` is the source line of instruction ``i``, carried
+    forward over instructions without a location so every graph-break message has a line.
+    """
 
-    def __init__(self, opname: str, arg: int | None, argval: Any, offset: int, lineno: int | None) -> None:
-        self.opname = opname
-        self.arg = arg
-        self.argval = argval
-        self.offset = offset
-        self.lineno = lineno
-
-    def __repr__(self) -> str:
-        return f"{self.offset} {self.opname} {self.argval!r}"
-
-
-_decoded: dict[types.CodeType, tuple[list[Instruction], dict[int, int]]] = {}
+    instructions: list[Instruction]
+    index: dict[int, int]
+    lines: list[int]
 
 
-def decode(code: types.CodeType) -> tuple[list[Instruction], dict[int, int]]:
-    """Instructions of ``code`` and a map offset -> index (cached per code object)."""
+_decoded: dict[types.CodeType, DecodedCode] = {}
+
+
+def decode_for_trace(code: types.CodeType) -> DecodedCode:
+    """The decoded instructions of ``code`` (cached; decoding is the slow part of inlining)."""
     hit = _decoded.get(code)
     if hit is not None:
         return hit
-    insts: list[Instruction] = []
-    line: int | None = code.co_firstlineno
-    for ins in dis.get_instructions(code):
-        pos = getattr(ins, "positions", None)
-        if pos is not None and pos.lineno is not None:
-            line = pos.lineno
-        insts.append(Instruction(ins.opname, ins.arg, ins.argval, ins.offset, line))
-    index = {ins.offset: i for i, ins in enumerate(insts)}
+    insts = decode(code)
+    lines: list[int] = []
+    line = code.co_firstlineno
+    for ins in insts:
+        if ins.lineno is not None:
+            line = ins.lineno
+        lines.append(line)
+    result = DecodedCode(insts, {id(ins): i for i, ins in enumerate(insts)}, lines)
     if len(_decoded) > 4096:
         _decoded.clear()
-    _decoded[code] = (insts, index)
-    return insts, index
+    _decoded[code] = result
+    return result
 
 
 class Translator:
@@ -85,7 +87,8 @@ class Translator:
         root_globals: dict[str, Any] | None = None,
     ) -> None:
         self.code = code
-        self.instructions, self.offset_index = decode(code)
+        self.decoded = decode_for_trace(code)
+        self.instructions = self.decoded.instructions
         self.locals = f_locals
         self.cells = cells
         self.f_globals = f_globals
@@ -97,6 +100,7 @@ class Translator:
         self.stack: list[VariableTracker] = []
         self.ip = 0
         self.current: Instruction | None = None
+        self.current_index = -1  # position of ``current`` in ``instructions``
         self.return_value: VariableTracker | None = None
         self.kw_names: tuple[str, ...] | None = None
         self.yielded: list[VariableTracker] | None = None  # set when inlining a generator body
@@ -117,7 +121,8 @@ class Translator:
         return items
 
     def jump(self, inst: Instruction) -> None:
-        self.ip = self.offset_index[inst.argval]
+        assert inst.target is not None, inst
+        self.ip = self.decoded.index[id(inst.target)]
 
     # -- the step loop -----------------------------------------------------------------------
     def run(self) -> "VariableTracker":
@@ -128,6 +133,7 @@ class Translator:
             if self.ip >= len(insts):
                 raise AssertionError(f"fell off the end of {self.code.co_name}")
             inst = insts[self.ip]
+            self.current_index = self.ip
             self.ip += 1
             self.current = inst
             self.steps[0] += 1
@@ -157,7 +163,7 @@ class Translator:
 
     # -- locations ---------------------------------------------------------------------------
     def location(self) -> UserLocation:
-        line = self.current.lineno if self.current is not None and self.current.lineno else self.code.co_firstlineno
+        line = self.decoded.lines[self.current_index] if self.current_index >= 0 else self.code.co_firstlineno
         text = linecache.getline(self.code.co_filename, line)
         return UserLocation(self.code.co_filename, line, self.code.co_name, text)
 

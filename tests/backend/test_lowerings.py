@@ -154,3 +154,14 @@ def test_transposes_use_2d_tiles(device: str) -> None:
     check(lambda a: a.t().contiguous() * 2, x)
     check(lambda a, b: (a.t() + 1, b.permute(0, 2, 1) + b.permute(0, 2, 1).exp()), x, y)
     check(lambda b: b.permute(2, 0, 1).contiguous().relu(), make([18, 5, 19], device))
+
+
+def test_split_reductions(device: str) -> None:
+    from pyjit import config as cfg
+    x = make([4096], device)
+    m = make([2, 2048], device, torch.float16)
+    with cfg.patch(backend_split_reduction_min=2048):
+        check(lambda a: a.sum(), x, atol=1e-3, rtol=1e-4)
+        assert backend.metrics.generated_kernel_count == 2  # partial sums, then their sum
+        check(lambda a: (a.sum(), a.amax(), (a > 2.9).any(), a.mean()), x, atol=1e-3, rtol=1e-4)
+        check(lambda b: (b.sum(-1), b.amin(-1)), m, atol=1e-1, rtol=1e-2)

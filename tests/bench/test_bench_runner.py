@@ -107,13 +107,17 @@ def test_case_timeout_becomes_error():
 
 
 def test_parse_phases_structured_and_text():
-    rec1 = logging.LogRecord("pyjit.compile_times", logging.INFO, __file__, 1, "compiled f", None, None)
+    rec1 = logging.LogRecord("pyjit.compile_times", logging.INFO, "/x/convert.py", 1, "compiled f", None, None)
     rec1.phases = {"trace": 0.25, "codegen": 0.5}
-    rec2 = logging.LogRecord("pyjit.compile_times", logging.INFO, __file__, 1,
+    rec2 = logging.LogRecord("pyjit.compile_times", logging.INFO, "/x/convert.py", 1,
                              "f: trace=10ms triton: 1.5s", None, None)
-    phases = parse_phases([rec1, rec2])
-    assert abs(phases["trace"] - 0.26) < 1e-9
-    assert phases["codegen"] == 0.5 and phases["triton"] == 1.5
+    rec3 = logging.LogRecord("pyjit.compile_times", logging.INFO, "/x/compile_fx.py", 1,
+                             "compiled g: trace 2.0 ms, lower+codegen 3 ms, kernels 4", None, None)
+    phases = parse_phases([rec1, rec2, rec3])
+    assert phases["trace"] == 0.25 and phases["codegen"] == 0.5
+    assert abs(phases["convert.trace"] - 0.010) < 1e-12 and phases["convert.triton"] == 1.5
+    assert abs(phases["compile_fx.trace"] - 0.002) < 1e-12 and abs(phases["compile_fx.lower+codegen"] - 0.003) < 1e-12
+    assert not any(k.endswith("kernels") for k in phases)  # a count, not a time
 
 
 def test_training_step_workload_checks_loss_and_gradients():

@@ -245,3 +245,22 @@ class _SuperChild(_SuperBase):
 
 case(_SuperChild(), [1, 2])(_SuperChild.total)
 case(_SuperChild(), [3])(_SuperChild.total_with_cell)
+
+
+def _make_closure_case():
+    scale = 3
+    offsets = (1, 2)
+
+    def closure_fn(n):
+        """A corpus function with free variables: resumed with the original closure."""
+        total = 0
+        for i in range(n):
+            total += scale * i + offsets[i % 2]
+            with CM("closure"):
+                LOG.append((i, total, scale))
+        return total
+
+    return closure_fn
+
+
+case(4)(_make_closure_case())

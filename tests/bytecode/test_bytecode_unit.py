@@ -406,3 +406,61 @@ def test_resume_refuses_generators():
     first = bc.decode(g.__code__)[-1]
     with pytest.raises(bc.ResumeError, match="generator"):
         bc.make_resume_code(g.__code__, first.offset, 0, [])
+
+
+def test_copy_instructions_remaps_targets_and_handlers():
+    original = bc.decode(_try.__code__)
+    copied = bc.copy_instructions(original)
+    assert all(a is not b for a, b in zip(original, copied))
+    ids = {id(i) for i in copied}
+    assert all(id(i.target) in ids for i in copied if i.target is not None)
+    assert all(id(i.exn.target) in ids for i in copied if i.exn is not None)
+    f = _fn(bc.assemble(copied, _try.__code__), _try)
+    assert (f(5), f(0)) == (_try(5), _try(0))
+    assert bc.assemble(original, _try.__code__).co_code == _try.__code__.co_code  # original untouched
+
+
+def test_generated_code_is_dumped_to_the_debug_dir(tmp_path):
+    from pyjit import config
+
+    def f(x):
+        y = x + 1
+        return y
+
+    ret = next(i for i in bc.decode(f.__code__) if i.lineno == f.__code__.co_firstlineno + 2)
+    with config.patch(debug_dir=str(tmp_path)):
+        code = bc.make_resume_code(f.__code__, ret.offset, 0, ["y"])
+    dumped = list((tmp_path / "bytecode").iterdir())
+    assert len(dumped) == 1 and code.co_name in dumped[0].name
+    text = dumped[0].read_text()
+    assert f"{__file__}:{ret.lineno}" in text and "RETURN_VALUE" in text
+
+
+def test_inconsistent_edits_are_refused_not_assembled():
+    def f(x):
+        return x
+
+    def unbalanced(instructions, spec):
+        # a value pushed on one path only, joined with the other path: a crash if assembled
+        ret = next(i for i in instructions if i.opname == "RETURN_VALUE")
+        at = instructions.index(ret)
+        load = instructions[at - 1]
+        instructions[at - 1:at - 1] = [bc.create_load_fast("x"), *bc.create_pop_jump_if(True, load), bc.create_load_const(1)]
+
+    with pytest.raises(bc.StackAnalysisError):
+        bc.transform_code(f.__code__, unbalanced)
+
+    def dangling(instructions, spec):
+        instructions.insert(1, bc.create_jump(bc.create_nop()))
+
+    with pytest.raises(bc.AssemblyError, match="not in the list"):
+        bc.transform_code(f.__code__, dangling)
+
+
+def test_generated_code_is_valid_for_dis():
+    code = bc.make_resume_code(_with.__code__, next(
+        i for i in bc.decode(_with.__code__) if i.opname == "LOAD_GLOBAL" and i.argval == "print"
+    ).offset, 2, ["x", "xs"])
+    text = dis.Bytecode(code).dis()
+    assert "BEFORE_WITH" not in text  # the __exit__ was passed, not a context manager
+    assert code.co_argcount == 4 and code.co_varnames[:4] == ("___stack0", "___stack1", "x", "xs")

@@ -1,4 +1,5 @@
-"""Sources print as Python expressions and read the same value in every rendering; guard sets
+"""Sources print as Python expressions and read the same value in every rendering (including the
+instructions they emit into generated code); guard sets
 compile to the C tree and to Python with identical verdicts and source-form failure reasons."""
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pyjit import _C
 from pyjit.guards.guards import GuardKind, GuardSet, TensorSpec, compile_c_tree, compile_python
 from pyjit.guards.source import (AttrSource, ClosureSource, FrameValues, GlobalSource, ItemSource, LocalSource,
                                  ModuleDictSource)
-from pyjit.trace.pycodegen import ConstPool, build_flat_code, make_function
+from pyjit.trace.pycodegen import PyCodegen, make_function
 
 SCALE = 2.0
 
@@ -63,10 +64,11 @@ def test_source_renderings_agree(source, name):
     fv = _frame(FN, *args)
     assert source.name() == name
     expected = source.get(fv)
-    # expr(): evaluated inside generated code with the frame's flat signature
-    pool = ConstPool()
-    code, _ = build_flat_code(FN.__code__, "__probe", [f"return {source.expr()}"], pool)
-    assert make_function(code, FN)(*args) is expected
+    # reconstruct(): the instructions reading it inside generated code with the flat signature
+    cg = PyCodegen(FN.__code__)
+    source.reconstruct(cg)
+    cg.return_value()
+    assert make_function(cg.finish("__probe"), FN)(*args) is expected
     # tree_node(): the C guard tree reaches the same object
     tree = _C.GuardTree()
     source.tree_node(tree).check_id(expected, 0)

@@ -7,6 +7,8 @@ opcode layouts (CALL/NULL order, LOAD_ATTR method bit, FOR_ITER/END_FOR, inlined
 CALL_KW, SET_FUNCTION_ATTRIBUTE, TO_BOOL, FORMAT_*...) are exercised on this machine, where only
 3.11 has torch. ``tests/trace/test_opcodes_other_pythons.py`` runs it for 3.12 and 3.13.
 
+Each function's replacement code (assembled with pyjit.bytecode, see :func:`replay`) is run too.
+
 Usage: python3.12 tests/trace/opcode_selfcheck.py --stub   (exit status 0 = all agree)
 """
 from __future__ import annotations
@@ -246,7 +248,21 @@ def f_with_blocks(x):
     return states, y
 
 
+def _make_replacement_shapes():
+    cell = [1, 2]
+
+    def f_replacement_shapes(x, box, *, k=3):
+        # Rebuilt by the replacement code: an argument and a closure value returned unchanged
+        # (LOAD_FAST / LOAD_DEREF), a namedtuple (a call), dict/list/tuple displays, constants.
+        return box, cell, Pair(x, k), {"b": box, "n": [x, None]}, (G_SCALE, -0.0)
+
+    return f_replacement_shapes
+
+
+f_replacement_shapes = _make_replacement_shapes()
+
 FUNCTIONS = [
+    (f_replacement_shapes, (1, ["box"])),
     (f_with_blocks, (1,)),
     (f_match, (7,)),
     (f_more_calls, (4,)), (f_cells_nonlocal, (3,)), (f_misc_ops, (4,)),
@@ -267,6 +283,29 @@ def trace(fn, args):  # noqa: ANN001, ANN201
     return root_translator(fn, full, OutputGraph(code.co_name)).run().as_python_constant()
 
 
+def replay(fn, args):  # noqa: ANN001, ANN201
+    """Trace ``fn``, then run the replacement code built for it (pyjit.bytecode) on ``args``.
+
+    No tensors are involved, so the "compiled graph" is a stand-in returning an empty tuple; this
+    exercises the replacement code's call protocol, constant loads, argument/closure reads and
+    container rebuilding on this interpreter's bytecode."""
+    from pyjit.frame.convert import root_translator
+    from pyjit.trace.output_graph import OutputCodegen, OutputGraph
+    from pyjit.trace.pycodegen import PyCodegen, make_function
+
+    code = fn.__code__
+    kwonly = code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount]
+    full = tuple(args) + tuple(fn.__kwdefaults__[n] for n in kwonly)
+    output = OutputGraph(code.co_name)
+    tx = root_translator(fn, full, output)
+    result = tx.run()
+    cg = OutputCodegen(output)
+    cg.capture_return(result)
+    py = PyCodegen(code)
+    cg.emit(py, lambda: (), code.co_firstlineno, tx.location().lineno)
+    return make_function(py.finish(f"__replay_{code.co_name}"), fn)(*full)
+
+
 def main() -> int:
     failures = 0
     for fn, args in FUNCTIONS:
@@ -280,6 +319,16 @@ def main() -> int:
         if got != expected or type(got) is not type(expected):
             failures += 1
             print(f"MISMATCH {fn.__name__}: eager {expected!r} traced {got!r}")
+            continue
+        try:
+            replayed = replay(fn, args)
+        except Exception:
+            failures += 1
+            print(f"REPLAY FAIL {fn.__name__}: {traceback.format_exc(limit=6)}")
+            continue
+        if replayed != expected or type(replayed) is not type(expected):
+            failures += 1
+            print(f"REPLAY MISMATCH {fn.__name__}: eager {expected!r} replacement code {replayed!r}")
     print(f"python {sys.version.split()[0]}: {len(FUNCTIONS) - failures}/{len(FUNCTIONS)} functions agree")
     return 1 if failures else 0
 

@@ -94,6 +94,7 @@ class TritonKernel:
         self.loop = 0  # the loop the current node runs in (looped kernels)
         self.num_loops = 0
         self.producers = {n.name: n for n in group.nodes}
+        self.store_after_loop = False
         self.cache: dict[tuple[str, str], CSEVar] = {}  # (scope, expression) -> value
         self.counter = 0
         self.mask = "xmask"
@@ -190,6 +191,14 @@ class TritonKernel:
         return self._emit(expr, cdt)
 
     def store(self, name: str, index: sympy.Expr, value: CSEVar) -> None:
+        if self.store_after_loop:
+            section, mask = self.section, self.mask
+            self.section, self.mask, self.store_after_loop = f"post{self.loop}", "xmask", False
+            try:
+                self.store(name, index, value)
+            finally:
+                self.section, self.mask, self.store_after_loop = section, mask, True
+            return
         self.cache[(self.section, f"store:{name}:{self._index_str(index)}")] = value
         if name in self.removed:
             return
@@ -462,11 +471,12 @@ class TritonKernel:
             avail[node.name] = first + 1 if (node.is_reduction and not self.persistent) else first
             body = node.buf.store_body()  # type: ignore[union-attr]
             if node.is_reduction:
-                if not self.persistent:
-                    # The reduced value goes to the epilogue; the store happens after the loop.
-                    body(_SectionSwitch(self), index, rindex)
-                else:
+                # A looped reduction's value exists only after its loop: store it there.
+                self.store_after_loop = not self.persistent
+                try:
                     body(self, index, rindex)
+                finally:
+                    self.store_after_loop = False
             else:
                 body(self, index)
 
@@ -562,25 +572,6 @@ class TritonKernel:
             return {"XBLOCK": xblock, "RBLOCK": rblock,
                     "num_warps": max(1, min(16, xblock * rblock // 256))}
         return {"XBLOCK": 1, "RBLOCK": 2048, "num_warps": 8}
-
-
-class _SectionSwitch:
-    """Forwards a looped reduction's body to the kernel, moving its final store after the loop."""
-
-    def __init__(self, kernel: TritonKernel):
-        self.kernel = kernel
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.kernel, name)
-
-    def store(self, name: str, index: sympy.Expr, value: CSEVar) -> None:
-        k = self.kernel
-        section, mask = k.section, k.mask
-        k.section, k.mask = f"post{k.loop}", "xmask"
-        try:
-            k.store(name, index, value)
-        finally:
-            k.section, k.mask = section, mask
 
 
 def generate_kernel(group: FusedGroup, kernel_index: int, removed: set[str], dtypes: dict[str, torch.dtype],

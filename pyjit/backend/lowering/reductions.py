@@ -3,7 +3,8 @@ var/std/var_mean (through the ``m2`` Welford reduction).
 
 A reduction is always realized into its own buffer (a :class:`Reduction` loop); the scheduler
 fuses its pointwise producers (inlined here when single-use) and consumers back into one
-kernel. Accumulation happens in fp32 for fp16/bf16 and in int64 for integers.
+kernel. Accumulation happens in fp32 for fp16/bf16 and in int64 for integers. A few very long
+rows (e.g. ``x.sum()`` of a large tensor) are split into chunks reduced in parallel, then combined.
 """
 from __future__ import annotations
 
@@ -71,13 +72,62 @@ def make_reduction(ctx: Any, x: IRNode, dims: Any, keepdim: bool, reduction_type
         if keepdim:
             out1 = _view(ctx, out1, [1 if d in rdims else size[d] for d in range(ndim)])
         return out1
-    red = Reduction(x.get_device(), out_dtype, ranges, x.get_origins() | ctx.current_origins(),
-                    inner_fn=inner_fn, reduction_ranges=[prod(rranges)], reduction_type=reduction_type,
-                    src_dtype=vdt)
-    out: IRNode = ctx.realize(StorageBox(red))
+    origins = x.get_origins() | ctx.current_origins()
+    split = _split_factor(prod(ranges), prod(rranges), reduction_type)
+    if split > 1:
+        out: IRNode = _split_reduction(ctx, x, ranges, prod(rranges), split, inner_fn, reduction_type, out_dtype,
+                                       vdt, origins)
+    else:
+        red = Reduction(x.get_device(), out_dtype, ranges, origins, inner_fn=inner_fn,
+                        reduction_ranges=[prod(rranges)], reduction_type=reduction_type, src_dtype=vdt)
+        out = ctx.realize(StorageBox(red))
     if keepdim:
         out = _view(ctx, out, [1 if d in rdims else size[d] for d in range(ndim)])
     return out
+
+
+# Reductions whose partial results combine with the same reduction (sum of sums, max of maxes).
+_SPLITTABLE = {"sum": "sum", "max": "max", "min": "min", "any": "any", "all": "all"}
+
+
+def _split_factor(xnumel: int, rnumel: int, reduction_type: ReductionType) -> int:
+    """How many chunks to cut each row into: > 1 when few long rows would leave the GPU idle.
+
+    A power of two dividing ``rnumel`` (so chunks need no tail masking), keeping chunks of at
+    least 1024 elements and at most 1024 chunks.
+    """
+    from ...config import config
+
+    if reduction_type not in _SPLITTABLE or xnumel >= 128 or rnumel < config.backend_split_reduction_min:
+        return 1
+    split = 1
+    while split < 1024 and rnumel % (split * 2) == 0 and rnumel // (split * 2) >= 1024 \
+            and xnumel * split * 2 <= 2048:
+        split *= 2
+    return split
+
+
+def _split_reduction(ctx: Any, x: IRNode, ranges: list[int], rnumel: int, split: int, inner_fn: Any,
+                     reduction_type: ReductionType, out_dtype: torch.dtype, vdt: torch.dtype,
+                     origins: set[str]) -> IRNode:
+    """Two reductions: each of ``split`` chunks of a row into a partial, then the partials."""
+    chunk = rnumel // split
+
+    def first(ops: Any, index: Sequence[sympy.Expr], rindex: Sequence[sympy.Expr]) -> Any:
+        return inner_fn(ops, index[:-1], [index[-1] * chunk + rindex[0]])
+
+    partial_dtype = torch.bool if reduction_type in ("any", "all") else vdt
+    partial = ctx.realize(StorageBox(Reduction(
+        x.get_device(), partial_dtype, ranges + [split], set(origins), inner_fn=first, reduction_ranges=[chunk],
+        reduction_type=reduction_type, src_dtype=vdt)))
+    load_partial = partial.make_loader()
+
+    def second(ops: Any, index: Sequence[sympy.Expr], rindex: Sequence[sympy.Expr]) -> Any:
+        return load_partial(ops, [*index, rindex[0]])
+
+    return ctx.realize(StorageBox(Reduction(
+        x.get_device(), out_dtype, ranges, set(origins), inner_fn=second, reduction_ranges=[split],
+        reduction_type=_SPLITTABLE[reduction_type], src_dtype=partial_dtype)))
 
 
 def reduced_numel(x: IRNode, dim: Any) -> int:

@@ -68,10 +68,9 @@ def unary_not(tx: "Translator", inst: "Instruction") -> None:
 def compare(tx: "Translator", inst: "Instruction") -> None:
     b = tx.pop()
     a = tx.pop()
-    shift = 0 if PY == (3, 11) else (4 if PY == (3, 12) else 5)
-    op = _CMP[dis.cmp_op[inst.arg >> shift]]
+    op = _CMP[inst.argval]  # pyjit.bytecode decodes the operator; mask bits are in inst.flags
     result = compare_op(tx, op, a, b)
-    if PY >= (3, 13) and inst.arg & 16:  # the result is coerced to bool
+    if PY >= (3, 13) and inst.flags & 16:  # the result is coerced to bool
         result = ConstantVariable(result.truth(tx))
     tx.push(result)
 

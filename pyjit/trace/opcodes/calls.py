@@ -29,7 +29,7 @@ def _callable_and_self(tx: "Translator") -> tuple[VariableTracker, VariableTrack
 
 @register("KW_NAMES")
 def kw_names(tx: "Translator", inst: "Instruction") -> None:
-    tx.kw_names = tx.code.co_consts[inst.arg]
+    tx.kw_names = inst.argval
 
 
 def _do_call(tx: "Translator", argc: int, kwnames: tuple[str, ...]) -> None:
@@ -136,13 +136,13 @@ def call_intrinsic_1(tx: "Translator", inst: "Instruction") -> None:
     from ...variables.builtins import unary_op
     from ...variables.lists import TupleVariable
 
-    which = inst.argval if isinstance(inst.argval, str) else ""
     v = tx.pop()
-    if inst.arg == 5 or which == "INTRINSIC_UNARY_POSITIVE":
+    # Include/internal/pycore_intrinsics.h numbering (the same on 3.12 and 3.13).
+    if inst.arg == 5:  # INTRINSIC_UNARY_POSITIVE
         tx.push(unary_op(tx, operator.pos, v))
-    elif inst.arg == 6 or which == "INTRINSIC_LIST_TO_TUPLE":
+    elif inst.arg == 6:  # INTRINSIC_LIST_TO_TUPLE
         tx.push(TupleVariable(v.unpack(tx)))
-    elif inst.arg == 3 or which == "INTRINSIC_STOPITERATION_ERROR":
+    elif inst.arg == 3:  # INTRINSIC_STOPITERATION_ERROR
         unsupported("exception", "StopIteration inside a generator")
     else:
         unsupported("unsupported_opcode", f"CALL_INTRINSIC_1 {inst.arg}")

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 PY = sys.version_info[:2]
 
 
-@register("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP_ABSOLUTE", "JUMP", "JUMP_NO_INTERRUPT")
+@register("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT")
 def jump(tx: "Translator", inst: "Instruction") -> None:
     tx.jump(inst)
 
@@ -39,10 +39,11 @@ def _cond_jump(truth_wanted: bool | None, none_test: bool = False):  # type: ign
     return handler
 
 
-register("POP_JUMP_IF_TRUE", "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_TRUE")(_cond_jump(True))
-register("POP_JUMP_IF_FALSE", "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_FALSE")(_cond_jump(False))
-register("POP_JUMP_IF_NONE", "POP_JUMP_FORWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NONE")(_cond_jump(None, True))
-register("POP_JUMP_IF_NOT_NONE", "POP_JUMP_FORWARD_IF_NOT_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE")(_cond_jump(False, True))
+# pyjit.bytecode.decode presents 3.11's direction-specific conditional jumps under these names.
+register("POP_JUMP_IF_TRUE")(_cond_jump(True))
+register("POP_JUMP_IF_FALSE")(_cond_jump(False))
+register("POP_JUMP_IF_NONE")(_cond_jump(None, True))
+register("POP_JUMP_IF_NOT_NONE")(_cond_jump(False, True))
 
 
 def _jump_or_pop(wanted: bool):  # type: ignore[no-untyped-def]
