@@ -133,23 +133,20 @@ def _storage_name(node: IRNode) -> str:
     return node.name
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)
 class FusedGroup:
-    """Nodes that become one kernel (or a single extern call)."""
+    """Nodes that become one kernel (or a single extern call). Immutable once built."""
 
     nodes: list[SchedulerNode]
     group: tuple[int, int]
 
-    @property
-    def is_extern(self) -> bool:
-        return self.nodes[0].is_extern
+    def __post_init__(self) -> None:
+        self.is_extern = self.nodes[0].is_extern
+        self.names = frozenset(n.name for n in self.nodes)
+        self._reads = frozenset(set().union(*[n.read_names for n in self.nodes]) - self.names)
 
-    @property
-    def names(self) -> set[str]:
-        return {n.name for n in self.nodes}
-
-    def read_names(self) -> set[str]:
-        return set().union(*[n.read_names for n in self.nodes]) - self.names
+    def read_names(self) -> frozenset[str]:
+        return self._reads
 
     def has_reduction(self) -> bool:
         return any(n.is_reduction for n in self.nodes)
@@ -160,13 +157,14 @@ class Scheduler:
                  persistent_rmax: int):
         self.output_names = output_names
         self.persistent_rmax = persistent_rmax
-        self.nodes = [SchedulerNode(b, i) for i, b in enumerate(buffers) if not _is_view_only(b)]
+        self.nodes = [SchedulerNode(b, i) for i, b in enumerate(buffers)]
         by_name = {n.name: n for n in self.nodes}
         for n in self.nodes:
             for r in n.read_names:
                 if r in by_name:
                     by_name[r].users.add(n.name)
         self._eliminate_dead(by_name)
+        self.by_name = {n.name: n for n in self.nodes}
         self.groups = [FusedGroup([n], n.group) for n in self.nodes]
         if config.backend_fusion:
             self._fuse()
@@ -186,16 +184,31 @@ class Scheduler:
             n.users &= live
 
     # ------------------------------------------------------------------ fusion
+    def _candidate_pairs(self) -> list[tuple[FusedGroup, FusedGroup]]:
+        """Pairs of loop groups that share a buffer (one produces what the other reads, or both read it)."""
+        touching: dict[str, list[FusedGroup]] = {}
+        for g in self.groups:
+            if g.is_extern:
+                continue
+            for name in g.names | g.read_names():
+                touching.setdefault(name, []).append(g)
+        order = {id(g): i for i, g in enumerate(self.groups)}
+        pairs: dict[tuple[int, int], tuple[FusedGroup, FusedGroup]] = {}
+        for groups in touching.values():
+            for i, a in enumerate(groups):
+                for b in groups[i + 1:]:
+                    if a is not b:
+                        a2, b2 = (a, b) if order[id(a)] < order[id(b)] else (b, a)
+                        pairs[(id(a2), id(b2))] = (a2, b2)
+        return list(pairs.values())
+
     def _fuse(self) -> None:
         for _ in range(10):
             candidates = []
-            for i, a in enumerate(self.groups):
-                for b in self.groups[i + 1:]:
-                    if a.is_extern or b.is_extern:
-                        continue
-                    score = self._score(a, b)
-                    if score > 0:
-                        candidates.append((score, a, b))
+            for a, b in self._candidate_pairs():
+                score = self._score(a, b)
+                if score > 0:
+                    candidates.append((score, a, b))
             candidates.sort(key=lambda c: -c[0])
             fused_any = False
             done: set[int] = set()
@@ -215,9 +228,8 @@ class Scheduler:
         """Bytes saved: buffers one produces and the other reads, plus buffers both read."""
         shared = (a.names & b.read_names()) | (b.names & a.read_names()) | (a.read_names() & b.read_names())
         total = 0
-        by_name = {n.name: n for n in self.nodes}
         for name in shared:
-            node = by_name.get(name)
+            node = self.by_name.get(name)
             total += (node.buf.layout.numel() * node.buf.layout.dtype.itemsize) if node is not None \
                 and node.buf.layout is not None else 1
         return total
@@ -261,7 +273,7 @@ class Scheduler:
         for g in self.groups:
             for n in g.nodes:
                 owner[n.name] = g
-        by_name = {n.name: n for n in self.nodes}
+        by_name = self.by_name
 
         def reaches_via_other(src: FusedGroup, dst: FusedGroup) -> bool:
             stack = [owner[u] for n in src.nodes for u in n.users if u in owner and owner[u] not in (src, dst)]
@@ -304,10 +316,6 @@ class Scheduler:
         for g in sorted(groups, key=lambda g: min(n.index for n in g.nodes)):
             visit(g)
         return order
-
-
-def _is_view_only(buf: Buffer) -> bool:
-    return False
 
 
 def iter_nodes(groups: Iterable[FusedGroup]) -> Iterable[SchedulerNode]:

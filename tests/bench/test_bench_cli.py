@@ -39,7 +39,8 @@ def test_json_matches_schema_and_wrong_backend_fails(kernels_doc):
         assert rows[(wl, "wrong")]["status"] == "FAIL"
         assert "timing" not in rows[(wl, "wrong")]
     meta = doc["metadata"]
-    assert meta["torch"] and meta["python"] and meta["device"]["type"] == "cpu"
+    expected_device = "cuda" if torch.cuda.is_available() else "cpu"
+    assert meta["torch"] and meta["python"] and meta["device"]["type"] == expected_device
     assert meta["copy_bandwidth"]["gbps"] > 0
     assert os.path.exists(out / "t.csv")
 

@@ -359,3 +359,12 @@ def device_and_dtype_objects(x):
 def itertools_product_on_constants(x):
     pairs = list(itertools.product(range(2), range(3)))
     return x * len(pairs)
+
+
+@case(1, t(4, 8))
+def torch_environment_queries(x):
+    # Same answer on the CPU machine and the GPU machine: only a constant depends on CUDA.
+    scale = 2.0 if torch.cuda.is_available() else 3.0
+    if torch.is_tensor(x) and torch.is_floating_point(x) and not torch.are_deterministic_algorithms_enabled():
+        return x * scale
+    return x

@@ -394,3 +394,24 @@ def test_calls_from_several_threads():
         th.join(timeout=120)
     assert not any(th.is_alive() for th in threads), "a thread hung"
     assert not errors, "\n".join(errors[:5])
+
+
+def test_warnings_and_logging_inside_are_emitted_every_call(caplog):
+    import logging
+    import warnings
+
+    log = logging.getLogger("e2e.user_model")
+
+    def f(x):
+        warnings.warn("user warning from f", UserWarning)
+        log.warning("f called with %d rows", x.shape[0])
+        return x + 1
+
+    jf = _jit(f)
+    x = torch.randn(3)
+    caplog.set_level(logging.WARNING, logger="e2e.user_model")
+    for _ in range(2):
+        caplog.clear()
+        with pytest.warns(UserWarning, match="user warning from f"):
+            assert_same(x + 1, jf(x))
+        assert [r.getMessage() for r in caplog.records if r.name == "e2e.user_model"] == ["f called with 3 rows"]

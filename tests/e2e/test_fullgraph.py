@@ -1,4 +1,5 @@
-"""``fullgraph=True`` on constructs the frontend cannot put into a graph raises
+"""``fullgraph=True`` on constructs the frontend cannot put into a graph (data-dependent values,
+data-dependent output shapes, leaving torch) raises
 ``pyjit.GraphBreakError`` naming the construct and the user's file:line; without it the frame
 still runs and gives eager's result, with side effects (prints) happening exactly once.
 
@@ -73,6 +74,20 @@ def uses_bool_call(x):
     return x
 
 
+def uses_boolean_mask(x):
+    return x[x > 0] * 2  # BREAK:mask
+
+
+def uses_nonzero(x):
+    return torch.nonzero(x > 0).float().sum() + x  # BREAK:nonzero
+
+
+def uses_numpy(x):
+    return torch.from_numpy(x.numpy() * 2)  # BREAK:numpy
+
+
+_DYNAMIC_SHAPE_WORDS = ("dynamic", "data-dependent", "data dependent", "shape", "nonzero", "mask", "index")
+
 # (function, marker tag, words of which at least one must appear in the message)
 CONSTRUCTS = [
     (uses_item, "item", ("item",)),
@@ -81,6 +96,9 @@ CONSTRUCTS = [
     (uses_tolist, "tolist", ("tolist",)),
     (calls_helper_with_item, "helper", ("item",)),
     (uses_bool_call, "bool", ("bool", "branch", "jump", "data-dependent", "data dependent")),
+    (uses_boolean_mask, "mask", _DYNAMIC_SHAPE_WORDS),
+    (uses_nonzero, "nonzero", _DYNAMIC_SHAPE_WORDS),
+    (uses_numpy, "numpy", ("numpy",)),
 ]
 _IDS = [c[1] for c in CONSTRUCTS]
 

@@ -392,3 +392,47 @@ def test_tied_then_untied_parameters():
     assert_same(m(x), jm(x), "tied, after in-place update")
     m[1].weight = nn.Parameter(torch.randn(4, 4))  # untie
     assert_same(m(x), jm(x), "untied")
+
+
+class _Doubler:
+    def apply(self, x):
+        return x * 2
+
+
+class _Tripler:
+    def apply(self, x):
+        return x * 3
+
+
+def test_instance_class_changed():
+    obj = _Doubler()
+
+    def f(x):
+        return obj.apply(x) + 1
+
+    jf = pyjit.jit(f, backend=CountingBackend())
+    x = torch.randn(3)
+    assert_same(f(x), jf(x))
+    obj.__class__ = _Tripler
+    assert_same(f(x), jf(x), "after changing __class__")
+    obj.__class__ = _Doubler
+    assert_same(f(x), jf(x), "back")
+
+
+def test_method_monkeypatched_on_class():
+    obj = _Doubler()
+
+    def f(x):
+        return obj.apply(x)
+
+    jf = pyjit.jit(f, backend=CountingBackend())
+    x = torch.randn(3)
+    original = _Doubler.apply
+    try:
+        assert_same(f(x), jf(x))
+        _Doubler.apply = lambda self, v: v - 5
+        assert_same(f(x), jf(x), "after patching the class method")
+        obj.apply = lambda v: v * 10  # instance attribute shadows the method
+        assert_same(f(x), jf(x), "after shadowing on the instance")
+    finally:
+        _Doubler.apply = original

@@ -247,3 +247,50 @@ def test_hook_added_and_removed_after_compiling_is_seen(where):
     assert_same(m(x), jm(x), "after adding a hook")
     handle.remove()
     assert_same(m(x), jm(x), "after removing it")
+
+
+def test_calling_forward_directly_and_other_module_methods():
+    m = _net().eval()
+    jm = pyjit.jit(m, backend=CountingBackend())
+    x = torch.randn(2, 8)
+    assert_same(m(x), jm.forward(x))
+    assert_same(m(x), jm(x))
+
+
+def test_deepcopy_of_jitted_module_is_independent():
+    m = _net().eval()
+    jm = pyjit.jit(m, backend=CountingBackend())
+    x = torch.randn(2, 8)
+    jm(x)
+    jc = copy.deepcopy(jm)
+    assert_same(m(x), jc(x), "copy before changes")
+    with torch.no_grad():
+        for p in jc.parameters():
+            p.add_(1.0)
+    assert_same(m(x), jm(x), "original after changing the copy")
+    mc = copy.deepcopy(m)
+    with torch.no_grad():
+        for p in mc.parameters():
+            p.add_(1.0)
+    assert_same(mc(x), jc(x), "copy after its own change")
+
+
+def test_dtype_conversion_and_apply_through_jitted_module():
+    m = _net().eval()
+    jm = pyjit.jit(m, backend=CountingBackend())
+    x = torch.randn(2, 8)
+    assert_same(m(x), jm(x))
+    jm.to(torch.float64)
+    assert m.fc1.weight.dtype == torch.float64
+    assert_same(m(x.double()), jm(x.double()), "after .to(float64)")
+
+    def zero_bias(mod):
+        if isinstance(mod, nn.Linear):
+            nn.init.zeros_(mod.bias)
+
+    jm.apply(zero_bias)
+    assert torch.count_nonzero(m.fc1.bias) == 0
+    assert_same(m(x.double()), jm(x.double()), "after apply()")
+    jm.requires_grad_(False)
+    assert not any(p.requires_grad for p in m.parameters())
+    assert_same(m(x.double()), jm(x.double()), "after requires_grad_(False)")

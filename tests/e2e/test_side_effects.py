@@ -264,3 +264,35 @@ def test_manual_seed_inside_jitted_function():
     jf(x)
     after_jit = torch.rand(2)
     assert_same(after_eager, after_jit, "global RNG after the call")
+
+
+def test_mutable_default_argument_accumulates():
+    def make():
+        def f(x, acc=[]):  # noqa: B006  (the Python gotcha, on purpose)
+            acc.append(x.sum())
+            return x * len(acc)
+
+        return f
+
+    fe, fj = make(), make()
+    jf = _jit(fj)
+    x = torch.randn(3)
+    for _ in range(3):
+        assert_same(fe(x), jf(x))
+    assert len(fe.__defaults__[0]) == len(fj.__defaults__[0]) == 3
+
+
+def test_manual_sgd_update_through_data():
+    def step(w, g, lr):
+        w.data.add_(g, alpha=-lr)
+        w.grad = None
+        return w.data.norm()
+
+    jf = _jit(step)
+    we = torch.randn(4, requires_grad=True)
+    wj = we.detach().clone().requires_grad_(True)
+    for i in range(3):
+        g = _rand(i, 4)
+        assert_same(step(we, g, 0.1), jf(wj, g, 0.1), f"step {i}")
+        assert_same(we, wj, f"weights after step {i}")
+        assert wj.grad is None
