@@ -2,7 +2,8 @@
 
 Pipeline (inference): FX graph -> aten graph (``make_fx`` on fake tensors, decompositions,
 functionalization) -> loop IR (``GraphLowering``) -> ``Scheduler`` (fusion, dead code) ->
-Triton kernels + wrapper module -> on-disk cache -> loaded module -> callable that checks its
+Triton kernels + wrapper module -> on-disk cache (plus a graph-level index, ``graph_cache.py``,
+so a warm start skips all of it) -> loaded module -> callable that checks its
 inputs still match what it was compiled for, calls ``call(args)`` and rebuilds the output
 structure. Graphs that this backend does not compile run as captured (``gm.forward``), with
 the reason logged on the ``fallbacks`` channel and recorded in ``metrics.eager_graphs``:
@@ -23,11 +24,13 @@ from torch.utils import _pytree as pytree
 from ..config import config
 from ..errors import BackendError
 from ..logs import get_logger
+from .graph_cache import graph_key
 from .metrics import metrics
 
 log = get_logger("fallbacks")
 code_log = get_logger("output_code")
 time_log = get_logger("compile_times")
+cache_log = get_logger("cache")
 
 
 def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
@@ -133,6 +136,11 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Ca
     device = example_inputs[0].device if example_inputs else torch.device("cpu")
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
+    gkey = graph_key(gm, example_inputs) if config.backend_disk_cache else None
+    if gkey is not None:
+        warm = _load_cached_graph(gm, gkey, device, example_inputs)
+        if warm is not None:
+            return warm
     aten_gm, out_spec = trace_to_aten(gm, example_inputs)
     traced = time.perf_counter()
     lowering = GraphLowering(aten_gm, device)
@@ -165,7 +173,35 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Ca
     time_log.info("compiled %s: trace %.1f ms, lower+codegen %.1f ms, kernels %d", _graph_label(gm),
                   (traced - start) * 1e3, (time.perf_counter() - traced) * 1e3, len(module.kernel_names))
     constants = [t for _, t in lowering.constants]
+    if gkey is not None and not constants:
+        cache.write_graph_entry(gkey, {"module_key": key, "module_path": path,
+                                       "out_spec": pytree.treespec_dumps(out_spec),
+                                       "kernels": len(module.kernel_names), "externs": module.extern_calls})
     return _make_callable(gm, compiled.call, out_spec, example_inputs, constants)
+
+
+def _load_cached_graph(gm: torch.fx.GraphModule, gkey: str, device: torch.device,
+                       example_inputs: list[torch.Tensor]) -> Callable[..., Any] | None:
+    """The compiled callable from the graph cache, or None on a miss (logged on ``cache``)."""
+    from ..runtime import cache
+    from ..runtime.launcher import load_module
+
+    entry = cache.read_graph_entry(gkey)
+    if entry is None or not os.path.exists(entry.get("module_path", "")):
+        cache_log.info("graph cache miss for %s (key %s)", _graph_label(gm), gkey[:12])
+        return None
+    with open(entry["module_path"]) as f:
+        if cache.module_key(f.read()) != entry["module_key"]:
+            cache_log.info("graph cache entry %s points at a modified module; recompiling", gkey[:12])
+            return None
+    compiled = load_module(entry["module_path"], entry["module_key"], device.type == "cpu")
+    out_spec = pytree.treespec_loads(entry["out_spec"])
+    metrics.generated_kernel_count += int(entry.get("kernels", 0))
+    metrics.extern_calls += int(entry.get("externs", 0))
+    metrics.compiled_graphs += 1
+    metrics.graph_cache_hits += 1
+    cache_log.info("graph cache hit for %s (key %s)", _graph_label(gm), gkey[:12])
+    return _make_callable(gm, compiled.call, out_spec, example_inputs, [])
 
 
 def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], out_spec: Any,

@@ -17,7 +17,8 @@ class Metrics:
     fallback_ops: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     eager_graphs: list[str] = dataclasses.field(default_factory=list)
     compiled_graphs: int = 0
-    cache_hits: int = 0
+    cache_hits: int = 0  # generated module already on disk
+    graph_cache_hits: int = 0  # whole compile skipped (graph_cache.py)
     reused_buffers: int = 0
 
     def reset(self) -> None:

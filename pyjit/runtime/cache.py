@@ -1,7 +1,9 @@
 """On-disk cache of generated modules: content-hash keyed, versioned, atomic, user-only.
 
-Layout: ``<cache root>/v<FORMAT>-<pyjit>-<torch>-<triton>/<key[:2]>/<key>.py`` where the key
-is the sha256 of the module source plus those versions. The root (``pyjit.config``:
+Layout: ``<cache root>/v<FORMAT>-<pyjit>-<torch>-<triton>/modules/<key[:2]>/<key>.py`` where
+the key is the sha256 of the module source plus those versions, and ``.../graphs/<key>.json``:
+the graph-level index (FX graph + input metadata + settings -> module key and output structure)
+that lets a warm start skip tracing and lowering. The root (``pyjit.config``:
 PYJIT_CACHE_DIR or the XDG default) is created with mode 0700 (generated modules are code
 that gets executed: only the user may write them). Writes go to a temporary file renamed into
 place under a file lock, so concurrent processes never see half-written files.
@@ -66,3 +68,30 @@ def write_module(source: str) -> tuple[str, str, bool]:
             f.write(source)
         os.replace(tmp, path)
     return key, path, False
+
+
+def _graph_dir() -> str:
+    directory = os.path.join(cache_root(), _versions(), "graphs")
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    return directory
+
+
+def read_graph_entry(key: str) -> dict | None:
+    import json
+
+    path = os.path.join(_graph_dir(), f"{key}.json")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def write_graph_entry(key: str, entry: dict) -> None:
+    import json
+
+    directory = _graph_dir()
+    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(entry, f)
+    os.replace(tmp, os.path.join(directory, f"{key}.json"))

@@ -104,3 +104,29 @@ def test_disk_cache_can_be_disabled(device: str) -> None:
     x = make([4], device)
     torch.testing.assert_close(compiled(x), x * 5 - 2)
     assert set(root.rglob("*.py")) == before
+
+
+def test_graph_cache_skips_tracing_on_warm_start(device: str, monkeypatch) -> None:
+    import pyjit.backend.compile_fx as cfx
+
+    fn = lambda x, y: torch.softmax(x * y + 0.25, -1)  # noqa: E731
+    x, y = make([3, 7], device), make([7], device)
+    compile_graph(fn, [x, y])
+    monkeypatch.setattr(cfx, "trace_to_aten", lambda *a: (_ for _ in ()).throw(AssertionError("traced again")))
+    compiled = compile_graph(fn, [x, y])
+    assert backend.metrics.graph_cache_hits == 1
+    torch.testing.assert_close(compiled(x, y), fn(x, y))
+
+
+def test_graph_cache_refuses_user_functions(device: str) -> None:
+    from pyjit.backend.graph_cache import graph_key
+
+    def helper(t):
+        return t * 2
+
+    gm = torch.fx.symbolic_trace(lambda x: torch.fx.wrap("helper") and x)  # plain graph: cacheable
+    assert graph_key(gm, [make([2], device)]) is not None
+    g = torch.fx.Graph()
+    a = g.placeholder("a")
+    g.output(g.call_function(helper, (a,)))
+    assert graph_key(torch.fx.GraphModule({}, g), [make([2], device)]) is None
