@@ -146,7 +146,50 @@ def run(quick: bool = True) -> dict[str, Any]:
             "geomean_speedup_pyjit": geomean("pyjit_speedup"), "device": torch.cuda.get_device_name()}
 
 
+_COMPILE_CHILD = r"""
+import json, sys, time
+import torch, torch.nn.functional as F
+import pyjit.backend as pb
+from pyjit import config
+config.config.cpu_backend = "triton_interpret"
+config.config.cache_dir = sys.argv[1]
+device = sys.argv[2]
+def f(x, w, b):
+    for _ in range(12):
+        x = F.layer_norm(x + F.gelu(x @ w), (64,), b, b)
+    return x.softmax(-1)
+x, w, b = (torch.randn(16, 64, device=device), torch.randn(64, 64, device=device), torch.randn(64, device=device))
+gm = torch.fx.symbolic_trace(f)
+t = time.perf_counter()
+pb.compile_fx(gm, [x, w, b])
+print(json.dumps({"ms": (time.perf_counter() - t) * 1e3, "graph_cache_hit": pb.metrics.graph_cache_hits == 1,
+                  "kernels": pb.metrics.generated_kernel_count}))
+"""
+
+
+def compile_times(device: str = "cpu") -> dict[str, Any]:
+    """Cold and warm (graph-cache hit, fresh process) compile_fx time of a 12-layer graph."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    with tempfile.TemporaryDirectory() as cache:
+        runs = [json.loads(subprocess.run([sys.executable, "-c", _COMPILE_CHILD, cache, device], env=env,
+                                          capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+                for _ in range(2)]
+    return {"cold_ms": runs[0]["ms"], "warm_ms": runs[1]["ms"], "warm_hit": runs[1]["graph_cache_hit"],
+            "kernels": runs[0]["kernels"]}
+
+
 if __name__ == "__main__":
     import json
+    import sys
 
-    print(json.dumps(run(quick=False), indent=2))
+    if "--compile-times" in sys.argv:
+        print(json.dumps(compile_times("cuda" if torch.cuda.is_available() else "cpu"), indent=2))
+    else:
+        print(json.dumps(run(quick=False), indent=2))

@@ -98,6 +98,22 @@ static inline int pyjit_compact_int(PyObject *o, int64_t *out)
 #endif
 }
 
+/* A dict's version tag: globally unique per dict and changed by every modification (3.11:
+ * PEP 509; 3.12 and 3.13 keep it, now also carrying watcher bits in its low bits, which only
+ * makes it change more often). Deprecated for extensions since 3.12 (removal planned for
+ * 3.14, which this module refuses at build time), hence the local pragma. */
+static inline uint64_t pyjit_dict_version(PyObject *dict)
+{
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+    return ((PyDictObject *)dict)->ma_version_tag;
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+}
+
 /* Release an intercepted frame whose code we did not run (see compat.c). */
 void pyjit_release_unrun_frame(PyThreadState *tstate, _PyInterpreterFrame *frame);
 

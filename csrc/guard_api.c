@@ -23,6 +23,9 @@ static GuardNode *node_alloc(PyTypeObject *type, AccessorKind kind)
     n->n_children = n->cap_children = 0;
     n->checks = NULL;
     n->n_checks = n->cap_checks = 0;
+    n->cache_dict = NULL;
+    n->cache_version = 0;
+    n->cache_value = NULL;
     PyObject_GC_Track(n);
     return n;
 }

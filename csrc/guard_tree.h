@@ -38,6 +38,12 @@ typedef struct GuardNode {
     Py_ssize_t n_children, cap_children;
     Check *checks;
     Py_ssize_t n_checks, cap_checks;
+    /* ACC_GLOBAL/ACC_BUILTIN: the last successful lookup, valid while that dict (same
+     * address, same version tag) is unchanged. Borrowed: only ever compared, and the value
+     * is still held by that unchanged dict. Version tags are never reused (guards.c). */
+    PyObject *cache_dict;
+    uint64_t cache_version;
+    PyObject *cache_value;
 } GuardNode;
 
 #define IS_ROOT(n) ((n)->kind == ACC_ROOT)

@@ -57,8 +57,10 @@ int pyjit_const_equal(PyObject *value, PyObject *expected)
 
 /* ---------------------------------------------------------------- checks -------------- */
 
-/* 1 pass, 0 fail, -1 error (treated as fail by the caller). */
-static int run_check(const Check *c, PyObject *v)
+/* 1 pass, 0 fail, -1 error (treated as fail by the caller). `c` points into its node's
+ * check array, which a Python-level check may grow (realloc): every field is read before any
+ * Python code can run (objects it names stay alive: checks are never removed). */
+static inline int run_check(const Check *c, PyObject *v)
 {
     switch (c->kind) {
     case CK_TYPE:
@@ -73,7 +75,7 @@ static int run_check(const Check *c, PyObject *v)
     case CK_TENSOR:
         return pyjit_tensor_match(c->tensor, v);
     case CK_LEN: {
-        Py_ssize_t n;
+        Py_ssize_t expected = c->n, n;
         if (PyList_CheckExact(v)) {
             n = PyList_GET_SIZE(v);
         }
@@ -89,13 +91,14 @@ static int run_check(const Check *c, PyObject *v)
                 return -1;
             }
         }
-        return n == c->n;
+        return n == expected;
     }
     case CK_DICT_KEYS: {
         if (!PyDict_Check(v)) {
             return 0;
         }
-        Py_ssize_t n = PyTuple_GET_SIZE(c->obj);
+        PyObject *keys = c->obj;
+        Py_ssize_t n = PyTuple_GET_SIZE(keys);
         if (PyDict_GET_SIZE(v) != n) {
             return 0;
         }
@@ -107,7 +110,7 @@ static int run_check(const Check *c, PyObject *v)
             }
             /* key is borrowed; a user __eq__ could mutate the dict, so hold it. */
             Py_INCREF(key);
-            int r = pyjit_const_equal(key, PyTuple_GET_ITEM(c->obj, i));
+            int r = pyjit_const_equal(key, PyTuple_GET_ITEM(keys, i));
             Py_DECREF(key);
             if (r != 1) {
                 return r;
@@ -161,8 +164,24 @@ static PyObject *access_root_child(GuardNode *n, EvalCtx *ctx)
         if (dict == NULL || !PyDict_Check(dict)) {
             return NULL;
         }
+        /* Same dict, same version: nothing was stored or deleted since the last lookup, so
+         * the value it returned is still there (a new dict never gets an old version). */
+        uint64_t version = pyjit_dict_version(dict);
+        if (dict == n->cache_dict && version == n->cache_version) {
+            return Py_NewRef(n->cache_value);
+        }
         PyObject *value = PyDict_GetItemWithError(dict, n->key);
-        return value ? Py_NewRef(value) : NULL;
+        if (value == NULL) {
+            return NULL;
+        }
+        /* Cached only if the lookup itself changed nothing (a colliding non-str key's
+         * __eq__ is Python code and could). */
+        if (pyjit_dict_version(dict) == version) {
+            n->cache_dict = dict;
+            n->cache_version = version;
+            n->cache_value = value;
+        }
+        return Py_NewRef(value);
     }
     case ACC_FRAME_ARGS:
         if (ctx->args_tuple == NULL) {
@@ -248,19 +267,30 @@ static inline int swallow_error(void)
     return 0;
 }
 
-static long eval_node(GuardNode *n, PyObject *value, EvalCtx *ctx)
+/* A node's own checks: -1 all pass, else the failing id or PYJIT_GUARD_ERROR. The array is
+ * re-read every iteration: a Python-level check may add checks to this tree (realloc). */
+static inline long run_checks(GuardNode *n, PyObject *value)
 {
-    /* Arrays are re-read every iteration and checks copied: a Python-level check may add
-     * checks to this tree (realloc). Nodes and checks are never removed while it is alive. */
     for (Py_ssize_t i = 0; i < n->n_checks; i++) {
-        Check c = n->checks[i];
-        int r = run_check(&c, value);
+        const Check *c = &n->checks[i];
+        long id = c->id;
+        int r = run_check(c, value);
         if (r != 1) {
             if (r < 0 && !swallow_error()) {
                 return PYJIT_GUARD_ERROR;
             }
-            return c.id;
+            return id;
         }
+    }
+    return -1;
+}
+
+static long eval_node(GuardNode *n, PyObject *value, EvalCtx *ctx)
+{
+    /* Nodes and checks are never removed while the tree is alive; n_children is re-read. */
+    long r = run_checks(n, value);
+    if (r != -1) {
+        return r;
     }
     for (Py_ssize_t i = 0; i < n->n_children; i++) {
         GuardNode *child = n->children[i];
@@ -275,7 +305,8 @@ static long eval_node(GuardNode *n, PyObject *value, EvalCtx *ctx)
             }
             continue;
         }
-        long r = eval_node(child, child_value, ctx);
+        /* Most nodes are leaves (an argument with its checks): no recursive call for them. */
+        r = child->n_children == 0 ? run_checks(child, child_value) : eval_node(child, child_value, ctx);
         Py_DECREF(child_value);
         if (r != -1) {
             return r; /* a failing id, or PYJIT_GUARD_ERROR */

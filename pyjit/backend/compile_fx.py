@@ -128,9 +128,6 @@ def _is_fake(t: torch.Tensor) -> bool:
 def _compile(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
     from ..runtime import cache
     from ..runtime.launcher import load_module
-    from .codegen.wrapper import WrapperCodegen
-    from .graph import GraphLowering
-    from .scheduler import Scheduler
 
     start = time.perf_counter()
     device = example_inputs[0].device if example_inputs else torch.device("cpu")
@@ -141,6 +138,12 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Ca
         warm = _load_cached_graph(gm, gkey, device, example_inputs)
         if warm is not None:
             return warm
+    # Imported here, after the warm-start check: lowering imports sympy and registers ~500 ops.
+    from .codegen.wrapper import WrapperCodegen
+    from .graph import GraphLowering
+    from .scheduler import Scheduler
+
+    fallbacks_before = dict(metrics.fallback_ops)
     aten_gm, out_spec = trace_to_aten(gm, example_inputs)
     traced = time.perf_counter()
     lowering = GraphLowering(aten_gm, device)
@@ -176,7 +179,9 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Ca
     if gkey is not None and not constants:
         cache.write_graph_entry(gkey, {"module_key": key, "module_path": path,
                                        "out_spec": pytree.treespec_dumps(out_spec),
-                                       "kernels": len(module.kernel_names), "externs": module.extern_calls})
+                                       "kernels": len(module.kernel_names), "externs": module.extern_calls,
+                                       "fallbacks": [op for op, n in metrics.fallback_ops.items()
+                                                     if n > fallbacks_before.get(op, 0)]})
     return _make_callable(gm, compiled.call, out_spec, example_inputs, constants)
 
 
@@ -200,6 +205,8 @@ def _load_cached_graph(gm: torch.fx.GraphModule, gkey: str, device: torch.device
     metrics.extern_calls += int(entry.get("externs", 0))
     metrics.compiled_graphs += 1
     metrics.graph_cache_hits += 1
+    for op in entry.get("fallbacks", []):
+        metrics.fallback_ops[op] += 1
     cache_log.info("graph cache hit for %s (key %s)", _graph_label(gm), gkey[:12])
     return _make_callable(gm, compiled.call, out_spec, example_inputs, [])
 

@@ -42,6 +42,8 @@ class GuardKind(enum.Enum):
     SAME_OBJECT = "alias"        # v is <other source> (f(x, x) traced with one graph input)
     DISTINCT = "distinct"        # the listed tensor inputs are pairwise different objects
     HASATTR = "hasattr"          # hasattr(v, extra) == expected (attributes probed by hasattr/getattr default)
+    # (extra in v) == expected: a method found on the class is not shadowed by the instance __dict__
+    DICT_CONTAINS = "dict_contains"
 
 
 @dataclasses.dataclass(eq=False)
@@ -93,6 +95,8 @@ class Guard:
             return f"distinct({', '.join(x.name() for x in self.extra)})"
         if k is GuardKind.HASATTR:
             return f"hasattr({s}, {self.extra!r}) == {self.expected}"
+        if k is GuardKind.DICT_CONTAINS:
+            return f"({self.extra!r} in {s}) == {self.expected}"
         raise AssertionError(k)
 
     def failure_reason(self, frame: FrameValues) -> str | None:
@@ -132,6 +136,9 @@ class Guard:
         if k is GuardKind.HASATTR:
             got = hasattr(value, self.extra)
             return None if got == self.expected else f"hasattr({s}, {self.extra!r}): expected {self.expected}, got {got}"
+        if k is GuardKind.DICT_CONTAINS:
+            got = self.extra in value
+            return None if got == self.expected else f"{self.extra!r} in {s}: expected {self.expected}, got {got}"
         if k is GuardKind.SAME_OBJECT:
             other = self.extra.get(frame)
             return None if value is other else f"{s} is {self.extra.name()}: expected the same object, got different ones"
@@ -269,8 +276,12 @@ def _emit_condition(cg: PyCodegen, g: Guard) -> None:
         return lambda: cg.load_const(value)
 
     if k is GuardKind.ID_MATCH:
+        target = g.target()
+        if target is None and isinstance(g.expected, _Weak):
+            cg.load_const(False)  # the traced object no longer exists: like the C tree, fail
+            return
         load()
-        cg.load_const(g.target())
+        cg.load_const(target)
         cg.is_same()
     elif k is GuardKind.SAME_OBJECT:
         load()
@@ -290,6 +301,8 @@ def _emit_condition(cg: PyCodegen, g: Guard) -> None:
         cg.call_const(_state_is, [const(g.extra), const(g.expected)])
     elif k is GuardKind.HASATTR:
         cg.call_const(_hasattr_is, [load, const(g.extra), const(bool(g.expected))])
+    elif k is GuardKind.DICT_CONTAINS:
+        cg.call_const(_contains_is, [load, const(g.extra), const(bool(g.expected))])
     elif k is GuardKind.DISTINCT:
         cg.call_const(_distinct, [functools.partial(s.reconstruct, cg) for s in g.extra])
     else:
@@ -310,6 +323,10 @@ def _state_is(fn: Callable[[], Any], expected: Any) -> bool:
 
 def _hasattr_is(v: Any, name: str, expected: bool) -> bool:
     return hasattr(v, name) is expected
+
+
+def _contains_is(v: Any, key: Any, expected: bool) -> bool:
+    return (key in v) is expected
 
 
 def _needs_exact_float(c: Any) -> bool:
@@ -388,6 +405,8 @@ def compile_c_tree(guards: GuardSet, C: Any, frame_context: Callable[[Any], Fram
             node.check_len(int(g.expected), i)
         elif k is GuardKind.HASATTR:
             node.check_fn(_hasattr_check(g.extra, bool(g.expected)), i)
+        elif k is GuardKind.DICT_CONTAINS:
+            node.check_fn(functools.partial(_contains_is, key=g.extra, expected=bool(g.expected)), i)
         else:
             raise AssertionError(k)
     return tree

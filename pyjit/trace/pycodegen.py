@@ -112,6 +112,9 @@ class PyCodegen:
         emit_callable()
         # The NULL of the call protocol goes below the callable on 3.11/3.12, above it on 3.13.
         self.instructions[start:] = with_push_null(self.instructions[start:])
+        for inst in self.instructions[start:]:
+            if inst.positions is None:  # the PUSH_NULL just added
+                inst.positions = self._positions
         for emit in emit_args:
             emit()
         self.append(*create_call(len(emit_args)))

@@ -9,9 +9,9 @@ the guard that makes the trace valid for that value (once, at the moment the val
 | list / tuple                            | List/TupleVariable          | TYPE_MATCH + LEN_MATCH     |
 | dict                                    | DictVariable                | DICT_KEYS                  |
 | namedtuple                              | NamedTupleVariable          | TYPE_MATCH + LEN_MATCH     |
-| nn.Module                               | NNModuleVariable            | ID_MATCH                   |
+| nn.Module                               | NNModuleVariable            | ID_MATCH + TYPE_MATCH      |
 | function / builtin / class / module     | *FunctionVariable etc.      | ID_MATCH                   |
-| functools.partial                       | PartialVariable             | TYPE_MATCH, parts by source|
+| functools.partial                       | PartialVariable             | TYPE_MATCH, func/args/keywords wrapped whole |
 | other objects                           | UserDefinedObjectVariable   | TYPE_MATCH                 |
 
 Values without a source (library globals, results of constant folding) get no guard.
@@ -95,6 +95,9 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
     if isinstance(value, torch.nn.Module):
         if source is not None:
             guards.add(GuardKind.ID_MATCH, source, value)
+            # the same object can change class (``m.__class__ = Other``): methods, forward and
+            # isinstance answers all follow the type.
+            guards.add(GuardKind.TYPE_MATCH, source, t)
         return NNModuleVariable(value, source)
     if isinstance(value, types.ModuleType):
         if source is not None:
@@ -104,8 +107,13 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
         if source is not None:
             guards.add(GuardKind.TYPE_MATCH, source, functools.partial)
         func = wrap(tx, value.func, AttrSource(source, "func") if source else None)
-        args = [wrap(tx, a, ItemSource(AttrSource(source, "args"), i) if source else None) for i, a in enumerate(value.args)]
-        kwargs = {k: wrap(tx, v, ItemSource(AttrSource(source, "keywords"), k) if source else None) for k, v in value.keywords.items()}
+        # args/keywords wrapped whole: their length and keys are guarded, not only the values
+        # (``keywords`` is a mutable dict; ``__setstate__`` can replace all three).
+        args_var = wrap(tx, value.args, AttrSource(source, "args") if source else None)
+        kw_var = wrap(tx, value.keywords, AttrSource(source, "keywords") if source else None)
+        args = ([ConstantVariable(a) for a in args_var.value] if isinstance(args_var, ConstantVariable)
+                else list(args_var.items))  # type: ignore[attr-defined]
+        kwargs = dict(kw_var.items)  # type: ignore[attr-defined]
         return PartialVariable(func, args, kwargs, source)
     if isinstance(value, (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)):
         # A grad-mode context object (e.g. captured by @torch.no_grad()'s wrapper): no guard

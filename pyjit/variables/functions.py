@@ -52,33 +52,43 @@ class CellVariable(VariableTracker):
 
 
 def _wrap_defaults(tx: "Translator", values: tuple[Any, ...] | None, source: Source | None, attr: str) -> tuple[VariableTracker, ...] | None:
+    """The function's ``__defaults__`` as trackers.
+
+    With a source, the tuple is wrapped whole through ``fn.__defaults__`` (a program may assign
+    it): type and length are guarded as well as each value, since a longer or shorter tuple
+    shifts which parameter each default belongs to. Library functions (no source) keep their
+    defaults as constants.
+    """
     from .builder import wrap
 
     if values is None:
         return None
-    # With a source, defaults are wrapped (and so guarded) through `fn.__defaults__[i]`: a program
-    # may assign __defaults__. Library functions (no source) keep their defaults as constants.
-    out = []
-    for i, v in enumerate(values):
-        if source is None and is_constant_value(v):
-            out.append(ConstantVariable(v))
-        else:
-            out.append(wrap(tx, v, ItemSource(FuncAttrSource(source, attr), i) if source is not None else None))
-    return tuple(out)
+    if source is None:
+        return tuple(ConstantVariable(v) if is_constant_value(v) else wrap(tx, v, None) for v in values)
+    return tuple(_items_of(wrap(tx, values, FuncAttrSource(source, attr))))
+
+
+def _items_of(v: VariableTracker) -> list[VariableTracker]:
+    from .lists import BaseListVariable
+
+    if isinstance(v, ConstantVariable):
+        return [ConstantVariable(x) for x in v.value]
+    assert isinstance(v, BaseListVariable), v
+    return list(v.items)
 
 
 def _wrap_kwdefaults(tx: "Translator", values: dict[str, Any] | None, source: Source | None) -> dict[str, VariableTracker] | None:
+    """``__kwdefaults__`` as trackers: with a source, wrapped whole (keys and values guarded)."""
     from .builder import wrap
+    from .dicts import DictVariable
 
     if not values:
         return None
-    out = {}
-    for k, v in values.items():
-        if source is None and is_constant_value(v):
-            out[k] = ConstantVariable(v)
-        else:
-            out[k] = wrap(tx, v, ItemSource(FuncAttrSource(source, "__kwdefaults__"), k) if source is not None else None)
-    return out
+    if source is None:
+        return {k: ConstantVariable(v) if is_constant_value(v) else wrap(tx, v, None) for k, v in values.items()}
+    d = wrap(tx, values, FuncAttrSource(source, "__kwdefaults__"))
+    assert isinstance(d, DictVariable), d
+    return dict(d.items)
 
 
 def function_cells(fn: types.FunctionType, source: Source | None) -> tuple[CellVariable, ...]:
@@ -87,20 +97,6 @@ def function_cells(fn: types.FunctionType, source: Source | None) -> tuple[CellV
         src = AttrSource(ItemSource(FuncAttrSource(source, "__closure__"), i), "cell_contents") if source is not None else None
         cells.append(CellVariable(real_cell=cell, source=src))
     return tuple(cells)
-
-
-def class_function_source(obj_source: Source | None, name: str, fn: Any) -> Source | None:
-    """``L['self'].__class__.name``: how a function found on an object's class is reached.
-
-    Giving inlined methods a source matters for the globals they read: ``fn.__globals__[...]``
-    is then guarded like the frame's own globals. Library code (torch.nn...) gets none.
-    """
-    from ..frame.policy import is_library_code
-
-    code = getattr(fn, "__code__", None)
-    if obj_source is None or code is None or is_library_code(code):
-        return None
-    return AttrSource(AttrSource(obj_source, "__class__"), name)
 
 
 class UserFunctionVariable(VariableTracker):
@@ -123,6 +119,12 @@ class UserFunctionVariable(VariableTracker):
 
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         fn = self.fn
+        if self.source is not None:
+            # The function object is guarded by identity where it was read; its bytecode is
+            # what gets inlined, and ``fn.__code__`` is assignable.
+            from ..guards.guards import GuardKind
+
+            tx.output.guards.add(GuardKind.ID_MATCH, FuncAttrSource(self.source, "__code__"), fn.__code__)
         return tx.inline(
             fn.__code__, fn.__globals__, args, kwargs,
             fn_source=self.source,

@@ -4,7 +4,7 @@ from __future__ import annotations
 import types
 from typing import TYPE_CHECKING, Any
 
-from ..guards.source import AttrSource, Source
+from ..guards.source import AttrSource, ItemSource, Source
 from ..trace.graph_breaks import unsupported
 from .base import VariableTracker
 
@@ -61,15 +61,23 @@ class SuperVariable(VariableTracker):
         from .builder import wrap
         from .functions import UserMethodVariable
 
+        from .class_members import class_source, guard_identity, member_source
+
         mro = self.obj.python_type().__mro__
         start = mro.index(self.cls) + 1 if self.cls in mro else 0
-        for klass in mro[start:]:
+        for i, klass in enumerate(mro[start:], start):
             if name in klass.__dict__:
                 attr = klass.__dict__[name]
+                # ``type(obj).__mro__[i].name``: the class is fixed by the guard on obj's type,
+                # the function found on it is guarded here (it can be patched on the class).
+                cls_src = class_source(self.obj.source)
+                klass_src = ItemSource(AttrSource(cls_src, "__mro__"), i) if cls_src is not None else None
                 if isinstance(attr, types.FunctionType):
-                    return UserMethodVariable(attr, self.obj)
+                    src = guard_identity(tx, member_source(klass_src, name, attr), attr)
+                    return UserMethodVariable(attr, self.obj, fn_source=src)
                 if isinstance(attr, staticmethod):
-                    return wrap(tx, attr.__func__, None)
+                    fn = attr.__func__
+                    return wrap(tx, fn, member_source(klass_src, name, fn) if isinstance(fn, types.FunctionType) else None)
                 if isinstance(attr, (types.BuiltinFunctionType, types.WrapperDescriptorType, types.MethodDescriptorType)):
                     unsupported("unsupported_call", f"super().{name} implemented in C")
                 return wrap(tx, attr, None)

@@ -1,10 +1,12 @@
 """``torch.nn.Module`` instances: attribute reads, submodule calls inlined through ``forward``,
 parameters and buffers as graph inputs (so in-place optimizer updates are seen on every call).
 
-A module reached through a source is guarded by identity. Its parameters/buffers/children are
+A module reached through a source is guarded by identity and type (``__class__`` can be
+assigned on a live object). Its parameters/buffers/children are
 reached through ``ModuleDictSource`` (``L['self'].fc.weight``, read from ``_parameters`` by the
 replacement code); plain attributes (``self.scale``, ``self.training``) are wrapped by the builder,
-which guards them by value.
+which guards them by value. Methods, properties, ``forward`` and ``__call__`` found on the class are
+guarded where they are found (``pyjit/variables/class_members.py``).
 """
 from __future__ import annotations
 
@@ -16,6 +18,9 @@ import torch
 from ..guards.source import AttrSource, ModuleDictSource, Source
 from ..trace.graph_breaks import unsupported
 from .base import VariableTracker
+from .class_members import MISSING as _MISSING
+from .class_members import class_member, class_source, guard_identity, guard_not_shadowed, member_source
+from .class_members import lookup_class_attr as _lookup_class_attr
 from .constant import ConstantVariable
 
 if TYPE_CHECKING:
@@ -58,7 +63,7 @@ class NNModuleVariable(VariableTracker):
         if name in d:
             return wrap(tx, d[name], AttrSource(self.source, name) if self.source is not None else None)
         if name == "__class__":
-            return wrap(tx, type(m), None)
+            return wrap(tx, type(m), class_source(self.source))
         if name in _TRACKED_METHODS or (isinstance(m, torch.nn.ModuleDict) and name in ("keys", "values", "items")):
             from .base import BoundMethodVariable
 
@@ -66,26 +71,9 @@ class NNModuleVariable(VariableTracker):
         cls_attr = _lookup_class_attr(type(m), name)
         if cls_attr is _MISSING:
             unsupported("exception", f"AttributeError: {type(m).__name__} has no attribute {name!r}")
-        if isinstance(cls_attr, staticmethod):
-            return wrap(tx, cls_attr.__func__, None)
-        if isinstance(cls_attr, classmethod):
-            from .functions import UserMethodVariable
-
-            return UserMethodVariable(cls_attr.__func__, wrap(tx, type(m), None))
-        if isinstance(cls_attr, property):
-            from .functions import UserFunctionVariable
-
-            from .functions import class_function_source
-
-            src = class_function_source(self.source, name, cls_attr.fget)
-            fget_src = AttrSource(src, "fget") if src is not None else None
-            return UserFunctionVariable(cls_attr.fget, fget_src).call_function(tx, [self], {})  # type: ignore[arg-type]
-        if isinstance(cls_attr, types.FunctionType):
-            from .functions import UserMethodVariable
-
-            from .functions import class_function_source
-
-            return UserMethodVariable(cls_attr, self, fn_source=class_function_source(self.source, name, cls_attr))
+        member = class_member(tx, self, name, cls_attr)
+        if member is not None:
+            return member
         # class-level constants (e.g. __constants__, a default stored on the class)
         return wrap(tx, getattr(m, name), AttrSource(self.source, name) if self.source is not None else None)
 
@@ -93,15 +81,26 @@ class NNModuleVariable(VariableTracker):
         m = self.value
         if _has_hooks(m):
             unsupported("hooks", f"{type(m).__name__} has hooks")
+        call = _lookup_class_attr(type(m), "__call__")
+        if call is not _MODULE_CALL:
+            if not isinstance(call, types.FunctionType):
+                unsupported("unsupported_call", f"{type(m).__name__}.__call__ is not a Python function")
+            from .class_members import call_type_method
+
+            return call_type_method(tx, self, "__call__", call, args, kwargs)
+        if self.source is not None and not _is_library_class(type(m)):
+            # Module.__call__ runs forward: a user class could still get its own __call__ later.
+            guard_identity(tx, AttrSource(class_source(self.source), "__call__"), _MODULE_CALL)
         forward = _lookup_class_attr(type(m), "forward")
         if "forward" in m.__dict__:
             unsupported("unsupported_call", f"{type(m).__name__} instance has its own forward attribute")
         if not isinstance(forward, types.FunctionType):
             unsupported("unsupported_call", f"{type(m).__name__}.forward is not a Python function")
-        from .functions import UserFunctionVariable, class_function_source
+        from .functions import UserFunctionVariable
 
         _guard_no_hooks(tx, self)
-        src = class_function_source(self.source, "forward", forward)
+        guard_not_shadowed(tx, self, "forward")  # `model.act.forward = ...` after compiling
+        src = guard_identity(tx, member_source(class_source(self.source), "forward", forward), forward)
         return UserFunctionVariable(forward, src).call_function(tx, [self, *args], kwargs)
 
     def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
@@ -218,14 +217,15 @@ def _guard_no_hooks(tx: "Translator", var: "NNModuleVariable") -> None:
             guards.add(GuardKind.LEN_MATCH, ModuleGlobalSource(_mod.__name__, name), 0)
 
 
-_MISSING = object()
+_MODULE_CALL = torch.nn.Module.__call__
+
+
+def _is_library_class(cls: type) -> bool:
+    mod = getattr(cls, "__module__", "") or ""
+    return mod == "torch" or mod.startswith("torch.")
+
+
 # Module methods answered by NNModuleVariable.call_method instead of inlining torch's generators.
 _TRACKED_METHODS = frozenset({"parameters", "named_parameters", "buffers", "named_buffers", "children",
                               "named_children", "modules"})
 
-
-def _lookup_class_attr(cls: type, name: str) -> Any:
-    for klass in cls.__mro__:
-        if name in klass.__dict__:
-            return klass.__dict__[name]
-    return _MISSING

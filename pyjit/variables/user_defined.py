@@ -2,7 +2,8 @@
 
 An instance reached through a source is guarded by type; each attribute read is wrapped by the
 builder with an ``AttrSource`` (and so guarded as it is used). Methods defined in Python are
-inlined with the instance bound as ``self``; properties run their getter symbolically.
+inlined with the instance bound as ``self``; properties run their getter symbolically. Members
+found on the class are guarded where they are found (``pyjit/variables/class_members.py``).
 Dataclass instances and other plain objects work the same way.
 """
 from __future__ import annotations
@@ -13,19 +14,15 @@ from typing import TYPE_CHECKING, Any
 from ..guards.source import AttrSource, Source
 from ..trace.graph_breaks import unsupported
 from .base import VariableTracker
+from .class_members import MISSING as _MISSING
+from .class_members import call_type_method, class_member, guard_type_lacks
+from .class_members import lookup_class_attr as _class_attr
 from .constant import ConstantVariable
 
 if TYPE_CHECKING:
     from ..trace.translator import Translator
 
-_MISSING = object()
-
-
-def _class_attr(cls: type, name: str) -> Any:
-    for klass in cls.__mro__:
-        if name in klass.__dict__:
-            return klass.__dict__[name]
-    return _MISSING
+_OBJECT_GETATTRIBUTE = object.__getattribute__
 
 
 class UserDefinedClassVariable(VariableTracker):
@@ -50,17 +47,15 @@ class UserDefinedClassVariable(VariableTracker):
         from .builder import wrap
 
         attr = _class_attr(self.value, name)
+        src = AttrSource(self.source, name) if self.source is not None else None
         if attr is _MISSING:
             if name in ("__name__", "__qualname__", "__module__"):
-                return ConstantVariable(getattr(self.value, name))
+                return wrap(tx, getattr(self.value, name), src)
             unsupported("exception", f"AttributeError: type object {self.value.__name__!r} has no attribute {name!r}")
-        if isinstance(attr, staticmethod):
-            return wrap(tx, attr.__func__, None)
-        if isinstance(attr, classmethod):
-            from .functions import UserMethodVariable
-
-            return UserMethodVariable(attr.__func__, self)
-        return wrap(tx, getattr(self.value, name), AttrSource(self.source, name) if self.source is not None else None)
+        member = class_member(tx, self, name, attr, on_instance=False)
+        if member is not None:
+            return member
+        return wrap(tx, getattr(self.value, name), src)
 
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         cls = self.value
@@ -115,30 +110,22 @@ class UserDefinedObjectVariable(VariableTracker):
         from .builder import wrap
 
         obj = self.value
-        cls_attr = _class_attr(type(obj), name)
-        if isinstance(cls_attr, property):
-            from .functions import UserFunctionVariable
-
-            if isinstance(cls_attr.fget, types.FunctionType):
-                from .functions import class_function_source
-
-                src = class_function_source(self.source, name, cls_attr.fget)
-                fget_src = AttrSource(src, "fget") if src is not None else None
-                return UserFunctionVariable(cls_attr.fget, fget_src).call_function(tx, [self], {})
-            unsupported("unsupported_attr", f"property {name} implemented in C")
+        cls = type(obj)
+        if _class_attr(cls, "__getattribute__") is not _OBJECT_GETATTRIBUTE:
+            # The lookup below models object.__getattribute__; a custom one could answer anything.
+            unsupported("unsupported_attr", f"{cls.__name__} defines __getattribute__ (reading .{name})")
+        cls_attr = _class_attr(cls, name)
+        if isinstance(cls_attr, property):  # a data descriptor: wins over the instance __dict__
+            member = class_member(tx, self, name, cls_attr)
+            assert member is not None
+            return member
         d = getattr(obj, "__dict__", None)
-        if d is not None and name in d:
+        if isinstance(d, dict) and name in d:
+            # Guarded through getattr(obj, name): the same lookup Python does at run time.
             return wrap(tx, d[name], AttrSource(self.source, name) if self.source is not None else None)
-        if isinstance(cls_attr, types.FunctionType):
-            from .functions import UserMethodVariable, class_function_source
-
-            return UserMethodVariable(cls_attr, self, fn_source=class_function_source(self.source, name, cls_attr))
-        if isinstance(cls_attr, staticmethod):
-            return wrap(tx, cls_attr.__func__, None)
-        if isinstance(cls_attr, classmethod):
-            from .functions import UserMethodVariable
-
-            return UserMethodVariable(cls_attr.__func__, wrap(tx, type(obj), None))
+        member = class_member(tx, self, name, cls_attr)
+        if member is not None:
+            return member
         try:
             value = getattr(obj, name)
         except AttributeError:
@@ -148,28 +135,19 @@ class UserDefinedObjectVariable(VariableTracker):
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         call = _class_attr(type(self.value), "__call__")
         if isinstance(call, types.FunctionType):
-            from .functions import UserMethodVariable
-
-            from .functions import class_function_source
-
-            src = class_function_source(self.source, "__call__", call)
-            return UserMethodVariable(call, self, fn_source=src).call_function(tx, args, kwargs)
+            return call_type_method(tx, self, "__call__", call, args, kwargs)
         unsupported("unsupported_call", f"calling a {type(self.value).__name__} instance")
 
     def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         dunder = _class_attr(type(self.value), name)
         if name.startswith("__") and isinstance(dunder, types.FunctionType):
-            from .functions import UserMethodVariable
-
-            from .functions import class_function_source
-
-            src = class_function_source(self.source, name, dunder)
-            return UserMethodVariable(dunder, self, fn_source=src).call_function(tx, args, kwargs)
+            return call_type_method(tx, self, name, dunder, args, kwargs)
         return super().call_method(tx, name, args, kwargs)
 
     def truth(self, tx: "Translator") -> bool:
         cls = type(self.value)
         if _class_attr(cls, "__bool__") is _MISSING and _class_attr(cls, "__len__") is _MISSING:
+            guard_type_lacks(tx, self, ("__bool__", "__len__"))  # adding either later changes the answer
             return True
         unsupported("unsupported_call", f"truth value of a {cls.__name__} (custom __bool__/__len__)")
 

@@ -56,7 +56,7 @@ def test_disk_cache_is_private_and_hit_on_recompile(device: str) -> None:
     x = make([5], device)
     compile_graph(fn, [x])
     compile_graph(fn, [x])
-    assert backend.metrics.cache_hits >= 1
+    assert backend.metrics.cache_hits + backend.metrics.graph_cache_hits >= 1
     root = cfg.config.default_cache_dir()
     assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
 
@@ -107,7 +107,9 @@ def test_disk_cache_can_be_disabled(device: str) -> None:
 
 
 def test_graph_cache_skips_tracing_on_warm_start(device: str, monkeypatch) -> None:
-    import pyjit.backend.compile_fx as cfx
+    import importlib
+
+    cfx = importlib.import_module("pyjit.backend.compile_fx")  # the module (the package exports the function)
 
     fn = lambda x, y: torch.softmax(x * y + 0.25, -1)  # noqa: E731
     x, y = make([3, 7], device), make([7], device)
@@ -124,7 +126,7 @@ def test_graph_cache_refuses_user_functions(device: str) -> None:
     def helper(t):
         return t * 2
 
-    gm = torch.fx.symbolic_trace(lambda x: torch.fx.wrap("helper") and x)  # plain graph: cacheable
+    gm = torch.fx.symbolic_trace(lambda x: torch.relu(x) * 2)  # torch ops only: cacheable
     assert graph_key(gm, [make([2], device)]) is not None
     g = torch.fx.Graph()
     a = g.placeholder("a")

@@ -116,7 +116,7 @@ def _collect(value: Any, out: list[torch.Tensor], seen: set[int]) -> None:
 
 def assert_same(expected: Any, actual: Any, path: str = "result", *, exact: bool = True) -> None:
     """Structural equality: same container types and keys, tensors equal in value, dtype, shape,
-    device and requires_grad (bit-identical when ``exact``, NaNs equal)."""
+    device and requires_grad (bit-identical and with the same strides when ``exact``, NaNs equal)."""
     if isinstance(expected, torch.Tensor):
         assert isinstance(actual, torch.Tensor), f"{path}: expected a Tensor, got {type(actual).__name__}"
         assert actual.dtype == expected.dtype, f"{path}: dtype {actual.dtype} != eager {expected.dtype}"
@@ -127,6 +127,9 @@ def assert_same(expected: Any, actual: Any, path: str = "result", *, exact: bool
             "(was a no_grad/enable_grad region run in the wrong grad mode?)"
         )
         if exact:
+            # The graph runs the same ops as eager, so the memory layout must match too.
+            if actual.numel() > 1:
+                assert actual.stride() == expected.stride(), f"{path}: strides {actual.stride()} != eager {expected.stride()}"
             torch.testing.assert_close(actual.detach(), expected.detach(), rtol=0, atol=0, equal_nan=True, msg=lambda m: f"{path}: {m}")
         else:
             torch.testing.assert_close(actual.detach(), expected.detach(), equal_nan=True, msg=lambda m: f"{path}: {m}")

@@ -214,3 +214,15 @@ def test_pyjit_source_does_not_use_the_peer_compiler():
             if name.endswith(".py"):
                 found += _forbidden_uses(os.path.join(dirpath, name))
     assert not found, "pyjit/ must not use torch._dynamo/_inductor/aot_autograd or torch.compile:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("dynamic", [None, False, True])
+def test_dynamic_argument_is_accepted_and_results_are_right(dynamic):
+    # Issue 4 has static shapes only: dynamic=True may still specialise, but must stay correct.
+    def f(x):
+        return x.reshape(-1) * x.shape[0]
+
+    j = pyjit.jit(f, backend="eager", dynamic=dynamic)
+    for n in (2, 3, 2):
+        x = torch.randn(n, 4)
+        assert_same(f(x), j(x))

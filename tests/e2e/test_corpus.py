@@ -8,6 +8,7 @@ frontend is missing these tests fail with AttributeError/ImportError; they never
 from __future__ import annotations
 
 import pytest
+import torch
 
 import pyjit
 
@@ -55,6 +56,17 @@ _SAMPLE = CASES[::7]
 @pytest.mark.parametrize("case", _SAMPLE, ids=[c.name for c in _SAMPLE])
 def test_case_eager_backend_by_name(case):
     run_against_eager(case, lambda fn: pyjit.jit(fn, backend="eager"))
+
+
+_SPARSE_SAMPLE = CASES[3::14]
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+@pytest.mark.parametrize("case", _SPARSE_SAMPLE, ids=[c.name for c in _SPARSE_SAMPLE])
+def test_case_under_outer_grad_mode(case, mode):
+    # The whole call, input creation included, inside the mode: inference tensors reach the tracer.
+    with getattr(torch, mode)():
+        run_against_eager(case, lambda fn: pyjit.jit(fn, backend=CountingBackend()))
 
 
 @pytest.mark.parametrize("case", _SAMPLE, ids=[c.name for c in _SAMPLE])

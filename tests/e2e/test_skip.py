@@ -96,7 +96,7 @@ def test_skipped_frame_called_later_with_tensors_is_correct():
     # for the code object, the answers must be eager's.
     backend = CountingBackend()
     jitted = pyjit.jit(int_math, backend=backend)
-    assert jitted(2, 3) == 7
+    assert jitted(2, 3) == int_math(2, 3)
     x, y = torch.randn(4), torch.randn(4)
     assert_same(int_math(x, y), jitted(x, y))
     assert_same(int_math(x, y), jitted(x, y))
@@ -113,7 +113,7 @@ def test_skip_is_per_function_not_global():
 
     jn = pyjit.jit(no_tensor_work, backend=backend)
     jt = pyjit.jit(tensor_work, backend=backend)
-    assert jn(1) == 2
+    assert jn(1) == no_tensor_work(1)
     x = torch.randn(3)
     assert_same(tensor_work(x), jt(x))
     assert backend.frame_count == 1
@@ -147,8 +147,8 @@ def test_frame_without_tensor_ops_is_marked_skip_after_one_look():
 
     jf = pyjit.jit(only_ints, backend=CountingBackend())
     assert not _C.is_skip(only_ints.__code__)
-    assert jf(3, 4) == 11
+    assert jf(3, 4) == only_ints(3, 4)
     assert _C.is_skip(only_ints.__code__)
-    assert jf(5, 6) == 29
+    assert jf(5, 6) == only_ints(5, 6)
     pyjit.reset()
     assert not _C.is_skip(only_ints.__code__), "pyjit.reset() forgets skip marks too"

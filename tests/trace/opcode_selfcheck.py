@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 Pair = collections.namedtuple("Pair", "a b")
 G_SCALE = 3
+G_LIST = ["global"]
 
 
 class Obj:
@@ -32,6 +33,7 @@ class Obj:
 
     def __init__(self) -> None:
         self.v = 5
+        self.items = ["attr"]
 
     def method(self, x, y=1):
         return self.v * x + y + self.k
@@ -252,9 +254,11 @@ def _make_replacement_shapes():
     cell = [1, 2]
 
     def f_replacement_shapes(x, box, *, k=3):
-        # Rebuilt by the replacement code: an argument and a closure value returned unchanged
-        # (LOAD_FAST / LOAD_DEREF), a namedtuple (a call), dict/list/tuple displays, constants.
-        return box, cell, Pair(x, k), {"b": box, "n": [x, None]}, (G_SCALE, -0.0)
+        # Rebuilt by the replacement code: values returned unchanged, read back through their
+        # sources (an argument: LOAD_FAST, a closure cell: LOAD_DEREF, a global: LOAD_GLOBAL, an
+        # attribute: LOAD_ATTR, an item: BINARY_SUBSCR), a namedtuple (a call), dict/list/tuple
+        # displays and constants.
+        return box, cell, G_LIST, OBJ.items, box[1], Pair(x, k), {"b": box, "n": [x, None]}, (G_SCALE, -0.0)
 
     return f_replacement_shapes
 
@@ -262,7 +266,7 @@ def _make_replacement_shapes():
 f_replacement_shapes = _make_replacement_shapes()
 
 FUNCTIONS = [
-    (f_replacement_shapes, (1, ["box"])),
+    (f_replacement_shapes, (1, ["box", ["inner"]])),
     (f_with_blocks, (1,)),
     (f_match, (7,)),
     (f_more_calls, (4,)), (f_cells_nonlocal, (3,)), (f_misc_ops, (4,)),
@@ -288,7 +292,7 @@ def replay(fn, args):  # noqa: ANN001, ANN201
 
     No tensors are involved, so the "compiled graph" is a stand-in returning an empty tuple; this
     exercises the replacement code's call protocol, constant loads, argument/closure reads and
-    container rebuilding on this interpreter's bytecode."""
+    container rebuilding on this interpreter's bytecode, and the Python guard checker."""
     from pyjit.frame.convert import root_translator
     from pyjit.trace.output_graph import OutputCodegen, OutputGraph
     from pyjit.trace.pycodegen import PyCodegen, make_function
@@ -303,6 +307,10 @@ def replay(fn, args):  # noqa: ANN001, ANN201
     cg.capture_return(result)
     py = PyCodegen(code)
     cg.emit(py, lambda: (), code.co_firstlineno, tx.location().lineno)
+    from pyjit.guards.guards import compile_python
+
+    # The trace's guards, assembled into a checker the same way, accept the traced arguments.
+    assert compile_python(output.guards, code, fn)(*full) is True, output.guards.describe()
     return make_function(py.finish(f"__replay_{code.co_name}"), fn)(*full)
 
 

@@ -1,0 +1,11 @@
+import pytest
+
+import pyjit
+
+
+@pytest.fixture(autouse=True)
+def _fresh_pyjit():
+    pyjit.reset()
+    with pyjit.config.patch(raise_on_internal_error=True):
+        yield
+    pyjit.reset()
