@@ -25,22 +25,24 @@ typedef struct CodeExtra {
 } CodeExtra;
 
 int pyjit_cache_init(void);
-extern Py_ssize_t pyjit_extra_index;
-extern int pyjit_mirror_ok;
+extern PYJIT_INTERNAL Py_ssize_t pyjit_extra_index;
+extern PYJIT_INTERNAL int pyjit_mirror_ok;
 CodeExtra *pyjit_extra_get_slow(PyCodeObject *co);
 
 /* Borrowed, or NULL when the code object has no pyjit state. Never sets an exception.
  * Inline: it runs on every intercepted frame (see pyjit_code_extra_mirror in compat.h). */
+static inline CodeExtra *pyjit_extra_get_mirrored(PyCodeObject *co) /* only if pyjit_mirror_ok */
+{
+    pyjit_code_extra_mirror *holder = (pyjit_code_extra_mirror *)co->co_extra;
+    if (holder == NULL || pyjit_extra_index >= holder->ce_size) {
+        return NULL;
+    }
+    return (CodeExtra *)holder->ce_extras[pyjit_extra_index];
+}
+
 static inline CodeExtra *pyjit_extra_get(PyCodeObject *co)
 {
-    if (pyjit_mirror_ok) {
-        pyjit_code_extra_mirror *holder = (pyjit_code_extra_mirror *)co->co_extra;
-        if (holder == NULL || pyjit_extra_index >= holder->ce_size) {
-            return NULL;
-        }
-        return (CodeExtra *)holder->ce_extras[pyjit_extra_index];
-    }
-    return pyjit_extra_get_slow(co);
+    return pyjit_mirror_ok ? pyjit_extra_get_mirrored(co) : pyjit_extra_get_slow(co);
 }
 /* Borrowed; creates the state on first use. NULL with an exception on failure. */
 CodeExtra *pyjit_extra_ensure(PyCodeObject *co);

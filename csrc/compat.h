@@ -28,6 +28,14 @@
 #define PYJIT_PY312 (PY_VERSION_HEX >= 0x030C0000 && PY_VERSION_HEX < 0x030D0000)
 #define PYJIT_PY313 (PY_VERSION_HEX >= 0x030D0000)
 
+/* Globals shared between our own translation units only: hidden, so that the hot path reads
+ * them PC-relative instead of through the GOT (the module exports only PyInit__C). */
+#if defined(__GNUC__)
+#define PYJIT_INTERNAL __attribute__((visibility("hidden")))
+#else
+#define PYJIT_INTERNAL
+#endif
+
 /* Frame fields renamed between versions. */
 #if PYJIT_PY311
 #define PYJIT_FRAME_CODE(f) ((f)->f_code)

@@ -34,16 +34,11 @@ static _Thread_local ThreadState tls;
 static uint64_t cached_thread_id = 0;
 static ThreadState *cached_thread_state = NULL;
 
-static inline ThreadState *current_thread_state(PyThreadState *tstate)
-{
-    if (tstate->id == cached_thread_id) {
-        return cached_thread_state;
-    }
-    ThreadState *t = &tls;
-    cached_thread_id = tstate->id;
-    cached_thread_state = t;
-    return t;
-}
+#if defined(__GNUC__)
+#define PYJIT_NOINLINE __attribute__((noinline))
+#else
+#define PYJIT_NOINLINE
+#endif
 
 static _PyFrameEvalFunction previous_eval = NULL;
 static Py_ssize_t active_threads = 0;
@@ -270,12 +265,11 @@ error:
     return NULL;
 }
 
-static PyObject *pyjit_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
+/* Everything after the fast path: an enabled thread, no throw, code not marked skip (`ex` is
+ * its state or NULL). Kept out of line so that the fast path below needs no stack frame. */
+static PYJIT_NOINLINE PyObject *eval_frame_enabled(PyThreadState *tstate, _PyInterpreterFrame *frame,
+                                                   ThreadState *t, CodeExtra *ex)
 {
-    ThreadState *t = current_thread_state(tstate);
-    if (!t->enabled || t->busy || throwflag) {
-        return run_original(tstate, frame, throwflag);
-    }
     PyCodeObject *co = PYJIT_FRAME_CODE(frame);
     /* Generators/coroutines (creation and resumption), class bodies, module and exec code,
      * frames already materialised, and frames run while tracing: default evaluator. */
@@ -286,10 +280,6 @@ static PyObject *pyjit_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *fr
     }
     if (co == t->expected_code) {
         t->expected_code = NULL; /* our replacement's own frame */
-        return run_original(tstate, frame, 0);
-    }
-    CodeExtra *ex = pyjit_extra_get(co);
-    if (ex != NULL && ex->skip) {
         return run_original(tstate, frame, 0);
     }
     Py_ssize_t nargs = argument_slots(co);
@@ -321,6 +311,50 @@ static PyObject *pyjit_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *fr
         t->busy--;
     }
     return handle_miss(tstate, frame, t, co, ex, nargs);
+}
+
+/* The hook's rarely taken branches, out of line so that the fast path below is a leaf
+ * function ending in tail calls (no registers saved per frame). */
+static PYJIT_NOINLINE PyObject *eval_frame_switch_thread(PyThreadState *tstate, _PyInterpreterFrame *frame,
+                                                         int throwflag)
+{
+    cached_thread_id = tstate->id; /* __tls_get_addr, once per thread switch */
+    cached_thread_state = &tls;
+    return pyjit_eval_frame(tstate, frame, throwflag);
+}
+
+static PYJIT_NOINLINE PyObject *eval_frame_unmirrored(PyThreadState *tstate, _PyInterpreterFrame *frame,
+                                                      ThreadState *t)
+{
+    CodeExtra *ex = pyjit_extra_get_slow(PYJIT_FRAME_CODE(frame));
+    if (ex != NULL && ex->skip) {
+        return run_original(tstate, frame, 0);
+    }
+    return eval_frame_enabled(tstate, frame, t, ex);
+}
+
+/* The hook. Fast path, taken by every frame of a thread that has not enabled pyjit and by
+ * every frame of code marked skip: a thread-id compare, two flag reads, one co_extra read, a
+ * tail call. Checking skip before the frame filter is safe: every filtered frame runs its
+ * original code too, and a skip-marked replacement code's `expected_code` is cleared by
+ * run_replacement after the call. */
+static PyObject *pyjit_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
+{
+    if (tstate->id != cached_thread_id) {
+        return eval_frame_switch_thread(tstate, frame, throwflag);
+    }
+    ThreadState *t = cached_thread_state;
+    if (!t->enabled || t->busy || throwflag) {
+        return run_original(tstate, frame, throwflag);
+    }
+    if (!pyjit_mirror_ok) {
+        return eval_frame_unmirrored(tstate, frame, t);
+    }
+    CodeExtra *ex = pyjit_extra_get_mirrored(PYJIT_FRAME_CODE(frame));
+    if (ex != NULL && ex->skip) {
+        return run_original(tstate, frame, 0);
+    }
+    return eval_frame_enabled(tstate, frame, t, ex);
 }
 
 /* ------------------------------------------------------------ Python functions ------ */

@@ -13,6 +13,7 @@ requiring grad), non-tensor or dynamic-shape inputs, mixed devices, and internal
 """
 from __future__ import annotations
 
+import inspect
 import os
 import time
 from typing import Any, Callable, Sequence
@@ -117,6 +118,10 @@ def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tenso
     with fake_mode, torch.no_grad():
         aten_gm = make_fx(fn, decomposition_table=decomposition_table(), tracing_mode="real",
                           record_stack_traces=True)(*fake_inputs)
+    # Functionalization leaves dead view nodes behind; they would hide single-use patterns.
+    # (In-place copy_ nodes that write inputs back are impure and stay.)
+    aten_gm.graph.eliminate_dead_code()
+    aten_gm.recompile()
     return aten_gm, spec_box[-1]
 
 
@@ -227,4 +232,5 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
         return pytree.tree_unflatten(list(outs), out_spec)
 
     compiled_fn.pyjit_call = call  # type: ignore[attr-defined]
+    compiled_fn.pyjit_source = inspect.getsource(inspect.getmodule(call))  # type: ignore[attr-defined]
     return compiled_fn

@@ -46,7 +46,8 @@ class GraphLowering(torch.fx.Interpreter):
         self.constants: list[tuple[InputBuffer, torch.Tensor]] = []
         self.buffers: list[Buffer] = []
         self.outputs: list[Any] = []
-        self.mutations: list[tuple[str, Any]] = []  # (input buffer name, realized new value)
+        # (input buffer or a strided view of it, realized new value): written back after the kernels.
+        self.mutations: list[tuple[IRNode, Any]] = []
         self.current_node: torch.fx.Node | None = None
         self.node_info: dict[str, tuple[str, str]] = {}  # fx node name -> (op name, user source line)
         self._counter = 0
@@ -140,11 +141,20 @@ class GraphLowering(torch.fx.Interpreter):
         if target is operator.getitem:
             return args[0][args[1]]
         if target is torch.ops.aten.copy_.default and isinstance(args[0], InputBuffer):
+            region = self._scattered_region(args[0])
+            if region is not None:
+                # x[..] = v: write v into that region of x instead of rebuilding all of x.
+                view, src = region
+                if src.get_dtype() != view.get_dtype():
+                    from .lowering.registry import to_dtype_node
+                    src = to_dtype_node(self, src, view.get_dtype())
+                self.mutations.append((view, self.realize(src)))
+                return args[0]
             value = args[1]
             if value.get_size() != args[0].get_size() or value.get_dtype() != args[0].get_dtype():
                 from .lowering.pointwise import _copy
                 value = _copy(self, args[0], value)
-            self.mutations.append((args[0].name, self.realize(value)))
+            self.mutations.append((args[0], self.realize(value)))
             return args[0]
         lowering = LOWERINGS.get(target)
         reason = ""
@@ -177,6 +187,36 @@ class GraphLowering(torch.fx.Interpreter):
         return results
 
     # ------------------------------------------------------------------ helpers
+    def _scattered_region(self, dst: InputBuffer) -> tuple[IRNode, IRNode] | None:
+        """For ``copy_(x, slice_scatter(x, src, ...))`` (or select_scatter): the view of ``x`` and ``src``.
+
+        Only when the scatter's sole user is this write-back: then the full new ``x`` is never
+        needed, and writing ``src`` into the view after all kernels ran is what eager does.
+        """
+        from .lowering.views import select_view, slice_view
+
+        node = self.current_node
+        assert node is not None
+        scatter = node.args[1]
+        if not isinstance(scatter, torch.fx.Node) or len(scatter.users) != 1 or scatter.args[0] is not node.args[0]:
+            return None
+        src = self.env.get(scatter.args[1]) if isinstance(scatter.args[1], torch.fx.Node) else None
+        if not isinstance(src, IRNode):
+            return None
+        aten = torch.ops.aten
+        if scatter.target is aten.slice_scatter.default:
+            dim, start, end, step = (list(scatter.args[2:]) + [None] * 4)[:4]
+            kw = scatter.kwargs
+            view = slice_view(dst, kw.get("dim", dim if dim is not None else 0), kw.get("start", start),
+                              kw.get("end", end), kw.get("step", step if step is not None else 1))
+        elif scatter.target is aten.select_scatter.default:
+            view = select_view(dst, scatter.args[2], scatter.args[3])
+        else:
+            return None
+        if not isinstance(view, (ReinterpretView, InputBuffer)) or view.get_size() != src.get_size():
+            return None
+        return view, src
+
     def _unsupported_dtype(self, args: Any, kwargs: Any) -> torch.dtype | None:
         from torch.utils._pytree import tree_leaves
 

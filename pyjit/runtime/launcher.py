@@ -50,8 +50,9 @@ class InterpretedKernel:
 
     Triton's own helpers (``tl.sum``, ``tl.max``...) are ``@triton.jit`` functions decorated at
     import: with the interpreter off they refuse to be called from Python. For the duration of
-    a launch they are swapped for interpreted twins, then restored, so compiled CUDA kernels
-    in the same process are unaffected.
+    a launch they are swapped for interpreted twins (and the interpreter's fp32 -> bf16 cast for
+    one that rounds like the GPU), then restored, so compiled CUDA kernels in the same process
+    are unaffected.
     """
 
     def __init__(self, jit_fn: Any):
@@ -78,7 +79,7 @@ def _stdlib_swaps() -> list[tuple[Any, str, Any, Any]]:
 
         try:  # imported lazily by launches; import it now, while Triton's helpers are not swapped
             import triton.experimental.gluon  # noqa: F401
-        except ImportError:
+        except Exception:  # absent or unusable in this Triton: nothing will import it lazily either
             pass
         _swaps = []
         for mod_name, mod in list(sys.modules.items()):
@@ -87,7 +88,36 @@ def _stdlib_swaps() -> list[tuple[Any, str, Any, Any]]:
             for attr, value in list(vars(mod).items()):
                 if isinstance(value, JITFunction):
                     _swaps.append((mod, attr, value, InterpretedFunction(value.fn)))
+        _swaps += _rtne_bf16_cast_swap()
     return _swaps
+
+
+def _rtne_bf16_cast_swap() -> list[tuple[Any, str, Any, Any]]:
+    """The interpreter truncates fp32 -> bf16; compiled Triton (and eager) round to nearest even.
+
+    During interpreted launches its cast routine is replaced by one that rounds like the GPU,
+    so CPU CI sees the numbers the GPU produces. Skipped if Triton's internals differ.
+    """
+    try:
+        import numpy as np
+        import torch
+        import triton.language as tl
+        from triton.runtime import interpreter as interp
+
+        builder_cls = type(interp.interpreter_builder)
+        original = builder_cls.cast_impl
+        handle_cls = interp.TensorHandle
+    except (ImportError, AttributeError):  # pragma: no cover - other Triton versions
+        return []
+
+    def cast_impl(self: Any, src: Any, dst_type: Any) -> Any:
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
+            data = np.ascontiguousarray(np.asarray(src.data, dtype=np.float32))
+            bits = torch.from_numpy(data).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+            return handle_cls(bits, tl.bfloat16)
+        return original(self, src, dst_type)
+
+    return [(builder_cls, "cast_impl", original, cast_impl)]
 
 
 @contextlib.contextmanager

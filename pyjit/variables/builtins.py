@@ -111,6 +111,7 @@ def identical(tx: "Translator", a: VariableTracker, b: VariableTracker) -> bool:
         return False
     va, vb = _object_of(a), _object_of(b)
     if va is not _NO and vb is not _NO:
+        _guard_identity_relation(tx, a, b, va is vb)
         return va is vb
     if a.python_type() is not b.python_type():
         return False
@@ -118,6 +119,24 @@ def identical(tx: "Translator", a: VariableTracker, b: VariableTracker) -> bool:
 
 
 _NO = object()
+
+
+def _guard_identity_relation(tx: "Translator", a: VariableTracker, b: VariableTracker, same: bool) -> None:
+    """``a is b`` answered from the objects themselves: when either is guarded only by type
+    (user objects), guard the answer itself (``SAME_OBJECT`` / ``DISTINCT``); identity-guarded
+    values (modules, functions, classes, None) already fix it."""
+    from .user_defined import UserDefinedObjectVariable
+
+    if a.source is None or b.source is None or a.source == b.source:
+        return
+    if not (isinstance(a, UserDefinedObjectVariable) or isinstance(b, UserDefinedObjectVariable)):
+        return
+    from ..guards.guards import GuardKind
+
+    if same:
+        tx.output.guards.add(GuardKind.SAME_OBJECT, a.source, extra=b.source)
+    else:
+        tx.output.guards.add(GuardKind.DISTINCT, None, extra=(a.source, b.source))
 
 
 def _object_of(v: VariableTracker) -> Any:

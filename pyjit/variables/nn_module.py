@@ -54,21 +54,27 @@ class NNModuleVariable(VariableTracker):
 
         m = self.value
         d = m.__dict__
-        if "_parameters" in d and name in d["_parameters"]:
-            return wrap(tx, d["_parameters"][name], self._child_source("_parameters", name))
-        if "_buffers" in d and name in d["_buffers"]:
-            return wrap(tx, d["_buffers"][name], self._child_source("_buffers", name))
-        if "_modules" in d and name in d["_modules"]:
-            return wrap(tx, d["_modules"][name], self._child_source("_modules", name))
-        if name in d:
-            return wrap(tx, d[name], AttrSource(self.source, name) if self.source is not None else None)
         if name == "__class__":
             return wrap(tx, type(m), class_source(self.source))
-        if name in _TRACKED_METHODS or (isinstance(m, torch.nn.ModuleDict) and name in ("keys", "values", "items")):
+        # Python's order: data descriptors of the class (properties), the instance __dict__, other
+        # class attributes; only then Module.__getattr__ (parameters, buffers, children).
+        cls_attr = _lookup_class_attr(type(m), name)
+        if isinstance(cls_attr, property):
+            member = class_member(tx, self, name, cls_attr)
+            assert member is not None
+            return member
+        if name in d:
+            return wrap(tx, d[name], AttrSource(self.source, name) if self.source is not None else None)
+        if cls_attr is _MISSING:
+            for dict_name in ("_parameters", "_buffers", "_modules"):
+                if dict_name in d and name in d[dict_name]:
+                    return wrap(tx, d[dict_name][name], self._child_source(dict_name, name))
+        if (name in _TRACKED_METHODS or (isinstance(m, torch.nn.ModuleDict) and name in ("keys", "values", "items"))) \
+                and not _user_overrides(type(m), name):
             from .base import BoundMethodVariable
 
+            guard_not_shadowed(tx, self, name)
             return BoundMethodVariable(self, name)
-        cls_attr = _lookup_class_attr(type(m), name)
         if cls_attr is _MISSING:
             unsupported("exception", f"AttributeError: {type(m).__name__} has no attribute {name!r}")
         member = class_member(tx, self, name, cls_attr)
@@ -103,23 +109,55 @@ class NNModuleVariable(VariableTracker):
         src = guard_identity(tx, member_source(class_source(self.source), "forward", forward), forward)
         return UserFunctionVariable(forward, src).call_function(tx, [self, *args], kwargs)
 
+    def _guard_keys(self, tx: "Translator", dict_name: str) -> None:
+        """The trace used which entries ``_modules``/``_parameters``/``_buffers`` has (a length, an
+        iteration, an index): guard the key list (``layers.append(...)`` after compiling)."""
+        from ..guards.guards import GuardKind
+
+        if self.source is None:
+            return
+        d = getattr(self.value, dict_name)
+        src = AttrSource(self.source, dict_name)
+        # no TYPE_MATCH: ModuleList.__delitem__ swaps the dict for an OrderedDict, same keys
+        tx.output.guards.add(GuardKind.DICT_KEYS, src, tuple(d.keys()))
+
+    def _container_dict(self) -> str | None:
+        """The dict a torch container's len/iteration/indexing follow (None for other modules)."""
+        m = self.value
+        if isinstance(m, (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)):
+            return "_modules"
+        if isinstance(m, (torch.nn.ParameterList, torch.nn.ParameterDict)):
+            return "_parameters"
+        return None
+
+    def _len(self, tx: "Translator") -> int:
+        m = self.value
+        dict_name = self._container_dict()
+        if dict_name is None or _user_overrides(type(m), "__len__"):
+            unsupported("unsupported_call", f"len() of a {type(m).__name__} (its own __len__)")
+        self._guard_keys(tx, dict_name)
+        return len(m)  # type: ignore[arg-type]
+
     def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         m = self.value
         if name == "__len__" and hasattr(m, "__len__"):
-            return ConstantVariable(len(m))  # type: ignore[arg-type]
+            return ConstantVariable(self._len(tx))
         if name == "__getitem__" and isinstance(m, (torch.nn.Sequential, torch.nn.ModuleList)):
             key = args[0].as_python_constant()
             if isinstance(key, slice):
                 unsupported("unsupported_call", "slicing a Sequential/ModuleList")
+            self._guard_keys(tx, "_modules")  # which child index `key` names
             keys = list(m._modules.keys())
             return self.var_getattr(tx, keys[key])
         if name == "__getitem__" and isinstance(m, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
             return self.var_getattr(tx, args[0].as_python_constant())
         if name == "__getitem__" and isinstance(m, torch.nn.ParameterList):
+            self._guard_keys(tx, "_parameters")
             return self.var_getattr(tx, str(range(len(m))[args[0].as_python_constant()]))
         if isinstance(m, torch.nn.ModuleDict) and name in ("keys", "values", "items"):
             from .lists import ListVariable, TupleVariable
 
+            self._guard_keys(tx, "_modules")
             keys = list(m._modules.keys())
             if name == "keys":
                 return ListVariable([ConstantVariable(k) for k in keys])
@@ -130,6 +168,7 @@ class NNModuleVariable(VariableTracker):
         if name in ("parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children", "modules"):
             return self._enumerate(tx, name, args, kwargs)
         if name == "__contains__" and isinstance(m, torch.nn.ModuleDict):
+            self._guard_keys(tx, "_modules")
             return ConstantVariable(args[0].as_python_constant() in m._modules)
         return super().call_method(tx, name, args, kwargs)
 
@@ -139,6 +178,7 @@ class NNModuleVariable(VariableTracker):
         m = self.value
         out: list[VariableTracker] = []
         if name in ("children", "named_children"):
+            self._guard_keys(tx, "_modules")
             for k in m._modules:
                 v = self.var_getattr(tx, k)
                 out.append(TupleVariable([ConstantVariable(k), v]) if name.startswith("named") else v)
@@ -147,10 +187,11 @@ class NNModuleVariable(VariableTracker):
             dict_name = "_parameters" if "param" in name else "_buffers"
             recurse = kwargs["recurse"].as_python_constant() if "recurse" in kwargs else True
             for prefix, sub, sub_var in self._walk(tx, recurse):
-                for k, p in getattr(sub, dict_name).items():
-                    if p is None:
+                sub_var._guard_keys(tx, dict_name)
+                for k in getattr(sub, dict_name):
+                    v = sub_var.var_getattr(tx, k)  # a None entry is guarded to stay None
+                    if isinstance(v, ConstantVariable) and v.value is None:
                         continue
-                    v = sub_var.var_getattr(tx, k)
                     out.append(TupleVariable([ConstantVariable(prefix + k), v]) if name.startswith("named") else v)
             return ListVariable(out)
         if name == "modules":
@@ -166,6 +207,7 @@ class NNModuleVariable(VariableTracker):
         while i < len(result):
             prefix, mod, var = result[i]
             i += 1
+            var._guard_keys(tx, "_modules")
             for k, child in mod._modules.items():
                 if child is None or id(child) in seen:
                     continue
@@ -177,6 +219,9 @@ class NNModuleVariable(VariableTracker):
 
     def unpack(self, tx: "Translator") -> list[VariableTracker]:
         m = self.value
+        dict_name = self._container_dict()
+        if dict_name is not None and not _user_overrides(type(m), "__iter__"):
+            self._guard_keys(tx, dict_name)
         if isinstance(m, (torch.nn.Sequential, torch.nn.ModuleList)):
             return [self.var_getattr(tx, k) for k in m._modules]
         if isinstance(m, torch.nn.ModuleDict):
@@ -186,8 +231,10 @@ class NNModuleVariable(VariableTracker):
         unsupported("unsupported_object", f"iterating over {type(m).__name__}")
 
     def truth(self, tx: "Translator") -> bool:
+        if _user_overrides(type(self.value), "__bool__"):
+            unsupported("unsupported_call", f"truth value of a {type(self.value).__name__} (its own __bool__)")
         if hasattr(self.value, "__len__"):
-            return len(self.value) > 0  # type: ignore[arg-type]
+            return self._len(tx) > 0
         return True
 
     def __repr__(self) -> str:
@@ -218,6 +265,14 @@ def _guard_no_hooks(tx: "Translator", var: "NNModuleVariable") -> None:
 
 
 _MODULE_CALL = torch.nn.Module.__call__
+
+
+def _user_overrides(cls: type, name: str) -> bool:
+    """A class outside torch redefines a Module method that call_method answers itself."""
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return not _is_library_class(klass)
+    return False
 
 
 def _is_library_class(cls: type) -> bool:

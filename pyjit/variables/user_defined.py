@@ -120,7 +120,8 @@ class UserDefinedObjectVariable(VariableTracker):
             assert member is not None
             return member
         d = getattr(obj, "__dict__", None)
-        if isinstance(d, dict) and name in d:
+        data_descriptor = hasattr(type(cls_attr), "__set__") or hasattr(type(cls_attr), "__delete__")
+        if isinstance(d, dict) and name in d and not data_descriptor:
             # Guarded through getattr(obj, name): the same lookup Python does at run time.
             return wrap(tx, d[name], AttrSource(self.source, name) if self.source is not None else None)
         member = class_member(tx, self, name, cls_attr)

@@ -165,3 +165,9 @@ def test_split_reductions(device: str) -> None:
         assert backend.metrics.generated_kernel_count == 2  # partial sums, then their sum
         check(lambda a: (a.sum(), a.amax(), (a > 2.9).any(), a.mean()), x, atol=1e-3, rtol=1e-4)
         check(lambda b: (b.sum(-1), b.amin(-1)), m, atol=1e-1, rtol=1e-2)
+
+
+def test_bf16_rounding_matches_eager_exactly(device: str) -> None:
+    x = make([257], device, low=-300, high=300)
+    check(lambda a: (a.to(torch.bfloat16), a.to(torch.float16), (a * 3).to(torch.bfloat16).float()), x,
+          atol=0, rtol=0)

@@ -76,7 +76,6 @@ def test_case_default_backend(case):
     run_against_eager(case, pyjit.jit, exact=False)
 
 
-
 # Frontend + pyjit's own backend end to end: the generated Triton kernels run on CPU through
 # Triton's interpreter. The sample above plus the cases whose semantics a lowering can miss
 # (autocast regions, in-place updates, integer division, dtype promotion).
@@ -86,17 +85,7 @@ _BACKEND_CASES = _SAMPLE + [c for c in CASES if c.name in {
 } and c not in _SAMPLE]
 
 
-# Known backend bug (reported): inside an autocast region the lowered matmul runs on the fp32
-# inputs and rounds the result, while eager casts the inputs to bfloat16 first. strict: once
-# fixed, the XPASS fails and this mark must go.
-_AUTOCAST_XFAIL = pytest.mark.xfail(strict=True, reason="pyjit backend ignores autocast input casts (bf16 matmul)")
-
-
-@pytest.mark.parametrize(
-    "case",
-    [pytest.param(c, marks=_AUTOCAST_XFAIL) if c.name.startswith("autocast_") else c for c in _BACKEND_CASES],
-    ids=[c.name for c in _BACKEND_CASES],
-)
+@pytest.mark.parametrize("case", _BACKEND_CASES, ids=[c.name for c in _BACKEND_CASES])
 def test_case_pyjit_backend_triton_interpret(case):
     with pyjit.config.patch(cpu_backend="triton_interpret"):
         run_against_eager(case, lambda fn: pyjit.jit(fn, backend="pyjit"), exact=False)

@@ -241,3 +241,70 @@ def test_truth_method_added_to_class():
 
 def test_truth_len_added_to_class():
     check_world_change(uses_truth, (X,), *_patch(Plain, "__len__", lambda self: 0))
+
+
+# -- identity between objects guarded only by type ----------------------------------------------
+
+
+class Cfg:
+    pass
+
+
+CFG_A, CFG_B = Cfg(), Cfg()
+CURRENT = CFG_A
+
+
+def uses_identity(x):
+    return x * 2 if CURRENT is CFG_A else x * 3
+
+
+def test_is_between_user_objects():
+    g = globals()
+    check_world_change(uses_identity, (X,), lambda: g.__setitem__("CURRENT", CFG_B),
+                       lambda: g.__setitem__("CURRENT", CFG_A))
+
+
+OTHER = CFG_B
+
+
+def uses_identity_distinct(x):
+    return x * 2 if OTHER is CFG_A else x * 3
+
+
+def test_is_between_user_objects_starting_distinct():
+    g = globals()
+    check_world_change(uses_identity_distinct, (X,), lambda: g.__setitem__("OTHER", CFG_A),
+                       lambda: g.__setitem__("OTHER", CFG_B))
+
+
+# -- data descriptors win over the instance __dict__ ------------------------------------------------
+
+
+class Fixed:
+    """A data descriptor (has __set__): Python reads it before the instance __dict__."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __get__(self, obj, owner=None):
+        return self.value
+
+    def __set__(self, obj, value):
+        raise AttributeError("read-only")
+
+
+class WithDescriptor:
+    gain = Fixed(2.0)
+
+
+WITH_DESCRIPTOR = WithDescriptor()
+WITH_DESCRIPTOR.__dict__["gain"] = 100.0  # shadowed in the dict, but the descriptor wins
+
+
+def uses_descriptor(x):
+    return x * WITH_DESCRIPTOR.gain
+
+
+def test_data_descriptor_beats_instance_dict():
+    desc = WithDescriptor.__dict__["gain"]
+    check_world_change(uses_descriptor, (X,), lambda: setattr(desc, "value", -1.0), lambda: setattr(desc, "value", 2.0))

@@ -143,8 +143,8 @@ class WrapperCodegen:
                 out.writelines(step_lines)
                 if frees:
                     out.writeline(f"del {', '.join(frees)}")
-            for input_name, value in graph.mutations:
-                out.writeline(f"{input_name}.copy_({self.value(value)})  # write back the mutated input")
+            for target, value in graph.mutations:
+                out.writeline(f"{self.value(target)}.copy_({self.value(value)})  # write back the mutated input")
             outs = ", ".join(self.value(o) for o in graph.outputs)
             out.writeline(f"return ({outs}{',' if len(graph.outputs) == 1 else ''})")
         out.writelines(self._benchmark_main())
