@@ -24,7 +24,8 @@ typedef struct {
     PyCodeObject *expected_code; /* replacement code about to be entered by this thread */
 } ThreadState;
 
-/* C11 thread-local: a thread that never enabled pyjit pays exactly this read per frame.
+/* C11 thread-local, read through the cache below (a frame of a thread that never enabled
+ * pyjit costs a thread-id compare and a flag read while that thread keeps running).
  * The callback reference of a thread that exits while enabled is leaked (one object). */
 static _Thread_local ThreadState tls;
 

@@ -224,27 +224,9 @@ class ModuleDictSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
-class FuncAttrSource(Source):
-    """``__defaults__``/``__kwdefaults__`` and similar read off a function object."""
-
-    base: Source
-    attr: str
-
-    def name(self) -> str:
-        return f"{self.base.name()}.{self.attr}"
-
-    def reconstruct(self, codegen: "PyCodegen") -> None:
-        self.base.reconstruct(codegen)
-        codegen.load_attr(self.attr)
-
-    def get(self, frame: FrameValues) -> Any:
-        return getattr(self.base.get(frame), self.attr)
-
-    def tree_node(self, tree: Any) -> Any:
-        return self.base.tree_node(tree).attr(self.attr)
-
-    def root(self) -> Source:
-        return self.base.root()
+class FuncAttrSource(AttrSource):
+    """``__defaults__``/``__kwdefaults__``/``__code__`` read off a function object (an AttrSource
+    kept as its own type so guards on function internals are easy to tell apart in logs/tests)."""
 
 
 def _module_dict(module_name: str) -> dict[str, Any]:

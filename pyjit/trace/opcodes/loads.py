@@ -12,6 +12,7 @@ from . import register
 
 if TYPE_CHECKING:
     from ..translator import Instruction, Translator
+    from ...variables.base import VariableTracker
 
 PY = sys.version_info[:2]
 
@@ -144,14 +145,18 @@ def load_attr(tx: "Translator", inst: "Instruction") -> None:
     method = PY >= (3, 12) and bool(inst.arg & 1)
     value = obj.var_getattr(tx, inst.argval)
     if method:
-        # We always bind: push (NULL, bound) on 3.12, (bound, NULL) on 3.13+.
-        if PY >= (3, 13):
-            tx.push(value)
-            tx.push(NULL)
-        else:
-            tx.push(NULL)
-            tx.push(value)
+        _push_bound_method(tx, value)
     else:
+        tx.push(value)
+
+
+def _push_bound_method(tx: "Translator", value: "VariableTracker") -> None:
+    """A method load leaves two slots; we always bind: (NULL, bound) on 3.12, (bound, NULL) on 3.13+."""
+    if PY >= (3, 13):
+        tx.push(value)
+        tx.push(NULL)
+    else:
+        tx.push(NULL)
         tx.push(value)
 
 
@@ -172,12 +177,7 @@ def load_super_attr(tx: "Translator", inst: "Instruction") -> None:  # 3.12+: su
     sup = BuiltinVariable(super).call_function(tx, [cls_v, self_v], {})
     value = sup.var_getattr(tx, inst.argval)
     if inst.arg & 1:  # method load
-        if PY >= (3, 13):
-            tx.push(value)
-            tx.push(NULL)
-        else:
-            tx.push(NULL)
-            tx.push(value)
+        _push_bound_method(tx, value)
     else:
         tx.push(value)
 
