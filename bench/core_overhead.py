@@ -1,6 +1,7 @@
 """C-core benchmarks (pyjit._C): hook overhead, guard check cost, cache-hit dispatch.
 
-Standalone: ``python -m bench.core_overhead [--quick] [--json PATH]`` prints a table.
+Standalone: ``python -m bench.core_overhead [--quick] [--json PATH]`` prints a table;
+``--loop WHAT N`` runs one workload N times for instruction counting under callgrind.
 For the bench harness: ``run_bench(quick=, device=, time_budget_s=)`` returns rows
 ``{name, value, unit, median, q1, q3, samples, note}``; the three ``measure_*`` functions
 return plain dicts of numbers. Nothing here is a test: no assertions on speed.
@@ -387,11 +388,49 @@ def run_bench(*, quick: bool = True, device: str = "cpu", time_budget_s: float |
     return rows
 
 
+def run_loop(what: str, n: int) -> None:
+    """Run one workload n times and nothing else: for instruction counts, which unlike CPU
+    time do not depend on the other jobs of a shared machine. Compare two runs that differ
+    only in n, e.g. ``valgrind --tool=callgrind python -m bench.core_overhead --loop
+    guard-full 2000`` minus the same with 0 (docs/performance.md, "C core")."""
+    if what.startswith("hook-"):
+        mode = what[len("hook-"):]
+        call_heavy_workload(10)
+        if mode == "skip":
+            _C.set_callback(lambda func, args: _C.mark_skip(func.__code__))
+        elif mode == "floor":
+            _C._bench_passthrough(True)
+        elif mode != "off":
+            raise SystemExit(f"unknown hook mode {mode!r}: off, floor, skip")
+        call_heavy_workload(10)  # marks every code object of the workload
+        call_heavy_workload(n)
+        _C.set_callback(None)
+        return
+    args = _tensor_args()
+    if args is None:
+        raise SystemExit("guard loops need torch")
+    kinds = {"guard-full": (True, True), "guard-tensors": (True, False), "guard-consts": (False, True),
+             "guard-empty": (False, False)}
+    if what not in kinds:
+        raise SystemExit(f"unknown loop {what!r}: {', '.join(kinds)}, hook-off, hook-floor, hook-skip")
+    with_tensors, with_consts = kinds[what]
+    tree = _guard_tree(args, with_tensors=with_tensors, with_consts=with_consts)
+    check = tree.check
+    for _ in range(n):
+        check(four_tensors, args)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--json", help="write the rows to this file")
+    p.add_argument("--loop", nargs=2, metavar=("WHAT", "N"),
+                   help="only run WHAT (guard-full|guard-tensors|guard-consts|guard-empty|hook-off|"
+                        "hook-floor|hook-skip) N times, for instruction counting")
     ns = p.parse_args(argv)
+    if ns.loop:
+        run_loop(ns.loop[0], int(ns.loop[1]))
+        return 0
     rows = run_bench(quick=ns.quick)
     print(f"Python {sys.version.split()[0]}")
     for r in rows:

@@ -34,6 +34,8 @@ def sweep_op(op: Any, device: str, dtype: torch.dtype = torch.float32, max_sampl
     status = "pass"
     fallbacks: list[str] = []
     backend.metrics.fallback_ops.clear()
+    if "empty" in op.name:
+        return "skip", "uninitialized values (allocation only)"
     if "wrapper_set_seed" in getattr(getattr(op.op, "__code__", None), "co_names", ()):
         # The sample function reseeds at trace time only; random ops are aten fallbacks anyway.
         return "skip", "random op (reseeds inside the sample function)"
