@@ -72,6 +72,14 @@ static MethodRef find_method(PyTypeObject *type, const char *name)
     return ref;
 }
 
+/* torch._C._disabled_torch_function_impl (nn.Parameter's __torch_function__): torch then
+ * skips Python dispatch entirely, so the getters read the tensor itself, as for torch.Tensor. */
+static int is_disabled_torch_function(PyObject *tf)
+{
+    return tf != NULL && PyCFunction_Check(tf) &&
+           strcmp(((PyCFunctionObject *)tf)->m_ml->ml_name, "_disabled_torch_function_impl") == 0;
+}
+
 /* Whether is_contiguous() may stand in for stride() on this type (TensorAccess comment).
  * The C base is the type that defines the `shape` getset (torch._C.TensorBase); the Python
  * class right above it in the MRO (torch.Tensor) is the reference for the overrides. */
@@ -97,7 +105,8 @@ static int contiguity_trusted(PyTypeObject *type, const TensorAccess *acc)
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); i++) {
         PyTypeObject *cls = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
         if (cls->tp_base == base) {
-            return lookup(type, "__torch_function__") == lookup(cls, "__torch_function__") &&
+            PyObject *tf = lookup(type, "__torch_function__");
+            return (tf == lookup(cls, "__torch_function__") || is_disabled_torch_function(tf)) &&
                    lookup(type, "__torch_dispatch__") == lookup(cls, "__torch_dispatch__");
         }
     }

@@ -27,9 +27,10 @@ typedef struct TensorAccess {
     GetterRef dtype, device, requires_grad, shape, is_cpu;
     MethodRef stride, is_contiguous, get_device;
     /* is_contiguous() is torch's own C method and the type overrides neither
-     * __torch_function__ nor __torch_dispatch__ (relative to the first Python class above the
-     * C base, i.e. torch.Tensor): its answer then follows from the sizes and strides that
-     * `shape` and `stride()` report, so it may stand in for stride() (see match_strides). */
+     * __torch_function__ (or only with torch's disabled impl, as nn.Parameter does) nor
+     * __torch_dispatch__, relative to the first Python class above the C base (torch.Tensor):
+     * its answer then follows from the sizes and strides that `shape` and `stride()` report,
+     * so it may stand in for stride() (see match_strides). */
     int contiguity_trusted;
 } TensorAccess;
 

@@ -5,8 +5,8 @@ The trace relies on *which* function ``obj.name`` resolves to, so each lookup in
 moment it is made, the guards that keep it true:
 
 - the identity of the function at its class source (``L['obj'].__class__.name is fn``;
-  ``...name.__func__`` for classmethods, ``...name.fget`` for properties): a method patched on
-  the class after compiling fails this guard;
+  ``...name.__func__`` for classmethods; the property object itself for properties, which pins
+  its ``fget``): a method patched on the class after compiling fails this guard;
 - for non-data descriptors (plain functions, staticmethod, classmethod), that the instance
   ``__dict__`` does not shadow the name (``('name' in L['obj'].__dict__) == False``): Python
   looks in the instance dict before those. Properties are data descriptors and win over the
@@ -14,10 +14,16 @@ moment it is made, the guards that keep it true:
 
 Library code (torch, the stdlib) found on a class gets no source and no guard, like every other
 library value (see docs/guards.md): pyjit assumes library classes are not patched at run time.
+
+The function found as ``C.name`` is the same for every instance of ``C`` (each instance's type is
+guarded), so the first source that reached it is shared by all later lookups in the trace: its
+identity, ``__code__``, defaults and globals are guarded once, not once per instance (a model
+with 24 blocks of one class gets one ``forward`` guard, not 24).
 """
 from __future__ import annotations
 
 import types
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from ..guards.guards import GuardKind
@@ -51,11 +57,24 @@ def class_source(obj_source: Source | None) -> Source | None:
     return AttrSource(obj_source, "__class__") if obj_source is not None else None
 
 
-def member_source(cls_source: Source | None, name: str, fn: Any) -> Source | None:
-    """``<cls>.name`` for a user function found on a class (None for library code or no source)."""
-    if cls_source is None or _is_library(fn):
+# Per trace (keyed by its guard set): (id(class), name) -> the first source that reached it.
+_shared: "weakref.WeakKeyDictionary[Any, dict[tuple[int, str], Source]]" = weakref.WeakKeyDictionary()
+
+
+def member_source(tx: "Translator", cls: type, cls_source: Source | None, name: str, fn: Any) -> Source | None:
+    """``<cls>.name`` for a user function found on ``cls`` (None for library code or no source);
+    the first such source of the trace for (cls, name) (see module docstring)."""
+    if _is_library(fn):
         return None
-    return AttrSource(cls_source, name)
+    return shared_class_source(tx, cls, cls_source, name)
+
+
+def shared_class_source(tx: "Translator", cls: type, cls_source: Source | None, name: str) -> Source | None:
+    """``<cls>.name``, the first such source of the trace for (cls, name)."""
+    if cls_source is None:
+        return None
+    memo = _shared.setdefault(tx.output.guards, {})
+    return memo.setdefault((id(cls), name), AttrSource(cls_source, name))
 
 
 def guard_identity(tx: "Translator", source: Source | None, value: Any) -> Source | None:
@@ -85,32 +104,35 @@ def class_member(tx: "Translator", obj: VariableTracker, name: str, attr: Any,
 
     value = getattr(obj, "value", None)
     cls_src = class_source(obj.source) if on_instance else obj.source
+    cls = type(value) if on_instance else value
     if isinstance(attr, property):
         if not on_instance:
             return None  # Cls.prop is the property object itself
         fget = attr.fget
         if not isinstance(fget, types.FunctionType):
             unsupported("unsupported_attr", f"property {name} implemented in C")
-        base = member_source(cls_src, name, fget)
-        src = guard_identity(tx, AttrSource(base, "fget") if base is not None else None, fget)
+        # The property object is immutable, so its identity pins fget; guarding it (rather than
+        # ``.fget``) also keeps the check well-defined when the name is rebound to a plain value.
+        base = guard_identity(tx, member_source(tx, cls, cls_src, name, fget), attr)
+        src = AttrSource(base, "fget") if base is not None else None
         return UserFunctionVariable(fget, src).call_function(tx, [obj], {})
     if isinstance(attr, types.FunctionType):
         if not on_instance:
             return None  # Cls.fn: a plain function, wrapped (and ID-guarded) by the caller
         guard_not_shadowed(tx, obj, name)
-        src = guard_identity(tx, member_source(cls_src, name, attr), attr)
+        src = guard_identity(tx, member_source(tx, cls, cls_src, name, attr), attr)
         return UserMethodVariable(attr, obj, fn_source=src)
     if isinstance(attr, staticmethod):
         if on_instance:
             guard_not_shadowed(tx, obj, name)
         fn = attr.__func__
         # getattr(cls, name) of a staticmethod is the function itself: wrap guards its identity.
-        return wrap(tx, fn, member_source(cls_src, name, fn) if isinstance(fn, types.FunctionType) else None)
+        return wrap(tx, fn, member_source(tx, cls, cls_src, name, fn) if isinstance(fn, types.FunctionType) else None)
     if isinstance(attr, classmethod) and isinstance(attr.__func__, types.FunctionType):
         if on_instance:
             guard_not_shadowed(tx, obj, name)
         fn = attr.__func__
-        base = member_source(cls_src, name, fn)
+        base = member_source(tx, cls, cls_src, name, fn)
         src = guard_identity(tx, AttrSource(base, "__func__") if base is not None else None, fn)
         cls_var = wrap(tx, type(value), cls_src) if on_instance else obj
         return UserMethodVariable(fn, cls_var, fn_source=src)
@@ -123,7 +145,8 @@ def call_type_method(tx: "Translator", obj: VariableTracker, name: str, fn: type
     so only the function's identity is guarded."""
     from .functions import UserMethodVariable
 
-    src = guard_identity(tx, member_source(class_source(obj.source), name, fn), fn)
+    cls = type(getattr(obj, "value", None))
+    src = guard_identity(tx, member_source(tx, cls, class_source(obj.source), name, fn), fn)
     return UserMethodVariable(fn, obj, fn_source=src).call_function(tx, args, kwargs)
 
 

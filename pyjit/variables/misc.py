@@ -73,11 +73,12 @@ class SuperVariable(VariableTracker):
                 cls_src = class_source(self.obj.source)
                 klass_src = ItemSource(AttrSource(cls_src, "__mro__"), i) if cls_src is not None else None
                 if isinstance(attr, types.FunctionType):
-                    src = guard_identity(tx, member_source(klass_src, name, attr), attr)
+                    src = guard_identity(tx, member_source(tx, klass, klass_src, name, attr), attr)
                     return UserMethodVariable(attr, self.obj, fn_source=src)
                 if isinstance(attr, staticmethod):
                     fn = attr.__func__
-                    return wrap(tx, fn, member_source(klass_src, name, fn) if isinstance(fn, types.FunctionType) else None)
+                    return wrap(tx, fn, member_source(tx, klass, klass_src, name, fn)
+                                if isinstance(fn, types.FunctionType) else None)
                 if isinstance(attr, (types.BuiltinFunctionType, types.WrapperDescriptorType, types.MethodDescriptorType)):
                     unsupported("unsupported_call", f"super().{name} implemented in C")
                 return wrap(tx, attr, None)

@@ -19,7 +19,8 @@ from ..guards.source import AttrSource, ModuleDictSource, Source
 from ..trace.graph_breaks import unsupported
 from .base import VariableTracker
 from .class_members import MISSING as _MISSING
-from .class_members import class_member, class_source, guard_identity, guard_not_shadowed, member_source
+from .class_members import (class_member, class_source, guard_identity, guard_not_shadowed, member_source,
+                            shared_class_source)
 from .class_members import lookup_class_attr as _lookup_class_attr
 from .constant import ConstantVariable
 
@@ -96,7 +97,7 @@ class NNModuleVariable(VariableTracker):
             return call_type_method(tx, self, "__call__", call, args, kwargs)
         if self.source is not None and not _is_library_class(type(m)):
             # Module.__call__ runs forward: a user class could still get its own __call__ later.
-            guard_identity(tx, AttrSource(class_source(self.source), "__call__"), _MODULE_CALL)
+            guard_identity(tx, shared_class_source(tx, type(m), class_source(self.source), "__call__"), _MODULE_CALL)
         forward = _lookup_class_attr(type(m), "forward")
         if "forward" in m.__dict__:
             unsupported("unsupported_call", f"{type(m).__name__} instance has its own forward attribute")
@@ -106,7 +107,7 @@ class NNModuleVariable(VariableTracker):
 
         _guard_no_hooks(tx, self)
         guard_not_shadowed(tx, self, "forward")  # `model.act.forward = ...` after compiling
-        src = guard_identity(tx, member_source(class_source(self.source), "forward", forward), forward)
+        src = guard_identity(tx, member_source(tx, type(m), class_source(self.source), "forward", forward), forward)
         return UserFunctionVariable(forward, src).call_function(tx, [self, *args], kwargs)
 
     def _guard_keys(self, tx: "Translator", dict_name: str) -> None:

@@ -22,8 +22,6 @@ from .constant import ConstantVariable
 if TYPE_CHECKING:
     from ..trace.translator import Translator
 
-_OBJECT_GETATTRIBUTE = object.__getattribute__
-
 
 class UserDefinedClassVariable(VariableTracker):
     """A class object (guarded by identity): ``isinstance`` targets, namedtuple/dataclass constructors."""
@@ -111,8 +109,8 @@ class UserDefinedObjectVariable(VariableTracker):
 
         obj = self.value
         cls = type(obj)
-        if _class_attr(cls, "__getattribute__") is not _OBJECT_GETATTRIBUTE:
-            # The lookup below models object.__getattribute__; a custom one could answer anything.
+        if isinstance(_class_attr(cls, "__getattribute__"), types.FunctionType):
+            # The lookup below models object.__getattribute__; a Python one could answer anything.
             unsupported("unsupported_attr", f"{cls.__name__} defines __getattribute__ (reading .{name})")
         cls_attr = _class_attr(cls, name)
         if isinstance(cls_attr, property):  # a data descriptor: wins over the instance __dict__

@@ -82,7 +82,7 @@ def layouts(device: str = "cpu"):
     ]
 
 
-@pytest.mark.parametrize("ttype", [torch.Tensor, Plain, Liar])
+@pytest.mark.parametrize("ttype", [torch.Tensor, Plain, Liar, torch.nn.Parameter])
 def test_strides_agree_with_eager_for_every_layout_pair(ttype):
     ts = [t.as_subclass(ttype) if ttype is not torch.Tensor else t for t in layouts()]
     for a, b in itertools.product(ts, ts):

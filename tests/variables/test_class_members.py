@@ -308,3 +308,51 @@ def uses_descriptor(x):
 def test_data_descriptor_beats_instance_dict():
     desc = WithDescriptor.__dict__["gain"]
     check_world_change(uses_descriptor, (X,), lambda: setattr(desc, "value", -1.0), lambda: setattr(desc, "value", 2.0))
+
+
+# -- attribute hooks ---------------------------------------------------------------------------------
+
+DYN_VALUES = {"k": 2.0}
+
+
+class Dynamic:
+    def __getattr__(self, name):  # called only when normal lookup fails
+        try:
+            return DYN_VALUES[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+DYNAMIC = Dynamic()
+
+
+def uses_getattr_hook(x):
+    return x * DYNAMIC.k
+
+
+def test_getattr_hook_value_changes():
+    check_world_change(uses_getattr_hook, (X,), lambda: DYN_VALUES.__setitem__("k", -3.0),
+                       lambda: DYN_VALUES.__setitem__("k", 2.0))
+
+
+class Intercepting:
+    def __getattribute__(self, name):
+        return DYN_VALUES["k"] if name == "k" else object.__getattribute__(self, name)
+
+    k = 1.0
+
+
+INTERCEPTING = Intercepting()
+
+
+def test_custom_getattribute_is_not_modelled():
+    def f(x):
+        return x * INTERCEPTING.k
+
+    jf = pyjit.jit(f, backend=CompileCounter())
+    for value in (2.0, 5.0):
+        DYN_VALUES["k"] = value
+        try:
+            same(f(X), jf(X), f"k={value}")
+        finally:
+            DYN_VALUES["k"] = 2.0

@@ -414,3 +414,26 @@ def test_parameters_method_shadowed_on_instance():
         lin.__dict__.pop("parameters", None)
 
     check_world_change(_param_sum(lin), (X,), lambda: setattr(lin, "parameters", lambda: [lin.bias]), restore)
+
+
+class ScaledCall(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(6, 6)
+
+    def __call__(self, x, scale=2.0):  # a user __call__ around Module.__call__
+        return super().__call__(x) * scale
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+def test_module_user_call_and_its_patch():
+    torch.manual_seed(0)
+    m = ScaledCall()
+
+    def f(x):
+        return m(x) + 1
+
+    old = ScaledCall.__call__
+    check_world_change(f, (X,), _set(ScaledCall, "__call__", lambda self, x: x * 0), _set(ScaledCall, "__call__", old))
