@@ -120,10 +120,53 @@ def _rtne_bf16_cast_swap() -> list[tuple[Any, str, Any, Any]]:
     return [(builder_cls, "cast_impl", original, cast_impl)]
 
 
+def _language_namespaces() -> list[Any]:
+    """Modules of ``triton.language`` and the classes they define: what the interpreter patches."""
+    spaces: list[Any] = []
+    for mod_name, mod in list(sys.modules.items()):
+        if not mod_name.startswith("triton.language") or mod is None:
+            continue
+        spaces.append(mod)
+        for value in list(vars(mod).values()):
+            if isinstance(value, type) and getattr(value, "__module__", "").startswith("triton.language"):
+                spaces.append(value)
+    return spaces
+
+
+@contextlib.contextmanager
+def _restored_language() -> Iterator[None]:
+    """Undo whatever an interpreted launch patches in ``triton.language``.
+
+    Triton's interpreter swaps the builtins of ``tl``/``tl.core``/``tl.math`` and the operators
+    of ``tl.tensor`` for interpreter versions. Triton 3.9 restores them after the launch;
+    Triton 3.6 (the GPU machine's) leaves them patched, after which *compiling* a CUDA kernel
+    in the same process fails ("'ir.value' object has no attribute 'dtype'"). Snapshot the
+    namespaces and put every changed or removed attribute back.
+    """
+    spaces = _language_namespaces()
+    saved = [(space, dict(vars(space))) for space in spaces]
+    try:
+        yield
+    finally:
+        for space, before in saved:
+            now = vars(space)
+            # Names the interpreter *adds* stay: it adds helpers once and relies on them later,
+            # and a name unknown to compiled code cannot change what that code does.
+            for name, value in before.items():
+                if now.get(name, _MISSING) is not value:
+                    try:
+                        setattr(space, name, value)
+                    except (AttributeError, TypeError):  # read-only slots of builtin types
+                        pass
+
+
+_MISSING = object()
+
+
 @contextlib.contextmanager
 def _interpreted_stdlib() -> Iterator[None]:
     swaps = _stdlib_swaps()
-    with _lock:
+    with _lock, _restored_language():
         for mod, attr, _, interp in swaps:
             setattr(mod, attr, interp)
         try:

@@ -48,6 +48,12 @@ _TORCH_CALLABLE_CLASSES = (torch.no_grad, torch.enable_grad, torch.set_grad_enab
                            torch.inference_mode)
 
 
+# Unbound methods implemented in C carry ``__objclass__``; testing the type first avoids probing
+# arbitrary user objects with getattr (which would run their ``__getattr__``).
+_C_DESCRIPTOR_TYPES = (types.MethodDescriptorType, types.WrapperDescriptorType, types.ClassMethodDescriptorType,
+                       types.GetSetDescriptorType, types.MemberDescriptorType)
+
+
 def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker:
     guards = tx.output.guards
     if isinstance(value, torch.Tensor):
@@ -132,7 +138,7 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
                 guards.add(GuardKind.ID_MATCH, AttrSource(source, "__func__"), fn)
             return UserMethodVariable(fn, obj, source)
         return wrap(tx, fn, None)
-    if getattr(value, "__objclass__", None) in (torch.Tensor, torch._C.TensorBase):
+    if type(value) in _C_DESCRIPTOR_TYPES and value.__objclass__ in (torch.Tensor, torch._C.TensorBase):
         # an unbound Tensor method (torch.Tensor.add): a graph call like torch.add
         if source is not None:
             guards.add(GuardKind.ID_MATCH, source, value)

@@ -316,11 +316,10 @@ DYN_VALUES = {"k": 2.0}
 
 
 class Dynamic:
-    def __getattr__(self, name):  # called only when normal lookup fails
-        try:
-            return DYN_VALUES[name]
-        except KeyError:
-            raise AttributeError(name) from None
+    def __getattr__(self, name):  # called only when normal lookup fails; only `k` is probed
+        if name != "k":  # pyjit must not probe other names (e.g. __objclass__) through the hook
+            raise RuntimeError(f"unexpected attribute probe: {name}")
+        return DYN_VALUES[name]
 
 
 DYNAMIC = Dynamic()
