@@ -44,6 +44,10 @@ class Config:
     # Backend: reductions of at most this many elements per row run as one persistent block;
     # longer ones loop over the row in chunks (several loops in one kernel when needed).
     backend_persistent_reduction_max: int = 8192
+    # Backend: a looped reduction kernel that would read its rows in several passes (softmax,
+    # log_softmax/cross_entropy: max pass + sum-exp pass) runs persistent up to this row length
+    # instead, so each row is read from memory once and the passes reuse registers.
+    backend_persistent_multi_pass_max: int = 32768
     # Backend: sum/max/min/any/all over fewer than 128 rows of at least this many elements are
     # split into parallel chunks plus a combining reduction (one program per row would idle a GPU).
     backend_split_reduction_min: int = 65536

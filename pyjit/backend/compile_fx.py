@@ -219,6 +219,13 @@ def _load_cached_graph(gm: torch.fx.GraphModule, gkey: str, device: torch.device
 def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], out_spec: Any,
                    example_inputs: list[torch.Tensor], constants: list[torch.Tensor]) -> Callable[..., Any]:
     expected = [(t.shape, t.stride(), t.dtype, t.device) for t in example_inputs]
+    # Rebuilding the output structure is per-call overhead: ``tree_unflatten`` costs ~2 us for a
+    # plain tuple. Decide once, by unflattening a probe, whether the structure is exactly one
+    # leaf or a plain tuple of leaves (namedtuples, lists and dicts keep the generic path).
+    n_out = out_spec.num_leaves
+    probe = pytree.tree_unflatten(list(range(n_out)), out_spec)
+    single = n_out == 1 and probe == 0 and type(probe) is int
+    flat_tuple = type(probe) is tuple and probe == tuple(range(n_out))
 
     def compiled_fn(*args: Any) -> Any:
         # The kernels bake in sizes, strides and dtypes: anything else runs as captured.
@@ -229,6 +236,10 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
                     or a.device != dev or (grad and a.requires_grad):
                 return gm.forward(*args)
         outs = call([*args, *constants])
+        if single:
+            return outs[0]
+        if flat_tuple:
+            return tuple(outs)
         return pytree.tree_unflatten(list(outs), out_spec)
 
     compiled_fn.pyjit_call = call  # type: ignore[attr-defined]

@@ -27,6 +27,49 @@ from .ir import (
 )
 from .lowering import LOWERINGS
 from .lowering.fallbacks import make_extern
+from .ops_handler import RecordHandler
+from .symbolic import sym
+
+# A multi-reader pointwise value this cheap is recomputed in each reader instead of stored:
+# e.g. log_softmax's ``x - amax`` is read by the exp-sum loop and by nll_loss's gather; storing
+# it would write (and later re-read) the whole [N, C] activation for one gathered element per row.
+_INLINE_MAX_READS = 2
+_INLINE_MAX_OPS = 6
+_INLINE_MAX_USERS = 3
+
+
+class _CountingHandler(RecordHandler):
+    """Dependency recorder that also counts the arithmetic a body performs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+
+    def to_dtype(self, x: Any, dtype: torch.dtype) -> Any:
+        self.ops += 1
+
+    def unary(self, op: Any, x: Any) -> Any:
+        self.ops += 1
+
+    def binary(self, op: Any, a: Any, b: Any) -> Any:
+        self.ops += 1
+
+    def where(self, cond: Any, a: Any, b: Any) -> Any:
+        self.ops += 1
+
+
+def _cheap_to_recompute(data: Pointwise, users: int) -> bool:
+    """True when re-running ``data`` in each of its readers costs less traffic than a buffer."""
+    if users > _INLINE_MAX_USERS:
+        return False
+    rec = _CountingHandler()
+    try:
+        data.inner_fn(rec, [sym(f"i{k}") for k in range(len(data.ranges))])
+    except Exception:  # e.g. reads an unrealized reduction: keep the safe choice (a buffer)
+        return False
+    reads = {(d.name, d.index) for d in rec.reads}
+    return not rec.has_indirect and not rec.reductions and len(reads) <= _INLINE_MAX_READS \
+        and rec.ops <= _INLINE_MAX_OPS
 
 
 def _dense_layout_hint(val: Any) -> tuple[int, ...] | None:
@@ -116,7 +159,7 @@ class GraphLowering(torch.fx.Interpreter):
         self.node_info[n.name] = (self._op_name(n), self._source_line(n))
         result = super().run_node(n)
         if n.op == "call_function" and len(n.users) > 1 and isinstance(result, StorageBox) \
-                and isinstance(result.data, Pointwise):
+                and isinstance(result.data, Pointwise) and not _cheap_to_recompute(result.data, len(n.users)):
             # Several readers: compute once into a buffer; the scheduler fuses the readers into
             # the producing kernel where it can (the store disappears when nobody else reads it).
             self.realize(result)

@@ -52,6 +52,7 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) 
     inputs = [(tuple(t.shape), tuple(t.stride()), str(t.dtype), str(t.device), t.requires_grad)
               for t in example_inputs]
     settings = (config.cpu_backend, config.backend_fusion, config.backend_persistent_reduction_max,
+                config.backend_persistent_multi_pass_max,
                 config.backend_split_reduction_min)
     text = "\n".join([gm.code, repr(inputs), repr(settings), _backend_source_hash()])
     return hashlib.sha256(text.encode()).hexdigest()

@@ -22,7 +22,11 @@ import time
 import types
 from typing import Any, Callable
 
-import torch
+# Time this module's imports (torch.fx, the trackers, the bytecode layer): reported once, as the
+# ``imports`` phase of the first compile, instead of hiding in nobody's phase.
+_IMPORT_T0 = time.perf_counter()
+
+import torch  # noqa: E402 - after the import timer on purpose
 
 from ..bytecode import disassemble
 from ..config import config
@@ -36,6 +40,9 @@ from ..trace.translator import Translator
 from ..variables.builder import wrap
 from ..variables.functions import CellVariable
 from ..variables.torch_fns import install_global_state_guards
+from . import coldstart
+
+coldstart.note_imports(time.perf_counter() - _IMPORT_T0)
 
 _graph_log = get_logger("graph_code")
 _guard_log = get_logger("guards")
@@ -70,6 +77,8 @@ def root_translator(func: types.FunctionType, args: tuple[Any, ...], output: Out
 
 
 def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Callable[..., Any]) -> CompiledFrame:
+    # One-time torch initialisation (first FakeTensorMode imports torch._dynamo) is not tracing.
+    coldstart.ensure_initialized()
     t0 = time.perf_counter()
     code = func.__code__
     names = flat_arg_names(code)
@@ -117,8 +126,12 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
             _dump(fn_name, gm, output, text)
     _guard_log.info("guards for %s (%s:%d):\n%s", code.co_name, code.co_filename, code.co_firstlineno, output.guards.describe())
     t3 = time.perf_counter()
-    _times_log.info("%s: trace=%.2fms backend=%.2fms codegen=%.2fms", code.co_name, (t1 - t0) * 1e3, (t2 - t1) * 1e3,
-                    (t3 - t2) * 1e3, extra={"phases": {"trace": t1 - t0, "backend": t2 - t1, "codegen": t3 - t2}})
+    phases = {"trace": t1 - t0, "backend": t2 - t1, "codegen": t3 - t2}
+    once = coldstart.take_one_time_phases()  # non-empty on the process's first compile only
+    if once:
+        phases = {**once, **phases}
+    _times_log.info("%s: %s", code.co_name, " ".join(f"{k}={v * 1e3:.2f}ms" for k, v in phases.items()),
+                    extra={"phases": phases})
     return CompiledFrame(output.guards, repl, gm, compiled, names)
 
 

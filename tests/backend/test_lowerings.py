@@ -66,7 +66,7 @@ def test_reductions(device: str, dtype: torch.dtype) -> None:
 def test_reductions_looped(device: str) -> None:
     from pyjit import config as cfg
     x = make([3, 70], device)
-    with cfg.patch(backend_persistent_reduction_max=16):
+    with cfg.patch(backend_persistent_reduction_max=16, backend_persistent_multi_pass_max=0):
         check(lambda a: (a.sum(-1), a.amax(-1), a.argmin(-1), torch.var(a, -1), (a > 0).any(-1),
                          (a > -5).all(-1)), x, atol=1e-4)
 
@@ -139,7 +139,7 @@ def test_looped_reductions_nan_half_and_prologue(device: str) -> None:
     x[1, 5] = float("nan")
     h = make([3, 45], device, torch.float16)
     s = make([4], device)
-    with cfg.patch(backend_persistent_reduction_max=16):
+    with cfg.patch(backend_persistent_reduction_max=16, backend_persistent_multi_pass_max=0):
         check(lambda a: (a.amax(-1), a.argmax(-1), a.amin(-1), a.argmin(-1)), x)
         check(lambda a: (torch.var(a, -1), a.sum(-1), F.softmax(a, -1)), h, atol=1e-2, rtol=1e-2)
         # per-row scale computed before the loop, epilogue after it

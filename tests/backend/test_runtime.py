@@ -29,10 +29,12 @@ def test_mutated_input_written_back(device: str) -> None:
 
 
 def _chain(x):
+    # Every intermediate has four readers (more than a cheap value is recomputed for), so each
+    # is realized into a buffer.
     a = x.exp()
-    b = a * a  # every intermediate has two readers, so each is realized into a buffer
-    c = b.sin() + b
-    d = c.cos() * c
+    b = a * a + a.sin() + a.cos() + a.tanh()
+    c = b * b + b.sin() + b.cos() + b.tanh()
+    d = c * c + c.sin() + c.cos() + c.tanh()
     return d - d.abs()
 
 

@@ -97,6 +97,10 @@ class TritonKernel:
         self.store_after_loop = False
         self.cache: dict[tuple[str, str], CSEVar] = {}  # (scope, expression) -> value
         self.counter = 0
+        self.defs: dict[str, tuple[str, str]] = {}  # temporary -> (section, expression)
+        # Finished looped float max -> (its loop, the value it reduced): lets a later
+        # sum(exp(value - max)) run online in the max's loop (see _online_exp_sum).
+        self.max_of: dict[str, tuple[int, str]] = {}
         self.mask = "xmask"
         self.int64 = self.xnumel * self.rnumel >= 2 ** 31
         self.tiling: Tiling | None = None if self.is_reduction else choose_tiling(group)
@@ -133,6 +137,7 @@ class TritonKernel:
         var = CSEVar(f"tmp{self.counter}", dtype)
         self.counter += 1
         self._section(self.section).writeline(f"{var.name} = {expr}")
+        self.defs[var.name] = (self.section, expr)
         if cse:
             self.cache[(self.section, expr)] = var
         return var
@@ -385,6 +390,10 @@ class TritonKernel:
         self.counter += 1
         acc = f"acc{k}"
         mask = "rmask & xmask"
+        if rtype == "sum" and vdt == torch.float32:
+            online = self._online_exp_sum(value, acc)
+            if online is not None:
+                return online
         full = self._emit(f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])", vdt)
         fp = vdt.is_floating_point
         loop = self._section(f"loop{self.loop}")
@@ -417,6 +426,8 @@ class TritonKernel:
                 nan = self._post(f"tl.max(({acc} != {acc}).to(tl.int8), 1)[:, None] > 0", torch.bool)
                 best = self._post(f'tl.where({nan}, float("nan"), {best})', vdt)
             if rtype in ("max", "min"):
+                if rtype == "max" and vdt == torch.float32:
+                    self.max_of[best.name] = (self.loop, value.name)
                 return best
             hit = f"({acc} == {best})" + (f" | (({acc} != {acc}) & ({best} != {best}))" if fp else "")
             return self._post(f"tl.min(tl.where({hit}, {acc}_idx, {self.rnumel}), 1)[:, None]", torch.int64)
@@ -435,6 +446,82 @@ class TritonKernel:
             return self._post(
                 f"tl.sum({acc}_m2 + {acc}_n * ({acc}_mean - {mean}) * ({acc}_mean - {mean}), 1)[:, None]", vdt)
         raise NotImplementedError(f"reduction {rtype}")
+
+    def _canonical(self, name: str, memo: dict[str, str] | None = None) -> str:
+        """A loop temporary's expression with the loop temporaries it uses expanded, so the
+        same computation in two loops (different names, same loads) compares equal."""
+        memo = {} if memo is None else memo
+        if name in memo:
+            return memo[name]
+        section, expr = self.defs.get(name, ("pre", name))
+        if not section.startswith("loop"):
+            memo[name] = name
+            return name
+        out = re.sub(r"\btmp\d+\b", lambda m: f"({self._canonical(m.group(0), memo)})", expr)
+        memo[name] = out
+        return out
+
+    def _online_exp_sum(self, value: CSEVar, acc: str) -> CSEVar | None:
+        """``sum(exp(v - max(v)))`` in a later loop than ``max(v)``: fold it into the max's loop.
+
+        Each lane keeps a running max ``m`` and ``s = sum exp(v - m)``, rescaled by
+        ``exp(m_old - m_new)`` when the max grows; the lanes combine as
+        ``sum(s * exp(m - M))``. The row is then read once for both (softmax/log_softmax/
+        cross_entropy over rows too long to hold in registers). Rows whose max is NaN or
+        +-inf get NaN, as the two-pass formula gives in eager.
+        """
+        section, expr = self.defs.get(value.name, ("", ""))
+        exp = re.fullmatch(r"tl\.exp\((tmp\d+)\)", expr)
+        if not section.startswith("loop") or exp is None:
+            return None
+        diff = re.fullmatch(r"(tmp\d+) - (tmp\d+)", self.defs.get(exp.group(1), ("", ""))[1])
+        if diff is None or diff.group(2) not in self.max_of:
+            return None
+        j, src = self.max_of[diff.group(2)]
+        if j >= self.loop or self._canonical(diff.group(1)) != self._canonical(src):
+            return None
+        big = diff.group(2)
+        ninf = 'float("-inf")'
+        self._section(f"acc{j}").writelines([f"{acc}_m = tl.full([XBLOCK, RBLOCK], {ninf}, tl.float32)",
+                                             f"{acc}_s = tl.zeros([XBLOCK, RBLOCK], tl.float32)"])
+        self._section(f"loop{j}").writelines([
+            f"{acc}_x = tl.where(rmask & xmask, tl.broadcast_to({src}, [XBLOCK, RBLOCK]), {ninf})",
+            f"{acc}_new = tl.maximum({acc}_m, {acc}_x)",
+            f"{acc}_empty = {acc}_new == {ninf}",
+            f"{acc}_s = {acc}_s * tl.where({acc}_empty, 0.0, tl.exp({acc}_m - {acc}_new)) + "
+            f"tl.where({acc}_empty, 0.0, tl.exp({acc}_x - {acc}_new))",
+            f"{acc}_m = {acc}_new",
+        ])
+        var = CSEVar(f"tmp{self.counter}", torch.float32)
+        self.counter += 1
+        self._section(f"post{j}").writelines([
+            f"{var.name} = tl.sum(tl.where({acc}_m == {ninf}, 0.0, {acc}_s * tl.exp({acc}_m - {big})), 1)[:, None]",
+            f'{var.name} = tl.where(({big} != {big}) | (tl.abs({big}) == float("inf")), float("nan"), {var.name})',
+        ])
+        return var
+
+    def _drop_dead_loop_temporaries(self) -> None:
+        """Remove loop temporaries nothing reads (left behind when a reduction moved to an
+        earlier loop), so a loop with no work left is not emitted and reads no memory."""
+        assign = re.compile(r"\s*(tmp\d+) = ")
+        changed = True
+        while changed:
+            changed = False
+            text = "\n".join(line for sec in self.sections.values() for line in sec.lines)
+            counts: dict[str, int] = {}
+            for m in re.finditer(r"\btmp\d+\b", text):
+                counts[m.group(0)] = counts.get(m.group(0), 0) + 1
+            for name, sec in self.sections.items():
+                if not name.startswith("loop"):
+                    continue
+                kept = []
+                for line in sec.lines:
+                    m = assign.match(line)
+                    if m is not None and counts.get(m.group(1), 0) == 1:
+                        changed = True
+                        continue
+                    kept.append(line)
+                sec.lines = kept
 
     def _post(self, expr: str, dtype: torch.dtype) -> CSEVar:
         var = CSEVar(f"tmp{self.counter}", dtype)
@@ -497,6 +584,8 @@ class TritonKernel:
 
     def source(self) -> KernelSource:
         self.codegen_nodes()
+        if self.is_reduction and not self.persistent:
+            self._drop_dead_loop_temporaries()
         name = self.kernel_name()
         meta = self._launch_meta()
         params = [*self.inputs.values(), *self.outputs.values()] + (["ynumel"] if self.tiling else []) + ["xnumel"]
@@ -531,7 +620,13 @@ class TritonKernel:
             code.writelines(self.sections["pre"].lines)
             for i in range(self.num_loops if self.is_reduction and not self.persistent else 0):
                 code.writelines(self._section(f"acc{i}").lines)
-                code.writeline("for roffset in range(0, rnumel, RBLOCK):")
+                if not self._section(f"loop{i}").lines:  # its work moved to an earlier loop
+                    code.writelines(self._section(f"post{i}").lines)
+                    continue
+                # The trip count is a literal (shapes are static per kernel): Triton 3.6's
+                # interpreter passes int arguments as 1-element arrays that ``range`` rejects,
+                # and a compile-time bound lets the compiler drop the loop's bound checks.
+                code.writeline(f"for roffset in range(0, {self.rnumel}, RBLOCK):")
                 with code.indent():
                     code.writeline(f"rindex = roffset + tl.arange(0, RBLOCK)[None, :]{self._i64()}")
                     code.writeline("rmask = rindex < rnumel")
@@ -569,12 +664,21 @@ class TritonKernel:
         if self.persistent:
             rblock = next_power_of_2(R)
             xblock = max(1, min(next_power_of_2(X), 2048 // rblock if rblock <= 2048 else 1))
+            # Up to 16 warps (a 32768-wide fp32 row is 64 values per thread); more would cap
+            # registers at 64 per thread and spill.
             return {"XBLOCK": xblock, "RBLOCK": rblock,
                     "num_warps": max(1, min(16, xblock * rblock // 256))}
         return {"XBLOCK": 1, "RBLOCK": 2048, "num_warps": 8}
 
 
 def generate_kernel(group: FusedGroup, kernel_index: int, removed: set[str], dtypes: dict[str, torch.dtype],
-                    persistent_rmax: int, node_info: dict[str, tuple[str, str]]) -> KernelSource:
-    return TritonKernel(group, kernel_index, removed, dtypes, persistent_rmax, node_info).source()
+                    persistent_rmax: int, node_info: dict[str, tuple[str, str]],
+                    multi_pass_rmax: int = 0) -> KernelSource:
+    kernel = TritonKernel(group, kernel_index, removed, dtypes, persistent_rmax, node_info)
+    source = kernel.source()
+    if kernel.is_reduction and not kernel.persistent and kernel.num_loops > 1 and kernel.rnumel <= multi_pass_rmax:
+        # Several passes over each row (max, then sum of exp, ...) would read it from memory
+        # once per pass: hold the row in registers instead and read it once.
+        return TritonKernel(group, kernel_index, removed, dtypes, kernel.rnumel, node_info).source()
+    return source
 

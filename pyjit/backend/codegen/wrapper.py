@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from ...config import config
 from ...runtime.allocator import Step, plan_buffers
 from ..graph import GraphLowering
 from ..ir import Buffer, ExternKernel, IRNode, MultiOutput, ReinterpretView
@@ -103,7 +104,8 @@ class WrapperCodegen:
                 steps.append(Step([], reads, pinned=pinned | (reads if pinned else set())))
                 lines.append(("extern", step_lines))
                 continue
-            ks = generate_kernel(group, len(kernels), removed, self.dtypes, self.persistent_rmax, graph.node_info)
+            ks = generate_kernel(group, len(kernels), removed, self.dtypes, self.persistent_rmax, graph.node_info,
+                                 config.backend_persistent_multi_pass_max)
             kernels.append(ks)
             allocs = []
             for n in group.nodes:
