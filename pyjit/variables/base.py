@@ -62,6 +62,26 @@ class VariableTracker:
         return f"{type(self).__name__}()"
 
 
+class KnownCallableVariable(VariableTracker):
+    """One known Python callable (a builtin, an ``operator``/``math`` function, a torch
+    function): itself a Python constant; subclasses say how calling it is traced."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Any, source: Source | None = None) -> None:
+        super().__init__(source)
+        self.fn = fn
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+    def is_python_constant(self) -> bool:
+        return True
+
+    def as_python_constant(self) -> Any:
+        return self.fn
+
+
 class BoundMethodVariable(VariableTracker):
     """``obj.name`` for a tracker whose methods are implemented by ``call_method`` (containers, constants)."""
 

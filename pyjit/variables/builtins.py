@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..trace.graph_breaks import unsupported
 from ..errors import Unsupported
-from .base import VariableTracker
+from .base import KnownCallableVariable, VariableTracker
 from .constant import ConstantVariable
 from .lists import BaseListVariable, ListIteratorVariable, ListVariable, TupleVariable
 
@@ -198,23 +198,10 @@ def subscript(tx: "Translator", obj: VariableTracker, key: VariableTracker) -> V
 # -- the builtin tracker ------------------------------------------------------------------------
 
 
-class BuiltinVariable(VariableTracker):
+class BuiltinVariable(KnownCallableVariable):
     """A builtin function, ``operator.*`` or ``math.*`` function."""
 
-    __slots__ = ("fn",)
-
-    def __init__(self, fn: Any, source: Any = None) -> None:
-        super().__init__(source)
-        self.fn = fn
-
-    def python_type(self) -> type:
-        return type(self.fn)
-
-    def is_python_constant(self) -> bool:
-        return True
-
-    def as_python_constant(self) -> Any:
-        return self.fn
+    __slots__ = ()
 
     @staticmethod
     def can_handle(fn: Any) -> bool:

@@ -13,7 +13,7 @@ import torch
 
 from ..guards.guards import GuardKind
 from ..trace.graph_breaks import unsupported
-from .base import VariableTracker
+from .base import KnownCallableVariable, VariableTracker
 from .constant import ConstantVariable
 
 if TYPE_CHECKING:
@@ -43,21 +43,10 @@ _EFFECTFUL = {
 }
 
 
-class TorchFunctionVariable(VariableTracker):
-    __slots__ = ("fn",)
+class TorchFunctionVariable(KnownCallableVariable):
+    """A ``torch.*`` / ``torch.nn.functional.*`` function: calling it records a graph node."""
 
-    def __init__(self, fn: Any, source: Any = None) -> None:
-        super().__init__(source)
-        self.fn = fn
-
-    def python_type(self) -> type:
-        return type(self.fn)
-
-    def is_python_constant(self) -> bool:
-        return True
-
-    def as_python_constant(self) -> Any:
-        return self.fn
+    __slots__ = ()
 
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         fn = self.fn
