@@ -187,3 +187,33 @@ def test_pyjit_backend_failing_at_run_time_falls_back(monkeypatch, caplog):
         same(affine(x), jf(x))
         same(affine(x), jf(x))
     assert any("kernel launch failed" in r.getMessage() for r in caplog.records)
+
+
+class _Scaler:
+    factor = 3
+
+    @classmethod
+    def scale(cls, v):
+        return v * cls.factor
+
+
+def test_python_runtime_vanished_guard_path_is_a_miss(monkeypatch):
+    """A classmethod replaced by a plain function: the guard on ``...scale.__func__`` can no
+    longer be evaluated. That must be a miss (recompile), as in the C tree, never an error."""
+    from pyjit import api
+
+    monkeypatch.setattr(api, "_C", None)
+    obj = _Scaler()
+
+    def f(x):
+        return obj.scale(x)
+
+    jf = pyjit.jit(f, backend="eager")
+    x = torch.randn(4)
+    same(f(x), jf(x))
+    original = _Scaler.__dict__["scale"]
+    try:
+        _Scaler.scale = lambda self, v: v - 1  # a plain function now: no __func__
+        same(f(x), jf(x))
+    finally:
+        _Scaler.scale = original
