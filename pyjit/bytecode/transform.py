@@ -42,6 +42,12 @@ def argument_slot_count(code: types.CodeType) -> int:
     )
 
 
+# CodeSpec field <-> ``co_<field>``; list-valued fields are lists here and tuples on the code.
+_CODE_FIELDS = ("name", "qualname", "filename", "firstlineno", "argcount", "posonlyargcount", "kwonlyargcount",
+                "flags", "varnames", "cellvars", "freevars", "consts", "names")
+_LIST_FIELDS = ("varnames", "cellvars", "freevars", "consts", "names")
+
+
 @dataclasses.dataclass
 class CodeSpec:
     """Editable metadata of a code object under construction (lists may be mutated)."""
@@ -62,21 +68,9 @@ class CodeSpec:
 
     @classmethod
     def from_code(cls, code: types.CodeType) -> "CodeSpec":
-        return cls(
-            name=code.co_name,
-            qualname=code.co_qualname,
-            filename=code.co_filename,
-            firstlineno=code.co_firstlineno,
-            argcount=code.co_argcount,
-            posonlyargcount=code.co_posonlyargcount,
-            kwonlyargcount=code.co_kwonlyargcount,
-            flags=code.co_flags,
-            varnames=list(code.co_varnames),
-            cellvars=list(code.co_cellvars),
-            freevars=list(code.co_freevars),
-            consts=list(code.co_consts),
-            names=list(code.co_names),
-        )
+        values = {field: getattr(code, "co_" + field) for field in _CODE_FIELDS}
+        values.update({field: list(values[field]) for field in _LIST_FIELDS})
+        return cls(**values)
 
     @property
     def arg_names(self) -> list[str]:
@@ -89,21 +83,8 @@ class CodeSpec:
 
     def code_fields(self) -> dict[str, Any]:
         """``code.replace`` keywords for :func:`pyjit.bytecode.assemble`."""
-        return dict(
-            co_name=self.name,
-            co_qualname=self.qualname,
-            co_filename=self.filename,
-            co_firstlineno=self.firstlineno,
-            co_argcount=self.argcount,
-            co_posonlyargcount=self.posonlyargcount,
-            co_kwonlyargcount=self.kwonlyargcount,
-            co_flags=self.flags,
-            co_varnames=tuple(self.varnames),
-            co_cellvars=tuple(self.cellvars),
-            co_freevars=tuple(self.freevars),
-            co_consts=tuple(self.consts),
-            co_names=tuple(self.names),
-        )
+        return {"co_" + field: tuple(getattr(self, field)) if field in _LIST_FIELDS else getattr(self, field)
+                for field in _CODE_FIELDS}
 
 
 def transform_code(

@@ -62,6 +62,26 @@ class VariableTracker:
         return f"{type(self).__name__}()"
 
 
+class KnownValueVariable(VariableTracker):
+    """One known Python object held as ``value`` (a constant, a class, a module): itself a
+    Python constant; subclasses say how attribute reads and calls on it are traced."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any, source: Source | None = None) -> None:
+        super().__init__(source)
+        self.value = value
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def is_python_constant(self) -> bool:
+        return True
+
+    def as_python_constant(self) -> Any:
+        return self.value
+
+
 class KnownCallableVariable(VariableTracker):
     """One known Python callable (a builtin, an ``operator``/``math`` function, a torch
     function): itself a Python constant; subclasses say how calling it is traced."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..trace.graph_breaks import unsupported
-from .base import VariableTracker
+from .base import KnownValueVariable, VariableTracker
 
 if TYPE_CHECKING:
     from ..trace.output_graph import OutputCodegen
@@ -37,21 +37,8 @@ def is_constant_value(value: Any) -> bool:
     return False
 
 
-class ConstantVariable(VariableTracker):
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any, source: Any = None) -> None:
-        super().__init__(source)
-        self.value = value
-
-    def python_type(self) -> type:
-        return type(self.value)
-
-    def is_python_constant(self) -> bool:
-        return True
-
-    def as_python_constant(self) -> Any:
-        return self.value
+class ConstantVariable(KnownValueVariable):
+    __slots__ = ()
 
     def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
         try:

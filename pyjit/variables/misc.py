@@ -6,29 +6,19 @@ from typing import TYPE_CHECKING, Any
 
 from ..guards.source import AttrSource, ItemSource, Source
 from ..trace.graph_breaks import unsupported
-from .base import VariableTracker
+from .base import KnownValueVariable, VariableTracker
 
 if TYPE_CHECKING:
     from ..trace.translator import Translator
 
 
-class PythonModuleVariable(VariableTracker):
+class PythonModuleVariable(KnownValueVariable):
     """A module object; attribute reads are wrapped (library modules without guards)."""
 
-    __slots__ = ("value",)
-
-    def __init__(self, value: types.ModuleType, source: Source | None = None) -> None:
-        super().__init__(source)
-        self.value = value
+    __slots__ = ()
 
     def python_type(self) -> type:
         return types.ModuleType
-
-    def is_python_constant(self) -> bool:
-        return True
-
-    def as_python_constant(self) -> Any:
-        return self.value
 
     def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
         from .builder import wrap

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..guards.source import AttrSource, Source
 from ..trace.graph_breaks import unsupported
-from .base import VariableTracker
+from .base import KnownValueVariable, VariableTracker
 from .class_members import MISSING as _MISSING
 from .class_members import call_type_method, class_member, guard_type_lacks
 from .class_members import lookup_class_attr as _class_attr
@@ -23,23 +23,10 @@ if TYPE_CHECKING:
     from ..trace.translator import Translator
 
 
-class UserDefinedClassVariable(VariableTracker):
+class UserDefinedClassVariable(KnownValueVariable):
     """A class object (guarded by identity): ``isinstance`` targets, namedtuple/dataclass constructors."""
 
-    __slots__ = ("value",)
-
-    def __init__(self, value: type, source: Source | None = None) -> None:
-        super().__init__(source)
-        self.value = value
-
-    def python_type(self) -> type:
-        return type(self.value)
-
-    def is_python_constant(self) -> bool:
-        return True
-
-    def as_python_constant(self) -> Any:
-        return self.value
+    __slots__ = ()
 
     def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
         from .builder import wrap
