@@ -196,20 +196,25 @@ def make_resume_code(
     *,
     null_slots: Sequence[int] = (),
     context_slots: Sequence[int] = (),
+    iter_slots: Sequence[int] = (),
 ) -> types.CodeType:
     """Code that continues ``original`` at the instruction at ``offset`` (cached).
 
     Call it with the stack values (bottom first; skip ``null_slots``; for ``context_slots``
-    pass the *context manager*, which is entered again) followed by the values of
+    pass the *context manager*, which is entered again; for ``iter_slots`` pass an iterable
+    whose iterator the prologue makes, e.g. the tuple of a ``for`` loop's remaining items)
+    followed by the values of
     ``live_locals`` in that order (cell objects for cell variables), with the original
     function's globals and closure. Raises :class:`ResumeError` for unsupported points.
     """
-    key = (offset, stack_depth, tuple(live_locals), tuple(sorted(null_slots)), tuple(sorted(context_slots)))
+    key = (offset, stack_depth, tuple(live_locals), tuple(sorted(null_slots)), tuple(sorted(context_slots)),
+           tuple(sorted(iter_slots)))
     per_code = _CACHE.setdefault(original, {})
     cached = per_code.get(key)
     if cached is not None:
         return cached
-    code = _build(original, offset, stack_depth, tuple(live_locals), frozenset(null_slots), frozenset(context_slots))
+    code = _build(original, offset, stack_depth, tuple(live_locals), frozenset(null_slots), frozenset(context_slots),
+                  frozenset(iter_slots))
     per_code[key] = code
     publish(code, f"resume function for {original.co_filename}:{_line_at(original, offset)} ({original.co_qualname})")
     return code
@@ -229,6 +234,7 @@ def _build(
     live_locals: tuple[str, ...],
     null_slots: frozenset[int],
     context_slots: frozenset[int],
+    iter_slots: frozenset[int] = frozenset(),
 ) -> types.CodeType:
     instructions = decode(original)
     target = _find(instructions, offset, original)
@@ -247,6 +253,8 @@ def _build(
     for i in context_slots:
         if not (0 <= i < stack_depth and stack[i].is_with_exit):
             raise ResumeError(f"stack slot {i} at {_where(original, target)} is not a with block's __exit__")
+    if iter_slots & (null_slots | context_slots) or any(not 0 <= i < stack_depth for i in iter_slots):
+        raise ResumeError(f"iter_slots {sorted(iter_slots)} at {_where(original, target)} are not plain stack slots")
     for i in null_slots:
         # A NULL where the original has a value would crash the interpreter: only slots that
         # can hold NULL there (pushed for a pending call) may be declared.
@@ -297,6 +305,8 @@ def _build(
             continue
         name = f"{STACK_PREFIX}{i}"
         restore.append(_load_and_clear(name, clear))
+        if i in iter_slots:
+            restore.append(create_instruction("GET_ITER"))
         if i in context_slots:
             restore.append(create_instruction("BEFORE_WITH"))
             restore.append(create_instruction("POP_TOP"))  # the __enter__ result (the with target was already bound)

@@ -30,13 +30,14 @@ import torch  # noqa: E402 - after the import timer on purpose
 
 from ..bytecode import disassemble
 from ..config import config
-from ..errors import BackendError, SkipFrame
+from ..errors import BackendError, GraphBreak, SkipFrame, Unsupported
 from ..guards.guards import GuardKind, GuardSet
 from ..guards.source import ClosureSource, LocalSource
 from ..logs import get_logger
 from ..trace.output_graph import OutputCodegen, OutputGraph, finalize_graph
 from ..trace.pycodegen import PyCodegen, body_first_line, flat_arg_names
-from ..trace.translator import Translator
+from ..trace.breaks import BreakPlan, BreakUnsupported, emit_break, plan_break
+from ..trace.translator import StopAtBreak, Translator
 # The translator loads its opcode handlers lazily (import cycle); load them here so their cost
 # counts as `imports` of the first compile, not as `trace`.
 from ..trace import opcodes as _opcodes  # noqa: F401, E402
@@ -51,6 +52,7 @@ _graph_log = get_logger("graph_code")
 _guard_log = get_logger("guards")
 _times_log = get_logger("compile_times")
 _bytecode_log = get_logger("bytecode")
+_break_log = get_logger("graph_breaks")
 
 _counter = [0]
 
@@ -59,9 +61,11 @@ _counter = [0]
 class CompiledFrame:
     guards: GuardSet
     code: types.CodeType          # replacement code (flat signature)
-    graph: torch.fx.GraphModule
-    compiled: Callable[..., Any]
+    graph: torch.fx.GraphModule | None  # None: a break with no tensor work before it
+    compiled: Callable[..., Any] | None
     arg_names: list[str]
+    graph_break: GraphBreak | None = None  # the break this frame was compiled around
+    resume_codes: list[types.CodeType] = dataclasses.field(default_factory=list)
 
 
 def root_translator(func: types.FunctionType, args: tuple[Any, ...], output: OutputGraph) -> Translator:
@@ -79,54 +83,98 @@ def root_translator(func: types.FunctionType, args: tuple[Any, ...], output: Out
     return tx
 
 
-def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Callable[..., Any]) -> CompiledFrame:
+def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Callable[..., Any],
+                  *, fullgraph: bool = False) -> CompiledFrame:
+    """Trace, compile and build the replacement of one frame (see module docstring).
+
+    A graph break (an :class:`~pyjit.errors.Unsupported` in the root frame or in a call it
+    inlines) makes the frame trace again from scratch and stop before the breaking instruction
+    of the root frame; the replacement then runs the prefix graph, that instruction natively and
+    a resume function (:mod:`pyjit.trace.breaks`). Under ``fullgraph`` the break is raised."""
     # One-time torch initialisation (first FakeTensorMode imports torch._dynamo) is not tracing.
     coldstart.ensure_initialized()
     t0 = time.perf_counter()
     code = func.__code__
     names = flat_arg_names(code)
-    output = OutputGraph(code.co_qualname if hasattr(code, "co_qualname") else code.co_name)
-    tx = root_translator(func, args, output)
-    install_global_state_guards(tx)
     grad_mode = torch.is_grad_enabled()
-    try:
-        result = tx.run()
-    finally:
-        for ctx in reversed(output.entered_contexts):  # a break inside `with torch.autocast(...)`
-            ctx.__exit__(None, None, None)
-        torch._C._set_grad_enabled(grad_mode)
-    if output.call_count == 0:
+    stop_at: tuple[int, int] | None = None
+    first_break: GraphBreak | None = None
+    while True:
+        output = OutputGraph(code.co_qualname if hasattr(code, "co_qualname") else code.co_name)
+        tx = root_translator(func, args, output)
+        tx.stop_at = stop_at
+        install_global_state_guards(tx)
+        cg = OutputCodegen(output)
+        plan: BreakPlan | None = None
+        try:
+            try:
+                result = tx.run()
+            except StopAtBreak:
+                try:
+                    plan = plan_break(tx, cg, grad_mode)
+                except BreakUnsupported as e:
+                    assert first_break is not None
+                    _break_log.info("graph break in %s cannot resume (%s); the frame runs eagerly:\n%s",
+                                    code.co_name, e, first_break.format())
+                    raise Unsupported(first_break) from None
+        except Unsupported as e:
+            if fullgraph or stop_at is not None or e.break_at is None:
+                raise
+            # Trace again and stop before the breaking instruction (nothing of this attempt kept).
+            stop_at = e.break_at
+            first_break = e.graph_break
+            continue
+        finally:
+            for ctx in reversed(output.entered_contexts):  # a break inside `with torch.autocast(...)`
+                ctx.__exit__(None, None, None)
+            torch._C._set_grad_enabled(grad_mode)
+        break
+    if plan is None and output.call_count == 0:
         raise SkipFrame(f"{code.co_name}: no tensor operations")
     t1 = time.perf_counter()
 
-    return_line = tx.location().lineno  # tx stopped at the frame's return instruction
-    cg = OutputCodegen(output)
-    cg.capture_return(result)
+    if plan is None:
+        return_line = tx.location().lineno  # tx stopped at the frame's return instruction
+        cg.capture_return(result)
+    _capture_side_effects(cg)
+    has_graph = output.call_count > 0 or bool(cg.out_nodes)
     gm = finalize_graph(output, cg)
     if output.mutates and len(output.inputs) > 1:
         # The trace assumed its tensor inputs are distinct objects; in-place updates would
         # interact differently if they alias.
         output.guards.add(GuardKind.DISTINCT, None, extra=tuple(gi.source for gi in output.inputs))
-    _graph_log.info("graph for %s (%s:%d):\n%s", code.co_name, code.co_filename, code.co_firstlineno, gm.code)
-    example_inputs = [gi.value for gi in output.inputs]
-    try:
-        compiled = backend(gm, example_inputs)
-    except Exception as e:
-        raise BackendError(f"backend {getattr(backend, '__name__', backend)!r} failed on the graph of {code.co_name} "
-                           f"({code.co_filename}:{code.co_firstlineno}): {type(e).__name__}: {e}") from e
+    compiled: Callable[..., Any] | None = None
+    if has_graph:
+        _graph_log.info("graph for %s (%s:%d):\n%s", code.co_name, code.co_filename, code.co_firstlineno, gm.code)
+        example_inputs = [gi.value for gi in output.inputs]
+        try:
+            compiled = backend(gm, example_inputs)
+        except Exception as e:
+            raise BackendError(f"backend {getattr(backend, '__name__', backend)!r} failed on the graph of {code.co_name} "
+                               f"({code.co_filename}:{code.co_firstlineno}): {type(e).__name__}: {e}") from e
     t2 = time.perf_counter()
 
     _counter[0] += 1
     fn_name = f"__pyjit_{_identifier(code.co_name)}_{_counter[0]}"
     pycg = PyCodegen(code)
-    cg.emit(pycg, compiled, body_first_line(code), return_line)
+    if plan is None:
+        cg.emit(pycg, compiled, body_first_line(code), return_line)
+    else:
+        cg.emit_graph_call(pycg, compiled, body_first_line(code))
+        _emit_side_effects(cg, pycg)
+        emit_break(plan, cg, pycg, func)
+        assert first_break is not None
+        _break_log.info("graph break in %s (%s:%d), compiled around it: %s graph, then %s runs natively, "
+                        "resuming in %s:\n%s", code.co_name, code.co_filename, code.co_firstlineno,
+                        "a" if has_graph else "no", plan.instruction.opname,
+                        ", ".join(c.resume.co_name for c in plan.continuations) or "(returns)", first_break.format())
     repl = pycg.finish(fn_name)
     if config.debug_dir or _bytecode_log.isEnabledFor(logging.INFO):
         text = disassemble(repl)
         _bytecode_log.info("replacement code for %s (%s:%d), graph inputs %s:\n%s", code.co_name, code.co_filename,
                            code.co_firstlineno, ", ".join(gi.source.name() for gi in output.inputs) or "(none)", text)
         if config.debug_dir:
-            _dump(fn_name, gm, output, text)
+            _dump(fn_name, gm, output, text, [c.resume for c in plan.continuations] if plan else [])
     _guard_log.info("guards for %s (%s:%d):\n%s", code.co_name, code.co_filename, code.co_firstlineno, output.guards.describe())
     t3 = time.perf_counter()
     phases = {"trace": t1 - t0, "backend": t2 - t1, "codegen": t3 - t2}
@@ -135,10 +183,24 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
         phases = {**once, **phases}
     _times_log.info("%s: %s", code.co_name, " ".join(f"{k}={v * 1e3:.2f}ms" for k, v in phases.items()),
                     extra={"phases": phases})
-    return CompiledFrame(output.guards, repl, gm, compiled, names)
+    return CompiledFrame(output.guards, repl, gm if has_graph else None, compiled, names, first_break,
+                         [c.resume for c in plan.continuations] if plan else [])
 
 
-def _dump(fn_name: str, gm: torch.fx.GraphModule, output: OutputGraph, disassembly: str) -> None:
+def _capture_side_effects(cg: OutputCodegen) -> None:
+    capture = getattr(cg, "capture_side_effects", None)  # the side-effect replay (trace/side_effects.py)
+    if capture is not None:
+        capture()
+
+
+def _emit_side_effects(cg: OutputCodegen, pycg: PyCodegen) -> None:
+    emit = getattr(cg, "emit_side_effects", None)
+    if emit is not None:
+        emit(pycg)
+
+
+def _dump(fn_name: str, gm: torch.fx.GraphModule, output: OutputGraph, disassembly: str,
+          resumes: list[types.CodeType]) -> None:
     """Write the frame's graph code and replacement disassembly side by side in the debug dir."""
     assert config.debug_dir
     os.makedirs(config.debug_dir, exist_ok=True)
@@ -147,6 +209,9 @@ def _dump(fn_name: str, gm: torch.fx.GraphModule, output: OutputGraph, disassemb
         f.write(f"# graph inputs: {', '.join(gi.source.name() for gi in output.inputs)}\n{gm.code}")
     with open(base + "_replacement.txt", "w", encoding="utf-8") as f:
         f.write(disassembly + "\n")
+    for resume in resumes:  # each resume function's disassembly next to the graph it follows
+        with open(f"{base}_{_identifier(resume.co_name)}.txt", "w", encoding="utf-8") as f:
+            f.write(f"# {resume.co_qualname}: resume function ({resume.co_filename})\n{disassemble(resume)}\n")
 
 
 def _identifier(name: str) -> str:

@@ -91,6 +91,18 @@ def reset() -> None:
         _C.reset()
 
 
+# Codes of functions wrapped by pyjit.disable(fn): never traced (a call to one is a graph break).
+_disabled_codes: "set[types.CodeType]" = set()
+
+# Observers of compiles (pyjit.explain): called with (code, graph break or None, CompiledFrame or None).
+_observers: list[Callable[[types.CodeType, Any, Any], None]] = []
+
+
+def _note_break(code: types.CodeType, graph_break: Any, frame: Any) -> None:
+    for observe in list(_observers):
+        observe(code, graph_break, frame)
+
+
 # -- which code is library code ---------------------------------------------------------------
 
 def _library_roots() -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -143,13 +155,21 @@ def callback(target: CodeState | None, func: types.FunctionType, args: tuple[Any
         if is_library_code(code):
             _C.mark_skip(code)
             return None
-        if target is not None or not _global_options:
-            # Another function running inside a jitted call (e.g. while the jitted frame runs
-            # eagerly after a graph break): left alone, even if some other wrapper jits it.
-            return None
         state = _targets.get(id(code))
         if state is None:
-            state = register_target(code, _global_options[-1])
+            if code in _disabled_codes:
+                _C.mark_skip(code)
+                return None
+            # A frame called while a jitted call runs (from its replacement code, a resume
+            # function, code between graphs, or a frame that runs eagerly): a compiled callee,
+            # with the options of the call that installed the callback (never fullgraph: the
+            # callee was not asked to be whole).
+            options = target.options if target is not None else (_global_options[-1] if _global_options else None)
+            if options is None:
+                return None
+            if options.fullgraph:
+                options = JitOptions(options.backend, False, options.dynamic)
+            state = register_target(code, options)
     if _C.get_entry_limit() != config.entry_limit:
         _C.set_entry_limit(config.entry_limit)
     frame = compile_for(func, args, state)
@@ -177,10 +197,12 @@ def compile_for(func: types.FunctionType, args: tuple[Any, ...], state: CodeStat
     from .convert import convert_frame
 
     code = func.__code__
+    if code.co_flags & (0x20 | 0x80 | 0x200):  # generators/coroutines: never converted
+        return None
     if state.frames:
         _log_recompile(func, args, state)
     try:
-        frame = convert_frame(func, args, state.options.backend)
+        frame = convert_frame(func, args, state.options.backend, fullgraph=state.options.fullgraph)
     except SkipFrame:
         return None
     except GraphBreakError:
@@ -189,6 +211,7 @@ def compile_for(func: types.FunctionType, args: tuple[Any, ...], state: CodeStat
         if state.options.fullgraph:
             raise GraphBreakError(e.graph_break) from None
         state.broke = True
+        _note_break(code, e.graph_break, None)
         _break_log.info("graph break in %s; running it eagerly:\n%s", code.co_name, e.graph_break.format())
         return None
     except Exception as e:
@@ -200,6 +223,8 @@ def compile_for(func: types.FunctionType, args: tuple[Any, ...], state: CodeStat
         return None
     state.frames.append(frame)
     state.compiles += 1
+    if frame.graph_break is not None:
+        _note_break(code, frame.graph_break, frame)
     return frame
 
 

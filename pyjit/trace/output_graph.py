@@ -298,26 +298,43 @@ class OutputCodegen:
     def _source_token(self, source: Source) -> str:
         return self._token(("source", source), source.reconstruct, source_to_node_name(source))
 
+    def capture(self, value: "VariableTracker") -> ast.expr:
+        """How to rebuild ``value`` after the graph ran, as an expression for :meth:`emit_value`
+        (registers the graph outputs it needs; a graph break rebuilds its stack and locals so)."""
+        with sources_as_tokens(self._source_token):
+            text = value.reconstruct(self)
+        return ast.parse(text, mode="eval").body
+
     def capture_return(self, result: "VariableTracker") -> None:
         """Record how to rebuild ``result`` (registers the graph outputs it needs)."""
-        with sources_as_tokens(self._source_token):
-            text = result.reconstruct(self)
-        self._return_text = text
-        self._return = ast.parse(text, mode="eval").body
+        self._return = self.capture(result)
+        self._return_text = ast.unparse(self._return)
 
     # -- emission ----------------------------------------------------------------------------
     def emit(self, cg: PyCodegen, compiled: Callable[..., Any], call_line: int, return_line: int) -> None:
         """Append: ``___graph_out = compiled(<inputs read through their sources>)``, then
         ``return <rebuilt value>``."""
         assert self._return is not None, "capture_return() first"
-        while self._out_local in cg.arg_names:  # never shadow an argument the rebuild may read
-            self._out_local = "_" + self._out_local
-        cg.set_line(call_line)
-        cg.call_const(compiled, [functools.partial(gi.source.reconstruct, cg) for gi in self.output.inputs])
-        cg.store_local(self._out_local)
+        self.emit_graph_call(cg, compiled, call_line)
         cg.set_line(return_line)
         self._emit_expression(cg, self._return)
         cg.return_value()
+
+    def emit_graph_call(self, cg: PyCodegen, compiled: Callable[..., Any] | None, call_line: int) -> None:
+        """Append ``___graph_out = compiled(<inputs read through their sources>)`` (nothing when
+        ``compiled`` is None: a graph break with no tensor work before it)."""
+        while self._out_local in cg.arg_names:  # never shadow an argument the rebuild may read
+            self._out_local = "_" + self._out_local
+        cg.set_line(call_line)
+        if compiled is None:
+            assert not self.out_nodes, "graph outputs captured but no graph to call"
+            return
+        cg.call_const(compiled, [functools.partial(gi.source.reconstruct, cg) for gi in self.output.inputs])
+        cg.store_local(self._out_local)
+
+    def emit_value(self, cg: PyCodegen, expr: ast.expr) -> None:
+        """Push the value an expression from :meth:`capture` describes."""
+        self._emit_expression(cg, expr)
 
     def _emit_expression(self, cg: PyCodegen, node: ast.expr) -> None:
         if isinstance(node, ast.Name) and node.id in self._leaves:

@@ -72,6 +72,10 @@ def decode_for_trace(code: types.CodeType) -> DecodedCode:
     return result
 
 
+class StopAtBreak(Exception):
+    """Raised by the root translator when a restarted trace reaches its planned break point."""
+
+
 class Translator:
     """Interprets one frame symbolically."""
 
@@ -105,6 +109,10 @@ class Translator:
         self.kw_names: tuple[str, ...] | None = None
         self.yielded: list[VariableTracker] | None = None  # set when inlining a generator body
         self.steps = parent.steps if parent is not None else [0]
+        # Root frame only: how often each instruction ran (a break point is "the n-th run of
+        # instruction i"), and the break point at which a restarted trace stops.
+        self.visits: list[int] = [0] * len(self.instructions) if parent is None else []
+        self.stop_at: tuple[int, int] | None = None
 
     # -- stack helpers -----------------------------------------------------------------------
     def push(self, v: "VariableTracker") -> None:
@@ -134,6 +142,12 @@ class Translator:
                 raise AssertionError(f"fell off the end of {self.code.co_name}")
             inst = insts[self.ip]
             self.current_index = self.ip
+            if self.parent is None:
+                self.visits[self.ip] += 1
+                if self.stop_at is not None and self.stop_at == (self.ip, self.visits[self.ip]):
+                    # A restarted trace reached its break point: the state is as before `inst`.
+                    self.current = inst
+                    raise StopAtBreak()
             self.ip += 1
             self.current = inst
             self.steps[0] += 1
@@ -145,7 +159,11 @@ class Translator:
             try:
                 handler(self, inst)
             except Unsupported as e:
-                raise self._locate(e) from None
+                located = self._locate(e)
+                if self.parent is None:
+                    # Where the root frame can break for it: before this run of this instruction.
+                    located.break_at = (self.current_index, self.visits[self.current_index])
+                raise located from None
         return self.return_value
 
     def _locate(self, e: Unsupported) -> Unsupported:

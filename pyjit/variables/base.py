@@ -115,6 +115,9 @@ class BoundMethodVariable(VariableTracker):
     def call_function(self, tx: "Translator", args: list["VariableTracker"], kwargs: dict[str, "VariableTracker"]) -> "VariableTracker":
         return self.obj.call_method(tx, self.name, args, kwargs)
 
+    def reconstruct(self, cg: "OutputCodegen") -> str:  # graph breaks: the method, bound again
+        return f"{cg.ref(getattr, 'getattr')}({self.obj.reconstruct(cg)}, {cg.constant(self.name)})"
+
     def __repr__(self) -> str:
         return f"BoundMethodVariable({self.obj!r}.{self.name})"
 

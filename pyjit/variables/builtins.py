@@ -247,6 +247,9 @@ class ConstantMethodVariable(VariableTracker):
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         return self.obj.call_method(tx, self.name, args, kwargs)
 
+    def reconstruct(self, cg: Any) -> str:  # graph breaks: the method, bound again
+        return f"{cg.ref(getattr, 'getattr')}({self.obj.reconstruct(cg)}, {cg.constant(self.name)})"
+
 
 def _register(*fns: Any) -> Callable[[Handler], Handler]:
     def deco(h: Handler) -> Handler:

@@ -175,6 +175,11 @@ class UserMethodVariable(VariableTracker):
             fn_src = AttrSource(self.source, "__func__")
         return UserFunctionVariable(self.fn, fn_src).call_function(tx, [self.obj, *args], kwargs)
 
+    def reconstruct(self, cg: "OutputCodegen") -> str:  # graph breaks: fn bound to the rebuilt self
+        if self.source is not None:
+            return self.source.expr()
+        return f"{cg.ref(types.MethodType, 'MethodType')}({cg.ref(self.fn, self.fn.__name__)}, {self.obj.reconstruct(cg)})"
+
     def __repr__(self) -> str:
         return f"UserMethodVariable({self.fn.__qualname__})"
 

@@ -112,6 +112,9 @@ class TensorMethodVariable(VariableTracker):
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         return self.tensor.call_method(tx, self.name, args, kwargs)
 
+    def reconstruct(self, cg: "OutputCodegen") -> str:  # graph breaks: the method, bound again
+        return f"{cg.ref(getattr, 'getattr')}({self.tensor.reconstruct(cg)}, {cg.constant(self.name)})"
+
 
 class GradModeVariable(VariableTracker):
     """``torch.no_grad()`` / ``torch.enable_grad()`` / ``torch.set_grad_enabled(b)`` as a context.
@@ -130,6 +133,9 @@ class GradModeVariable(VariableTracker):
 
     def python_type(self) -> type:
         return torch.no_grad if not self.mode else torch.enable_grad
+
+    def reconstruct(self, cg: "OutputCodegen") -> str:  # a fresh context of the same mode
+        return f"{cg.ref(torch.enable_grad if self.mode else torch.no_grad, 'grad_mode')}()"
 
     def apply(self, tx: "Translator") -> None:
         self.prev = torch.is_grad_enabled()
