@@ -8,6 +8,7 @@ so this module must not import torch at import time.
 from __future__ import annotations
 
 from . import config as config
+from . import cache as cache  # noqa: E402 - pyjit.cache: info()/clear() of the disk cache
 from .errors import GraphBreakError, PyjitError
 from .logs import set_logs
 

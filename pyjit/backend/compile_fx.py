@@ -25,7 +25,7 @@ from torch.utils import _pytree as pytree
 from ..config import config
 from ..errors import BackendError
 from ..logs import get_logger
-from .graph_cache import graph_key
+from . import graph_cache
 from .metrics import metrics
 
 log = get_logger("fallbacks")
@@ -138,7 +138,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Ca
     device = example_inputs[0].device if example_inputs else torch.device("cpu")
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    gkey = graph_key(gm, example_inputs) if config.backend_disk_cache else None
+    gkey = graph_cache.graph_key_fields(gm, example_inputs) if config.backend_disk_cache else None
     if gkey is not None:
         warm = _load_cached_graph(gm, gkey, device, example_inputs)
         if warm is not None:
@@ -182,37 +182,45 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Ca
                   (traced - start) * 1e3, (time.perf_counter() - traced) * 1e3, len(module.kernel_names))
     constants = [t for _, t in lowering.constants]
     if gkey is not None and not constants:
-        cache.write_graph_entry(gkey, {"module_key": key, "module_path": path,
-                                       "out_spec": pytree.treespec_dumps(out_spec),
-                                       "kernels": len(module.kernel_names), "externs": module.extern_calls,
-                                       "fallbacks": [op for op, n in metrics.fallback_ops.items()
-                                                     if n > fallbacks_before.get(op, 0)]})
+        graph_cache.write_entry(gm, gkey, {"module_key": key,
+                                           "out_spec": pytree.treespec_dumps(out_spec),
+                                           "kernels": len(module.kernel_names), "externs": module.extern_calls,
+                                           "fallbacks": [op for op, n in metrics.fallback_ops.items()
+                                                         if n > fallbacks_before.get(op, 0)]})
     return _make_callable(gm, compiled.call, out_spec, example_inputs, constants)
 
 
-def _load_cached_graph(gm: torch.fx.GraphModule, gkey: str, device: torch.device,
+def _load_cached_graph(gm: torch.fx.GraphModule, gkey: dict[str, str], device: torch.device,
                        example_inputs: list[torch.Tensor]) -> Callable[..., Any] | None:
-    """The compiled callable from the graph cache, or None on a miss (logged on ``cache``)."""
+    """The compiled callable from the graph cache, or None on a miss (logged on ``cache``).
+
+    A module that is missing, fails its hash check or fails to load is removed with its index
+    entry, so this compile rewrites both.
+    """
     from ..runtime import cache
     from ..runtime.launcher import load_module
 
-    entry = cache.read_graph_entry(gkey)
-    if entry is None or not os.path.exists(entry.get("module_path", "")):
-        cache_log.info("graph cache miss for %s (key %s)", _graph_label(gm), gkey[:12])
+    entry = graph_cache.read_entry(gm, gkey, _graph_label(gm))
+    if entry is None:
         return None
-    with open(entry["module_path"]) as f:
-        if cache.module_key(f.read()) != entry["module_key"]:
-            cache_log.info("graph cache entry %s points at a modified module; recompiling", gkey[:12])
-            return None
-    compiled = load_module(entry["module_path"], entry["module_key"], device.type == "cpu")
-    out_spec = pytree.treespec_loads(entry["out_spec"])
+    path = cache.get_path("modules", entry["module_key"], ".py")
+    try:
+        if path is None:
+            raise FileNotFoundError("the module it points at is missing or corrupt")
+        compiled = load_module(path, entry["module_key"], device.type == "cpu")
+        out_spec = pytree.treespec_loads(entry["out_spec"])
+    except Exception as e:  # noqa: BLE001 - a bad entry is a miss, never a crash
+        cache_log.warning("pyjit: graph cache entry for %s is unusable (%s: %s); removing it, it will be rebuilt",
+                          _graph_label(gm), type(e).__name__, e)
+        cache.remove("modules", entry["module_key"], ".py")
+        graph_cache.remove_entry(gkey)
+        return None
     metrics.generated_kernel_count += int(entry.get("kernels", 0))
     metrics.extern_calls += int(entry.get("externs", 0))
     metrics.compiled_graphs += 1
     metrics.graph_cache_hits += 1
     for op in entry.get("fallbacks", []):
         metrics.fallback_ops[op] += 1
-    cache_log.info("graph cache hit for %s (key %s)", _graph_label(gm), gkey[:12])
     return _make_callable(gm, compiled.call, out_spec, example_inputs, [])
 
 

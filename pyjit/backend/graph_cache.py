@@ -7,11 +7,17 @@ fully described by their code are cached: every call target must be a torch op o
 operator / builtins function (a user function called from the graph could change without its
 name changing, which would silently serve stale code), and no ``get_attr``/``call_module``
 (constant tensors and submodules are not in the code).
+
+Entries are JSON blobs in the ``graphs`` namespace of :mod:`pyjit.runtime.cache` (trusted,
+hash-checked, atomic); an entry of the wrong shape is logged, removed and rebuilt. Every lookup
+logs a hit or a miss on the ``cache`` channel; a miss names the key field that differs from the
+last entry written for a graph of the same name (``GraphModule_<function>`` and arity).
 """
 from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 from typing import Any, Sequence
 
@@ -19,6 +25,11 @@ import torch
 import torch.fx
 
 from ..config import config
+from ..logs import get_logger
+from ..runtime import cache
+
+log = get_logger("cache")
+NAMESPACE = "graphs"
 
 _SAFE_MODULES = ("torch", "_operator", "operator", "builtins", "math")
 
@@ -42,8 +53,12 @@ def _backend_source_hash() -> str:
     return digest.hexdigest()
 
 
-def graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> str | None:
-    """The cache key of compiling ``gm`` for these inputs, or None when it must not be cached."""
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def graph_key_fields(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> dict[str, str] | None:
+    """The named parts of the cache key (hashes), or None when the graph must not be cached."""
     for node in gm.graph.nodes:
         if node.op in ("get_attr", "call_module"):
             return None
@@ -54,5 +69,63 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) 
     settings = (config.cpu_backend, config.backend_fusion, config.backend_persistent_reduction_max,
                 config.backend_persistent_multi_pass_max,
                 config.backend_split_reduction_min)
-    text = "\n".join([gm.code, repr(inputs), repr(settings), _backend_source_hash()])
-    return hashlib.sha256(text.encode()).hexdigest()
+    return {"graph code": _sha(gm.code), "input metadata": _sha(repr(inputs)),
+            "backend settings": _sha(repr(settings)), "backend source": _backend_source_hash()}
+
+
+def graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> str | None:
+    """The cache key of compiling ``gm`` for these inputs, or None when it must not be cached."""
+    fields = graph_key_fields(gm, example_inputs)
+    return None if fields is None else _key_of(fields)
+
+
+def _key_of(fields: dict[str, str]) -> str:
+    return _sha(json.dumps(fields, sort_keys=True))
+
+
+def graph_family(gm: torch.fx.GraphModule) -> str:
+    """Entries of one family are compared to explain a miss: the graph's name and arity."""
+    arity = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
+    return f"{type(gm).__name__}/{arity}"
+
+
+def _is_hex_key(value: str) -> bool:
+    return len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
+_ENTRY_SHAPE = {"module_key": str, "out_spec": str, "kernels": int, "externs": int, "fallbacks": list}
+
+
+def read_entry(gm: torch.fx.GraphModule, fields: dict[str, str], label: str) -> dict[str, Any] | None:
+    """The index entry for these key fields, or None (a miss, logged with its reason)."""
+    key = _key_of(fields)
+    data = cache.get_bytes(NAMESPACE, key, ".json")
+    entry: Any = None
+    if data is not None:
+        try:
+            entry = json.loads(data)
+        except ValueError:
+            entry = None
+        if not isinstance(entry, dict) or any(not isinstance(entry.get(k), t) for k, t in _ENTRY_SHAPE.items()) \
+                or not _is_hex_key(entry["module_key"]):
+            log.warning("pyjit: graph cache entry %s has the wrong shape; removing it, it will be rebuilt", key[:12])
+            cache.remove(NAMESPACE, key, ".json")
+            entry = None
+            data = None
+    if data is None:
+        log.info("graph cache miss for %s (key %s): %s", label, key[:12],
+                 cache.explain_miss(NAMESPACE, graph_family(gm), fields))
+        return None
+    log.info("graph cache hit for %s (key %s)", label, key[:12])
+    return entry
+
+
+def write_entry(gm: torch.fx.GraphModule, fields: dict[str, str], entry: dict[str, Any]) -> None:
+    """Store an index entry (write-once) and remember its fields for explaining later misses."""
+    key = _key_of(fields)
+    cache.put_bytes(NAMESPACE, key, json.dumps(entry).encode(), ".json")
+    cache.record_neighbour(NAMESPACE, graph_family(gm), fields)
+
+
+def remove_entry(fields: dict[str, str]) -> None:
+    cache.remove(NAMESPACE, _key_of(fields), ".json")
