@@ -137,8 +137,25 @@ def entry_path(ns: str, key: str, suffix: str = "") -> str | None:
 
 # ----------------------------------------------------------------------------- locking
 
+_held = threading.local()  # lock paths this thread holds (re-entrancy)
+
+
 @contextlib.contextmanager
 def _file_lock(path: str) -> Iterator[None]:
+    held: set[str] = _held.__dict__.setdefault("paths", set())
+    if path in held:
+        yield
+        return
+    held.add(path)
+    try:
+        with _os_file_lock(path):
+            yield
+    finally:
+        held.discard(path)
+
+
+@contextlib.contextmanager
+def _os_file_lock(path: str) -> Iterator[None]:
     try:
         from filelock import FileLock
     except ImportError:  # filelock absent: plain fcntl (POSIX); rename-based writes stay atomic
@@ -469,43 +486,55 @@ def _neighbour_path(ns: str, family: str) -> str | None:
     return os.path.join(directory, hashlib.sha256(family.encode()).hexdigest()[:40] + ".json")
 
 
+NEIGHBOURS = 8  # entries remembered per family for explaining misses
+
+
+def _read_neighbours(path: str | None) -> list[dict[str, Any]]:
+    try:
+        if path is None or trust.check_path(path, "file") is not None:
+            return []
+        with open(path, "rb") as f:
+            old = json.loads(f.read())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(old, list):
+        return []
+    return [n for n in old if isinstance(n, dict)]
+
+
 def record_neighbour(ns: str, family: str, fields: dict[str, str]) -> None:
     """Remember the key fields of the entry just written for ``family`` (a function, a graph name).
 
-    Kept outside the version directory so that a later miss, even under other versions, can say
-    which field differed. Only ever used for log messages.
+    The last few per family are kept outside the version directory so that a later miss, even
+    under other versions, can say which field differed. Only ever used for log messages.
     """
     _check_names(ns, "family", "")
     path = _neighbour_path(ns, family)
     if path is None:
         return
-    with contextlib.suppress(OSError):
-        atomic_write(path, json.dumps({**versions(), **fields}).encode())
+    new = {**versions(), **fields}
+    with _file_lock(path + ".lock"):
+        old = [n for n in _read_neighbours(path) if n != new]
+        with contextlib.suppress(OSError):
+            atomic_write(path, json.dumps((old + [new])[-NEIGHBOURS:]).encode())
 
 
 def explain_miss(ns: str, family: str, fields: dict[str, str]) -> str:
-    """Why ``fields`` missed, compared with the last entry recorded for ``family``."""
+    """Why ``fields`` missed: the fields in which the closest recorded entry of ``family`` differs."""
     _check_names(ns, "family", "")
-    path = _neighbour_path(ns, family)
-    try:
-        if path is None or trust.check_path(path, "file") is not None:
-            return "no earlier entry for it"
-        with open(path, "rb") as f:
-            old = json.loads(f.read())
-        if not isinstance(old, dict):
-            raise ValueError("not a JSON object")
-    except (OSError, ValueError):
+    known = _read_neighbours(_neighbour_path(ns, family))
+    if not known:
         return "no earlier entry for it"
     new = {**versions(), **fields}
-    diffs = []
-    for name, value in new.items():
-        before = old.get(name)
-        if before == value:
-            continue
-        if name in versions():
-            diffs.append(f"{name} version {before} -> {value}")
-        else:
-            diffs.append(name)
-    if not diffs:
+    best: list[str] | None = None
+    for old in reversed(known):  # most recent first: it wins ties
+        diffs = []
+        for name, value in new.items():
+            before = old.get(name)
+            if before != value:
+                diffs.append(f"{name} version {before} -> {value}" if name in versions() else name)
+        if best is None or len(diffs) < len(best):
+            best = diffs
+    if not best:
         return "an entry with the same key fields was written but is gone (evicted, cleared or corrupt)"
-    return "differs from the earlier entry in: " + ", ".join(diffs)
+    return "differs from the earlier entry in: " + ", ".join(best)
