@@ -179,19 +179,36 @@ def disable() -> None:
 
 @dataclasses.dataclass
 class Explanation:
-    """What ``pyjit.explain(fn)(*args)`` found: the graph (if any), why not, and the guards."""
+    """What ``pyjit.explain(fn)(*args)`` saw: every graph compiled while the call ran (the frame,
+    its resume functions and compiled callees), the graph breaks in order with file:line, the
+    resume functions created, and the guards of the frame's entry."""
 
     graph_count: int
     graphs: list[Any]
-    graph_break: Any  # pyjit.errors.GraphBreak | None
+    graph_breaks: list[Any]          # pyjit.errors.GraphBreak, in the order they were met
     guards: list[str]
-    call_count: int
+    call_count: int                  # operations recorded over all graphs
     skipped_reason: str | None = None
+    resume_functions: list[str] = dataclasses.field(default_factory=list)
+    eager_frames: list[str] = dataclasses.field(default_factory=list)  # frames left to run eagerly
+
+    @property
+    def graph_break(self) -> Any:
+        """The first graph break (None when the call compiled without one)."""
+        return self.graph_breaks[0] if self.graph_breaks else None
+
+    @property
+    def break_count(self) -> int:
+        return len(self.graph_breaks)
 
     def __str__(self) -> str:
-        lines = [f"graphs: {self.graph_count}, graph calls: {self.call_count}"]
-        if self.graph_break is not None:
-            lines.append("graph break (the frame would run eagerly):\n" + self.graph_break.format())
+        lines = [f"graphs: {self.graph_count}, graph calls: {self.call_count}, graph breaks: {self.break_count}"]
+        for i, gb in enumerate(self.graph_breaks, 1):
+            lines.append(f"graph break {i}:\n" + gb.format())
+        if self.resume_functions:
+            lines.append("resume functions: " + ", ".join(self.resume_functions))
+        if self.eager_frames:
+            lines.append("frames running eagerly: " + ", ".join(self.eager_frames))
         if self.skipped_reason:
             lines.append(f"skipped: {self.skipped_reason}")
         for gm in self.graphs:
@@ -203,30 +220,44 @@ class Explanation:
 
 
 def explain(fn: Any) -> Callable[..., Explanation]:
-    """``pyjit.explain(fn)(*args)``: trace ``fn`` on these arguments without caching or running it."""
+    """``pyjit.explain(fn)(*args)``: run ``fn(*args)`` once under a fresh ``pyjit.jit`` with a
+    recording backend and report what was compiled (its result is discarded; it runs, so its
+    prints and side effects happen as in a normal call)."""
 
     def run(*args: Any, **kwargs: Any) -> Explanation:
-        from .errors import SkipFrame, Unsupported
-        from .frame.convert import convert_frame
-        from .frame.python_runtime import bind_flat
-
-        # Explaining an already-jitted function explains the function it wraps.
         target = fn._fn if isinstance(fn, JitFunction) else fn
-        func, flat = bind_flat(target, args, kwargs)
         graphs: list[Any] = []
 
         def record(gm: Any, example_inputs: Any) -> Any:
             graphs.append(gm)
             return gm.forward
 
+        events: list[tuple[str, types.CodeType, Any]] = []
+        policy._observers.append(lambda event, code, detail: events.append((event, code, detail)))
+        observer = policy._observers[-1]
         try:
-            frame = convert_frame(func, flat, record)
-        except SkipFrame as e:
-            return Explanation(0, [], None, [], 0, str(e))
-        except Unsupported as e:
-            return Explanation(0, [], e.graph_break, [], 0)
-        calls = sum(1 for n in graphs[0].graph.nodes if n.op in ("call_function", "call_method", "call_module"))
-        return Explanation(len(graphs), graphs, None, [g.describe() for g in frame.guards], calls)
+            jitted = jit(target, backend=record)
+            jitted(*args, **kwargs)
+        finally:
+            policy._observers.remove(observer)
+        breaks: list[Any] = []
+        resumes: list[str] = []
+        eager: list[str] = []
+        guards: list[str] = []
+        skipped = None
+        for i, (event, code, detail) in enumerate(events):
+            if event == "compiled":
+                if detail.graph_break is not None:
+                    breaks.append(detail.graph_break)
+                resumes.extend(c.co_qualname for c in detail.resume_codes)
+                if not guards:
+                    guards = [g.describe() for g in detail.guards]
+            elif event == "eager":
+                breaks.append(detail)
+                eager.append(code.co_qualname)
+            elif event == "skipped" and i == 0:
+                skipped = detail
+        calls = sum(1 for gm in graphs for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
+        return Explanation(len(graphs), graphs, breaks, guards, calls, skipped, resumes, eager)
 
     return run
-

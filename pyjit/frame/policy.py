@@ -94,13 +94,15 @@ def reset() -> None:
 # Codes of functions wrapped by pyjit.disable(fn): never traced (a call to one is a graph break).
 _disabled_codes: "set[types.CodeType]" = set()
 
-# Observers of compiles (pyjit.explain): called with (code, graph break or None, CompiledFrame or None).
-_observers: list[Callable[[types.CodeType, Any, Any], None]] = []
+# Observers of frame conversions (pyjit.explain): called with (event, code, detail) where event is
+# "compiled" (detail: the CompiledFrame), "eager" (detail: the GraphBreak that made the frame run
+# eagerly) or "skipped" (detail: the reason).
+_observers: list[Callable[[str, types.CodeType, Any], None]] = []
 
 
-def _note_break(code: types.CodeType, graph_break: Any, frame: Any) -> None:
+def _notify(event: str, code: types.CodeType, detail: Any) -> None:
     for observe in list(_observers):
-        observe(code, graph_break, frame)
+        observe(event, code, detail)
 
 
 # -- which code is library code ---------------------------------------------------------------
@@ -116,7 +118,18 @@ def _library_roots() -> tuple[tuple[str, ...], tuple[str, ...]]:
     torch_mod = sys.modules.get("torch")
     if torch_mod is not None and getattr(torch_mod, "__file__", None):
         pkgs.append(os.path.dirname(os.path.realpath(torch_mod.__file__)) + os.sep)
+    try:  # generated kernels and wrappers loaded from pyjit's cache
+        pkgs.append(os.path.realpath(config.default_cache_dir()) + os.sep)
+    except Exception:
+        pass
     return tuple(std), tuple(pkgs)
+
+
+# Third-party packages that are pyjit's or the test harness's machinery, not model code: their
+# frames are never compiled, even when called while a jitted call runs (e.g. Triton's launcher
+# under a compiled graph). Model libraries (transformers, ...) are compiled like user code.
+_RUNTIME_PACKAGES = ("triton", "numpy", "sympy", "networkx", "filelock", "_pytest", "pytest", "pluggy",
+                     "expecttest", "typing_extensions")
 
 
 _roots_cache: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
@@ -131,6 +144,7 @@ def is_library_code(code: types.CodeType) -> bool:
         return hit
     if not _roots_cache:
         _roots_cache.append(_library_roots())
+
     std, pkgs = _roots_cache[0]
     if filename.startswith("<"):
         # generated code: FX graph modules ('<eval_with_key>'), pyjit's own code, frozen stdlib.
@@ -138,7 +152,8 @@ def is_library_code(code: types.CodeType) -> bool:
     else:
         real = os.path.realpath(filename)
         result = any(real.startswith(r) for r in pkgs) or (
-            any(real.startswith(r) for r in std) and "site-packages" not in real and "dist-packages" not in real)
+            any(real.startswith(r) for r in std) and "site-packages" not in real and "dist-packages" not in real) or (
+            any(f"-packages{os.sep}{p}{os.sep}" in real for p in _RUNTIME_PACKAGES))
     _library_cache[filename] = result
     return result
 
@@ -149,9 +164,12 @@ def callback(target: CodeState | None, func: types.FunctionType, args: tuple[Any
     """The C callback; ``target`` is the state of the JitFunction whose call installed it
     (``functools.partial``), or None under ``pyjit.enable()``."""
     code = func.__code__
+    fullgraph_ok = True
     if target is not None and target.code is code:
         state = target
     else:
+        # A callee of a jitted call is compiled around its breaks, whatever jitted it elsewhere.
+        fullgraph_ok = target is None
         if is_library_code(code):
             _C.mark_skip(code)
             return None
@@ -172,7 +190,7 @@ def callback(target: CodeState | None, func: types.FunctionType, args: tuple[Any
             state = register_target(code, options)
     if _C.get_entry_limit() != config.entry_limit:
         _C.set_entry_limit(config.entry_limit)
-    frame = compile_for(func, args, state)
+    frame = compile_for(func, args, state, fullgraph=state.options.fullgraph and fullgraph_ok)
     if frame is None:
         _C.mark_skip(code)
         return None
@@ -192,26 +210,29 @@ def callback(target: CodeState | None, func: types.FunctionType, args: tuple[Any
     return tree, frame.code
 
 
-def compile_for(func: types.FunctionType, args: tuple[Any, ...], state: CodeState) -> Any:
+def compile_for(func: types.FunctionType, args: tuple[Any, ...], state: CodeState, *, fullgraph: bool | None = None) -> Any:
     """Convert the frame; None means "run eagerly from now on" (already logged)."""
     from .convert import convert_frame
 
     code = func.__code__
+    if fullgraph is None:
+        fullgraph = state.options.fullgraph
     if code.co_flags & (0x20 | 0x80 | 0x200):  # generators/coroutines: never converted
         return None
     if state.frames:
         _log_recompile(func, args, state)
     try:
-        frame = convert_frame(func, args, state.options.backend, fullgraph=state.options.fullgraph)
-    except SkipFrame:
+        frame = convert_frame(func, args, state.options.backend, fullgraph=fullgraph)
+    except SkipFrame as e:
+        _notify("skipped", code, str(e))
         return None
     except GraphBreakError:
         raise
     except Unsupported as e:
-        if state.options.fullgraph:
+        if fullgraph:
             raise GraphBreakError(e.graph_break) from None
         state.broke = True
-        _note_break(code, e.graph_break, None)
+        _notify("eager", code, e.graph_break)
         _break_log.info("graph break in %s; running it eagerly:\n%s", code.co_name, e.graph_break.format())
         return None
     except Exception as e:
@@ -223,8 +244,7 @@ def compile_for(func: types.FunctionType, args: tuple[Any, ...], state: CodeStat
         return None
     state.frames.append(frame)
     state.compiles += 1
-    if frame.graph_break is not None:
-        _note_break(code, frame.graph_break, frame)
+    _notify("compiled", code, frame)
     return frame
 
 

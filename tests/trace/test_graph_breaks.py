@@ -78,7 +78,7 @@ def test_fullgraph_raises_with_location(fn, kind, marker, rec):
 
 
 @pytest.mark.parametrize("fn,kind,marker", CASES, ids=[c[0].__name__ for c in CASES])
-def test_without_fullgraph_runs_eagerly_and_logs(fn, kind, marker, rec, caplog):
+def test_without_fullgraph_compiles_around_the_break(fn, kind, marker, rec, caplog):
     x = torch.randn(3)
     _STORE.clear()
     expected = fn(x)
@@ -86,11 +86,16 @@ def test_without_fullgraph_runs_eagerly_and_logs(fn, kind, marker, rec, caplog):
     with caplog.at_level(logging.INFO, logger="pyjit.graph_breaks"):
         jf = pyjit.jit(fn, backend=rec)
         same(expected, jf(x))
-        same(expected, jf(x))  # second call: the code is marked skip, runs eagerly at once
-    assert rec.graphs == []
-    assert any(f"[{kind}]" in r.getMessage() for r in caplog.records)
+        compiled = len(rec.graphs)
+        same(expected, jf(x))  # second call: cache hits all the way (no new graph)
+    assert len(rec.graphs) == compiled
     if fn is mutates_outer_list:
+        # Replayed as a side effect or run natively at a break: the caller sees both appends.
         assert len(_STORE) == 2 and all(t is x for t in _STORE)
+        return
+    # The tensor work around the break is compiled; the break is logged with its kind.
+    assert compiled >= 1
+    assert any(f"[{kind}]" in r.getMessage() for r in caplog.records)
 
 
 def test_every_break_kind_is_documented():
