@@ -320,8 +320,8 @@ def _lookup(ns: str, key: str, suffix: str) -> tuple[str, bytes] | None:
         stats["misses"] += 1
         return None
     path = os.path.join(directory, key + suffix)
-    data = _read_verified(path)[0]
-    if data is None:
+    data, reason = _read_verified(path)
+    if data is None and (reason != "missing" or os.path.lexists(path) or os.path.lexists(path + META_SUFFIX)):
         # Re-check under the lock: a writer may be between its two renames.
         with entry_lock(ns, key):
             data = _verified(path, ns, key)

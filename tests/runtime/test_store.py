@@ -131,3 +131,37 @@ def test_eight_processes_write_one_key(cache_dir) -> None:
     assert info["entries"] == 1
     shard = os.path.dirname(outs[0][0].split()[1])
     assert sorted(os.listdir(shard)) == [".lock", "samekey0.bin", "samekey0.bin.meta"]
+
+
+def test_without_filelock_the_fcntl_lock_is_used(cache_dir, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "filelock", None)  # import filelock -> ImportError
+    path = cache.put_bytes("blobs", "nolock00", b"data")
+    with cache.entry_lock("blobs", "nolock00"):
+        assert cache.get_bytes("blobs", "nolock00") == b"data"
+    assert os.path.exists(os.path.join(os.path.dirname(path), ".lock"))
+
+
+def test_threads_writing_one_key(cache_dir) -> None:
+    import threading
+
+    results: list[bytes | None] = []
+    barrier = threading.Barrier(8)
+
+    def work() -> None:
+        barrier.wait()
+        cache.put_bytes("blobs", "threaded", b"same bytes" * 1000)
+        results.append(cache.get_bytes("blobs", "threaded"))
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert results == [b"same bytes" * 1000] * 8 and cache.info()["entries"] == 1
+
+
+def test_public_module_imports_without_torch(cache_dir) -> None:
+    code = "import sys, pyjit; pyjit.cache.info(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": REPO, "PYJIT_CACHE_DIR": str(cache_dir)})
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
