@@ -157,24 +157,99 @@ def reset() -> None:
     python_runtime.reset()
 
 
-def enable(*, backend: Any = "pyjit", fullgraph: bool = False) -> None:
-    """Compile every new frame of this thread (torch, the stdlib and pyjit itself are skipped)."""
+class EnableHandle:
+    """What :func:`enable` returns: ``with pyjit.enable(): ...`` restores the previous state on
+    exit (even on exception); ``handle.restore()`` does the same without a ``with``."""
+
+    def __init__(self, previous_callback: Any, options: JitOptions) -> None:
+        self._previous = previous_callback
+        self._options = options
+        self._restored = False
+
+    def restore(self) -> None:
+        if self._restored:
+            return
+        self._restored = True
+        _C.set_callback(self._previous)
+        for i in range(len(policy._global_options) - 1, -1, -1):
+            if policy._global_options[i] is self._options:
+                del policy._global_options[i]
+                break
+
+    def __enter__(self) -> "EnableHandle":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.restore()
+
+
+def enable(*, backend: Any = "pyjit", fullgraph: bool = False) -> EnableHandle:
+    """Compile every new frame of this thread (torch, the stdlib and pyjit itself are skipped).
+
+    Returns a handle; used as a context manager (``with pyjit.enable(): ...``) it restores the
+    previous state when the block ends."""
     from . import backends
 
     if _C is None:
         raise RuntimeError("pyjit.enable() needs the C extension: run `python setup.py build_ext --inplace`")
     policy.ensure_installed()
-    policy._global_options.append(JitOptions(backends.lookup(backend), fullgraph))
-    _C.set_callback(functools.partial(policy.callback, None))
+    options = JitOptions(backends.lookup(backend), fullgraph)
+    policy._global_options.append(options)
+    previous = _C.set_callback(functools.partial(policy.callback, None))
+    return EnableHandle(previous, options)
 
 
-def disable() -> None:
-    """Stop compiling new frames on this thread (compiled entries stay cached)."""
+class DisabledFunction:
+    """``pyjit.disable(fn)``: calls ``fn`` with pyjit switched off for this thread (neither ``fn``
+    nor what it calls is compiled); traced code calling it breaks the graph there and runs the
+    call natively. ``pyjit.graph_break`` is one of these around a no-op."""
+
+    def __init__(self, fn: Callable[..., Any], *, is_graph_break: bool = False) -> None:
+        self._fn = fn
+        self.is_graph_break = is_graph_break
+        functools.update_wrapper(self, fn)
+        func = _target_function(fn)
+        if isinstance(func, types.FunctionType):
+            policy._disabled_codes.add(func.__code__)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if _C is None:
+            return self._fn(*args, **kwargs)
+        previous = _C.set_callback(None)
+        try:
+            return self._fn(*args, **kwargs)
+        finally:
+            _C.set_callback(previous)
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        return self if obj is None else types.MethodType(self, obj)
+
+    def __repr__(self) -> str:
+        return f"<pyjit.disable of {getattr(self._fn, '__qualname__', self._fn)!r}>"
+
+
+def disable(fn: Any = None) -> Any:
+    """``pyjit.disable(fn)`` (or ``@pyjit.disable``): a function that is never traced and breaks
+    the graph where traced code calls it. ``pyjit.disable()`` with no argument stops compiling
+    new frames on this thread (compiled entries stay cached)."""
+    if fn is not None:
+        if isinstance(fn, JitFunction):
+            fn = fn._fn
+        return DisabledFunction(fn)
     if _C is None:
-        return
+        return None
     _C.set_callback(None)
     if policy._global_options:
         policy._global_options.pop()
+    return None
+
+
+def _no_op() -> None:
+    """``pyjit.graph_break()`` does nothing when it runs; traced code breaks the graph here."""
+
+
+graph_break = DisabledFunction(_no_op, is_graph_break=True)
+graph_break.__doc__ = "pyjit.graph_break(): end the current graph here (the rest continues in a new one)."
 
 
 @dataclasses.dataclass

@@ -159,14 +159,26 @@ def _previous(instructions: Sequence[Instruction], inst: Instruction) -> Optiona
     return None
 
 
-_CACHE: "weakref.WeakKeyDictionary[types.CodeType, dict[tuple, types.CodeType]]" = weakref.WeakKeyDictionary()
+# Keyed by the identity of the original (code objects compare equal by contents: a clone made for
+# a second backend must get resume functions of its own, with their own cache entries).
+_CACHE: "dict[int, tuple[weakref.ref[types.CodeType], dict[tuple, types.CodeType]]]" = {}
+
+
+def _per_code(code: types.CodeType) -> "dict[tuple, types.CodeType]":
+    entry = _CACHE.get(id(code))
+    if entry is None or entry[0]() is not code:
+        key = id(code)
+        entry = (weakref.ref(code, lambda _ref, key=key: _CACHE.pop(key, None)), {})
+        _CACHE[key] = entry
+    return entry[1]
 
 
 def resume_cache_size(code: Optional[types.CodeType] = None) -> int:
     """Number of cached resume code objects (for ``code`` or in total)."""
     if code is not None:
-        return len(_CACHE.get(code, {}))
-    return sum(len(v) for v in _CACHE.values())
+        entry = _CACHE.get(id(code))
+        return len(entry[1]) if entry is not None and entry[0]() is code else 0
+    return sum(len(v) for _ref, v in _CACHE.values())
 
 
 def resume_parameter_names(
@@ -209,7 +221,7 @@ def make_resume_code(
     """
     key = (offset, stack_depth, tuple(live_locals), tuple(sorted(null_slots)), tuple(sorted(context_slots)),
            tuple(sorted(iter_slots)))
-    per_code = _CACHE.setdefault(original, {})
+    per_code = _per_code(original)
     cached = per_code.get(key)
     if cached is not None:
         return cached

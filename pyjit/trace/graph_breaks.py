@@ -56,6 +56,14 @@ BREAK_KINDS: dict[str, tuple[str, str]] = {
     ),
     "inline_depth": ("calls nest deeper than config.inline_depth_limit", "raise pyjit.config.inline_depth_limit"),
     "loop_limit": ("the trace ran too many instructions (an unbounded loop?)", "bound the loop by a constant"),
+    "user_break": (
+        "pyjit.graph_break() was called",
+        "remove the call to compile this code into one graph",
+    ),
+    "disabled": (
+        "a call to a function wrapped by pyjit.disable (never traced)",
+        "remove pyjit.disable from the function to trace it",
+    ),
     "tensor_op_failed": (
         "running the operation on fake tensors failed (wrong shapes/dtypes, or an op without a meta kernel)",
         "check that the code runs eagerly on these inputs",

@@ -93,8 +93,13 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
                 unsupported("unsupported_object", f"dict with a non-constant key {type(k).__name__}")
         items = {k: wrap(tx, v, ItemSource(source, k) if source is not None else None) for k, v in value.items()}
         return DictVariable(items, source, dict_type=t)
-    from ..api import JitFunction
+    from ..api import DisabledFunction, JitFunction
 
+    if isinstance(value, DisabledFunction):
+        # pyjit.disable(fn) / pyjit.graph_break: never traced; calling one is a graph break.
+        from .misc import DisabledCallVariable
+
+        return DisabledCallVariable(value, source)
     if isinstance(value, JitFunction):
         # A jitted function called from traced code: trace what it wraps (one graph).
         return wrap(tx, value._fn, AttrSource(source, "_fn") if source is not None else None)

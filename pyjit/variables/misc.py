@@ -1,4 +1,5 @@
-"""Small trackers that fit no family: Python modules (``torch``, ``math``, ``F``) and ``super()``."""
+"""Small trackers that fit no family: Python modules (``torch``, ``math``, ``F``), ``super()``, and
+functions pyjit must not trace (``pyjit.disable``d functions, ``pyjit.graph_break``)."""
 from __future__ import annotations
 
 import types
@@ -74,3 +75,25 @@ class SuperVariable(VariableTracker):
                 return wrap(tx, attr, None)
         unsupported("exception", f"AttributeError: 'super' object has no attribute {name!r}")
 
+
+
+class DisabledCallVariable(VariableTracker):
+    """A ``pyjit.disable``d function or ``pyjit.graph_break``: calling it is a graph break (the
+    call then runs natively, outside any graph)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any, source: Any = None) -> None:
+        super().__init__(source)
+        self.value = value
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        if self.value.is_graph_break:
+            unsupported("user_break", "pyjit.graph_break()")
+        unsupported("disabled", f"{getattr(self.value, '__qualname__', self.value)} is wrapped by pyjit.disable")
+
+    def reconstruct(self, cg: Any) -> str:
+        return self.source.expr() if self.source is not None else cg.ref(self.value, "disabled")

@@ -1,0 +1,406 @@
+"""Real graph breaks (issue 9): the prefix graph is compiled, the breaking instruction runs
+natively, the rest continues in a compiled resume function. Every test compares results, printed
+output and observable state with eager, then checks what was compiled.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+
+import pytest
+import torch
+import torch.nn as nn
+
+import pyjit
+from pyjit.errors import GraphBreakError
+
+from .support import CountingBackend, assert_same
+
+
+@pytest.fixture(autouse=True)
+def _fresh_pyjit():
+    pyjit.reset()
+    with pyjit.config.patch(raise_on_internal_error=True):
+        yield
+    pyjit.reset()
+
+
+def _run_both(fn, make_args, calls=3, backend=None):
+    """Run ``fn`` eagerly and jitted on identical fresh arguments; compare results and stdout."""
+    backend = backend or CountingBackend()
+    jf = pyjit.jit(fn, backend=backend)
+    for i in range(calls):
+        eager_out, jit_out = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(eager_out):
+            expected = fn(*make_args(i))
+        with contextlib.redirect_stdout(jit_out):
+            actual = jf(*make_args(i))
+        assert_same(expected, actual, f"result of call {i}", exact=False)
+        assert eager_out.getvalue() == jit_out.getvalue(), f"printed output of call {i}"
+    return backend
+
+
+def _rand(i, *shape):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(i))
+
+
+# -- the seed examples --------------------------------------------------------------------------
+
+def toy_example(a, b):
+    x = a / (torch.abs(a) + 1)
+    if b.sum() < 0:
+        b = b * -1
+    return x * b
+
+
+def test_toy_example_prefix_and_one_resume_per_branch():
+    be = CountingBackend()
+    jf = pyjit.jit(toy_example, backend=be)
+    a = torch.randn(10)
+    for b in (torch.ones(10), -torch.ones(10)):  # both branches
+        assert_same(toy_example(a, b), jf(a, b), exact=False)
+    # prefix (abs/add/div/sum/lt), the fall-through resume (mul, mul), the jump resume (mul)
+    assert be.frame_count == 3, be.graph_listing()
+    for b in (torch.ones(10), -torch.ones(10)):
+        jf(a, b)
+    assert be.frame_count == 3  # cache hits in the frame and both resume functions
+
+
+def recursive_toy(x, n):
+    if n == 0:
+        return x
+    return recursive_toy(x * 2, n - 1)
+
+
+def test_recursive_example_inlines_into_one_graph():
+    be = CountingBackend()
+    x = torch.randn(4)
+    assert_same(recursive_toy(x, 5), pyjit.jit(recursive_toy, backend=be)(x, 5))
+    assert be.frame_count == 1 and be.call_counts == [5]
+
+
+def test_loop_over_range_unrolls_into_one_graph():
+    def f(x, n):
+        for i in range(1, n + 1):
+            x = x * i
+        return x
+
+    be = CountingBackend()
+    x = torch.randn(4)
+    assert_same(f(x, 4), pyjit.jit(f, backend=be)(x, 4))
+    assert be.frame_count == 1 and be.call_counts == [4]
+
+
+def baz(x):
+    if x.sum() > 0:
+        return x.cos()
+    return x.sin()
+
+
+def bar(x):
+    return baz(x * 2) + 1
+
+
+def foo(x):
+    y = x.relu()
+    return bar(y - 0.5) * 3
+
+
+def test_nested_foo_bar_baz_tensor_branch_deep_inside():
+    be = _run_both(foo, lambda i: (_rand(i, 6) * (1 if i % 2 else -1),), calls=4)
+    # foo: the break two calls deep stops inlining at foo's call of bar, which runs as its own
+    # frame (compiled as a callee: it breaks at its call of baz, which breaks on its branch).
+    assert be.frame_count >= 4, be.graph_listing()
+    e = pyjit.explain(foo)(torch.randn(6))
+    assert e.graph_break is not None and e.graph_break.kind == "data_dependent"
+    assert e.graph_break.location.function == "baz"
+    assert [loc.function for loc in e.graph_break.inline_chain] == ["bar", "foo"]
+
+
+# -- each kind of break, in loops, under no_grad, deep in calls, before an exception ------------
+
+def _print_break(x):
+    print("value", x.shape)
+    return x
+
+
+def _item_break(x):
+    return x * (x.sum().item() + 1.0)
+
+
+def _tolist_break(x):
+    return x * sum(x.tolist())
+
+
+def _branch_break(x):
+    if x.mean() > 0:
+        return x + 1
+    return x - 1
+
+
+def _disabled_break(x):
+    return _disabled_helper(x) * 2
+
+
+@pyjit.disable
+def _disabled_helper(x):
+    return x + 100
+
+
+def _user_break(x):
+    y = x * 3
+    pyjit.graph_break()
+    return y - 1
+
+
+def _logging_break(x):
+    logging.getLogger("pyjit.tests.user").info("x has %d rows", x.shape[0])
+    return x * 5
+
+
+BREAKS = [_print_break, _item_break, _tolist_break, _branch_break, _disabled_break, _user_break, _logging_break]
+
+
+@pytest.mark.parametrize("brk", BREAKS, ids=[b.__name__ for b in BREAKS])
+def test_break_inside_for_loop(brk):
+    def f(x, n):
+        acc = x * 0
+        for i in range(n):
+            acc = acc + brk(x + i)
+        return acc.sum(), acc
+
+    _run_both(f, lambda i: (_rand(i, 3), 3))
+
+
+@pytest.mark.parametrize("brk", BREAKS, ids=[b.__name__ for b in BREAKS])
+def test_break_inside_no_grad_restores_grad_mode(brk):
+    def f(x):
+        y = x * 2
+        with torch.no_grad():
+            z = brk(y) + 1
+            inner = torch.is_grad_enabled()
+        return y + z, inner, torch.is_grad_enabled()
+
+    def args(i):
+        return (_rand(i, 3).requires_grad_(),)
+
+    be = CountingBackend()
+    jf = pyjit.jit(f, backend=be)
+    for i in range(2):
+        expected, actual = f(*args(i)), jf(*args(i))
+        assert_same(expected, actual, exact=False)
+        assert actual[0].requires_grad == expected[0].requires_grad
+        assert torch.is_grad_enabled()
+
+
+@pytest.mark.parametrize("brk", BREAKS, ids=[b.__name__ for b in BREAKS])
+def test_break_two_inlined_calls_deep(brk):
+    def inner(x):
+        return brk(x.tanh()) * 2
+
+    def middle(x):
+        return inner(x + 1) - 1
+
+    def f(x):
+        return middle(x * 3).relu()
+
+    be = _run_both(f, lambda i: (_rand(i, 4),))
+    assert be.frame_count >= 1
+
+
+@pytest.mark.parametrize("brk", BREAKS, ids=[b.__name__ for b in BREAKS])
+def test_break_followed_by_exception_later_in_frame(brk):
+    def f(x, fail):
+        y = brk(x * 2)
+        if fail:
+            raise ValueError(f"failing after the break with {y.shape[0]} rows")
+        return y
+
+    jf = pyjit.jit(f, backend=CountingBackend())
+    x = torch.randn(3)
+    for fn in (f, jf):
+        with pytest.raises(ValueError, match="failing after the break with 3 rows"):
+            fn(x, True)
+    assert_same(f(x, False), jf(x, False), exact=False)
+
+
+def test_break_after_try_block():
+    def f(x, d):
+        try:
+            k = d["scale"]
+        except KeyError:
+            k = 1.0
+        y = x * k
+        print("scaled by", k)
+        return y + 1
+
+    _run_both(f, lambda i: (_rand(i, 3), {"scale": 2.0} if i % 2 else {}))
+
+
+def test_break_inside_except_handler_falls_back_correctly():
+    def f(x):
+        try:
+            raise KeyError("k")
+        except KeyError:
+            print("handled")
+            y = x * 2
+        return y
+
+    _run_both(f, lambda i: (_rand(i, 3),))
+
+
+def test_loops_over_lists_modulelist_enumerate_zip_with_breaks():
+    layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
+    scales = [1.0, 2.0, 3.0]
+
+    def f(x):
+        for i, (layer, s) in enumerate(zip(layers, scales)):
+            x = layer(x) * s
+            print("layer", i)
+        for layer in layers:
+            x = layer(x)
+            if x.sum() > 0:
+                x = x * 0.5
+        return x
+
+    with torch.no_grad():
+        _run_both(f, lambda i: (_rand(i, 2, 4),))
+
+
+def test_break_in_autocast_block_is_correct():
+    def f(x, w):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = x @ w
+            print("in autocast")
+            z = y @ w
+        return z.float()
+
+    _run_both(f, lambda i: (_rand(i, 4, 4), _rand(i + 10, 4, 4)))
+
+
+def test_item_then_python_arithmetic():
+    def f(x):
+        m = x.max().item()
+        scale = 1.0 / (m * 2 + 1)
+        return x * scale, int(m > 0)
+
+    be = _run_both(f, lambda i: (_rand(i, 5),))
+    assert be.frame_count >= 2
+
+
+# -- submodules compile when the top-level forward cannot be traced ----------------------------
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+
+class Untraceable(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block() for _ in range(2)])
+
+    def forward(self, x):
+        import json  # an import and json.dumps of Python data inside forward
+        meta = json.dumps({"rows": int(x.shape[0])})
+        for b in self.blocks:
+            x = b(x)
+        return x, meta
+
+
+def test_submodules_compile_under_untraceable_forward():
+    m = Untraceable().eval()
+    be = CountingBackend()
+    jm = pyjit.jit(m, backend=be)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        assert_same(m(x), jm(x), exact=False)
+    assert be.frame_count >= 1
+
+
+# -- API ---------------------------------------------------------------------------------------
+
+def test_fullgraph_raises_on_first_break_with_location():
+    with pytest.raises(GraphBreakError) as info:
+        pyjit.jit(_user_break, fullgraph=True, backend=CountingBackend())(torch.randn(2))
+    assert info.value.graph_break.kind == "user_break"
+    assert f"{__file__}:" in str(info.value)
+
+
+def test_disable_is_never_traced_and_breaks():
+    calls = []
+
+    @pyjit.disable
+    def side(x):
+        calls.append(x.shape)
+        return x.sum().item()
+
+    def f(x):
+        return x * side(x)
+
+    be = CountingBackend()
+    jf = pyjit.jit(f, backend=be)
+    x = torch.randn(3)
+    assert_same(f(x), jf(x), exact=False)
+    assert len(calls) == 2  # once eagerly, once natively at the break
+    assert all("side" not in str(n.target) for gm in be.graphs for n in gm.graph.nodes)
+
+
+def test_enable_handle_is_a_context_manager_restoring_state():
+    from pyjit import _C
+
+    before = _C.get_callback()
+    be = CountingBackend()
+
+    def f(x):
+        return x.cos() + 1
+
+    with pyjit.enable(backend=be):
+        f(torch.randn(3))
+    assert _C.get_callback() is before
+    with pytest.raises(RuntimeError):
+        with pyjit.enable(backend=be):
+            raise RuntimeError("boom")
+    assert _C.get_callback() is before
+    handle = pyjit.enable(backend=be)
+    handle.restore()
+    assert _C.get_callback() is before
+
+
+def test_explain_lists_breaks_in_order_and_resume_functions():
+    def f(x):
+        y = x * 2
+        print("first")
+        z = y.sum().item()
+        return y + z
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        e = pyjit.explain(f)(torch.randn(3))
+    kinds = [gb.kind for gb in e.graph_breaks]
+    assert kinds == ["print", "data_dependent"]
+    lines = [gb.location.lineno for gb in e.graph_breaks]
+    assert lines == sorted(lines)
+    assert len(e.resume_functions) == 2
+    assert e.graph_count == 3  # y * 2 | print | y.sum() | .item() | y + z
+
+
+def test_graph_break_logged_once_and_resume_disassembly_dumped(tmp_path, caplog):
+    def f(x):
+        y = x + 1
+        pyjit.graph_break()
+        return y * 2
+
+    with pyjit.config.patch(debug_dir=str(tmp_path)), caplog.at_level(logging.INFO, logger="pyjit.graph_breaks"):
+        jf = pyjit.jit(f, backend=CountingBackend())
+        for _ in range(3):
+            jf(torch.randn(2))
+    breaks = [r for r in caplog.records if "user_break" in r.getMessage()]
+    assert len(breaks) == 1 and f"{__file__}:" in breaks[0].getMessage()
+    dumped = os.listdir(tmp_path)
+    assert any("__resume_at_" in name for name in dumped), dumped
