@@ -3,13 +3,17 @@ pure-Python runtime used when the C core is not built.
 
 Decisions, in order, for ``callback(func, args)``:
 
-- code that is not a jit target (``pyjit.jit`` registered it) and not under ``pyjit.enable()``:
-  library/generated code (torch, pyjit, the stdlib, ``<...>`` files such as FX's generated
-  ``forward``) is marked *skip* so it never calls back again; user code just runs;
+- library/generated code (torch, pyjit, the stdlib, runtime packages such as Triton, ``<...>``
+  files such as FX's generated ``forward``) is marked *skip* so it never calls back again;
+- any other frame called while a jitted call runs (or under ``pyjit.enable()``) is a *compiled
+  callee*: registered with the options of the call that installed the callback (never
+  ``fullgraph``), so code running natively between graphs still compiles what it calls;
+  ``pyjit.disable``d functions are skipped;
 - otherwise convert the frame (:func:`pyjit.frame.convert.convert_frame`):
   * no tensor operation -> mark skip (one look only);
-  * a graph break -> ``GraphBreakError`` under ``fullgraph=True``; else log it on
-    ``graph_breaks``, mark skip, run eagerly;
+  * a graph break -> compiled around it (``pyjit.trace.breaks``); ``GraphBreakError`` under
+    ``fullgraph=True``; where it cannot be resumed, log it on ``graph_breaks``, mark skip,
+    run eagerly;
   * an internal error -> log it with the frame's file:line on ``fallbacks`` and run eagerly
     (raised instead under ``config.raise_on_internal_error``);
   * a recompile (the code already has entries) is logged on ``recompiles`` with the first

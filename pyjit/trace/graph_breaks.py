@@ -2,8 +2,9 @@
 
 ``unsupported(kind, detail)`` raises :class:`pyjit.errors.Unsupported` carrying a structured
 :class:`pyjit.errors.GraphBreak`; the translator fills in the user's file:line and inline chain.
-In this issue a break makes the whole frame run eagerly (logged on ``graph_breaks``), or raises
-:class:`pyjit.errors.GraphBreakError` under ``fullgraph=True``. docs/graph_breaks.md mirrors this table.
+A break is compiled around (prefix graph, the instruction natively, a resume function: see
+:mod:`pyjit.trace.breaks`), or raises :class:`pyjit.errors.GraphBreakError` under
+``fullgraph=True``. docs/graph_breaks.md mirrors this table.
 """
 from __future__ import annotations
 
