@@ -161,7 +161,11 @@ def _os_file_lock(path: str) -> Iterator[None]:
     except ImportError:  # filelock absent: plain fcntl (POSIX); rename-based writes stay atomic
         FileLock = None  # type: ignore[assignment]  # noqa: N806
     if FileLock is not None:
-        with FileLock(path):
+        try:
+            lock = FileLock(path, mode=0o600)
+        except TypeError:  # filelock < 3.10 has no mode
+            lock = FileLock(path)
+        with lock:
             yield
         return
     import fcntl
@@ -411,7 +415,8 @@ def evict(limit: int | None = None) -> int:
     for _, size, payload in sorted(entries):
         if total <= limit:
             break
-        _remove_paths(payload)
+        with _file_lock(os.path.join(os.path.dirname(payload), ".lock")):  # not under a reader's re-check
+            _remove_paths(payload)
         total -= size
         removed += 1
     if removed:

@@ -20,8 +20,7 @@ def test_root_and_entries_are_private(cache_dir) -> None:
         for d in dirs:
             assert _mode(os.path.join(folder, d)) == 0o700, d
         for f in files:
-            if f != ".lock":
-                assert _mode(os.path.join(folder, f)) == 0o600, f
+            assert _mode(os.path.join(folder, f)) == 0o600, f
 
 
 def test_world_writable_root_is_refused(cache_dir, caplog) -> None:
