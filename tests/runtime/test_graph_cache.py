@@ -134,3 +134,39 @@ def test_new_process_hits_graph_cache(cache_dir, tmp_path) -> None:
     assert warm_log.count("graph cache hit") == 2 and "graph cache miss" not in warm_log, warm_log
     for a, b in zip(cold, warm):
         assert torch.equal(a, b)
+
+
+_RACER = textwrap.dedent("""
+    import sys, time, torch, pyjit
+    torch.manual_seed(0)
+
+    @pyjit.jit
+    def fn(x, w):
+        return torch.nn.functional.gelu(torch.layer_norm(x, (8,)) * w).softmax(-1)
+
+    x, w = torch.randn(4, 8), torch.randn(8)
+    time.sleep(max(0.0, float(sys.argv[1]) - time.time()))
+    out = fn(x, w)
+    ref = torch.nn.functional.gelu(torch.layer_norm(x, (8,)) * w).softmax(-1)
+    print("OK" if torch.allclose(out, ref, atol=1e-6, rtol=1e-5) else "WRONG")
+""")
+
+
+def test_eight_processes_compile_one_graph(cache_dir) -> None:
+    import time
+
+    env = {**os.environ, "PYJIT_CACHE_DIR": str(cache_dir), "PYJIT_CPU_BACKEND": "triton_interpret",
+           "PYTHONPATH": REPO}
+    env.pop("PYJIT_LOGS", None)
+    start = str(time.time() + 8.0)  # after every interpreter has imported torch
+    procs = [subprocess.Popen([sys.executable, "-c", _RACER, start], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(8)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 8, [e[-2000:] for _, e in outs]
+    assert [o.strip() for o, _ in outs] == ["OK"] * 8, outs
+    assert not any("rebuilt" in e or "Traceback" in e for _, e in outs), [e for _, e in outs]
+    assert cache.info()["by_namespace"] == {"modules": 1, "graphs": 1}
+    for ns, suffix in (("modules", ".py"), ("graphs", ".json")):
+        folder = os.path.join(str(cache_dir), cache.version_tag(), ns)
+        names = [f for _, _, files in os.walk(folder) for f in files if f.endswith(suffix)]
+        assert len(names) == 1 and cache.get_path(ns, names[0][: -len(suffix)], suffix) is not None
