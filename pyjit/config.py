@@ -8,8 +8,10 @@ import, by :func:`_from_environment` and nowhere else:
 - ``PYJIT_LOGS``: comma-separated log channels (see :mod:`pyjit.logs`), e.g. ``guards,recompiles``.
 - ``PYJIT_CACHE_DIR``: on-disk cache root (default ``$XDG_CACHE_HOME/pyjit`` or ``~/.cache/pyjit``).
 - ``PYJIT_DEBUG_DIR``: when set, generated code (bytecode, FX graphs, Triton, wrappers) is dumped there.
-- ``PYJIT_CPU_BACKEND``: ``eager`` (default: CPU graphs run as captured) or ``triton_interpret``
-  (generated Triton kernels run on CPU tensors through Triton's interpreter).
+- ``PYJIT_CPU_BACKEND``: ``cpp`` (default: C++/OpenMP kernels built with the system compiler;
+  graphs run as captured when no compiler works, logged once on ``fallbacks``), ``eager`` (CPU
+  graphs run as captured) or ``triton_interpret`` (generated Triton kernels run on CPU tensors
+  through Triton's interpreter).
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import dataclasses
 import os
 from typing import Any, Iterator, Literal
 
-CpuBackend = Literal["eager", "triton_interpret"]
+CpuBackend = Literal["cpp", "eager", "triton_interpret"]
 
 
 @dataclasses.dataclass
@@ -31,6 +33,10 @@ class Config:
     debug_dir: str | None = None
     # How graphs whose tensors live on the CPU are run (PYJIT_CPU_BACKEND).
     cpu_backend: CpuBackend = "eager"
+    # C++ backend: compile with -O1 instead of -O3 -march=native (faster builds, for tests).
+    cpp_fast_compile: bool = False
+    # C++ backend: a kernel touching at least this many elements runs its outer loop with OpenMP.
+    cpp_parallel_min: int = 32768
     # Cache entries (guarded compiled versions) per code object before it runs eagerly.
     entry_limit: int = 8
     # Raise pyjit's internal errors instead of falling back to eager (for tests).
@@ -62,7 +68,7 @@ class Config:
         return os.path.join(base, "pyjit")
 
 
-_VALID_CPU_BACKENDS = ("eager", "triton_interpret")
+_VALID_CPU_BACKENDS = ("cpp", "eager", "triton_interpret")
 
 
 def _from_environment(env: "os._Environ[str] | dict[str, str]") -> Config:

@@ -86,6 +86,10 @@ def _eager_reason(example_inputs: Sequence[Any]) -> str | None:
     device = devices.pop() if devices else "cpu"
     if device == "cpu" and config.cpu_backend == "eager":
         return "CPU graph with PYJIT_CPU_BACKEND=eager (no CPU code generator)"
+    if device == "cpu" and config.cpu_backend == "cpp":
+        from ..runtime import cpp_build
+        if cpp_build.compiler() is None:
+            return f"CPU graph and no working C++ compiler ({cpp_build.unavailable_reason()})"
     if device not in ("cpu", "cuda"):
         return f"device {device} has no code generator"
     return None
@@ -164,7 +168,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Ca
     scheduler = Scheduler(lowering.buffers, lowering.graph_inputs, output_names, rmax)
     module = WrapperCodegen(lowering, scheduler, device, rmax).generate()
     key, path, hit = cache.write_module(module.source)
-    interpret = device.type == "cpu"
+    interpret = device.type == "cpu" and config.cpu_backend == "triton_interpret"
     compiled = load_module(path, key, interpret)
     metrics.generated_kernel_count += len(module.kernel_names)
     metrics.extern_calls += module.extern_calls
@@ -207,7 +211,8 @@ def _load_cached_graph(gm: torch.fx.GraphModule, gkey: dict[str, str], device: t
     try:
         if path is None:
             raise FileNotFoundError("the module it points at is missing or corrupt")
-        compiled = load_module(path, entry["module_key"], device.type == "cpu")
+        compiled = load_module(path, entry["module_key"],
+                               device.type == "cpu" and config.cpu_backend == "triton_interpret")
         out_spec = pytree.treespec_loads(entry["out_spec"])
     except Exception as e:  # noqa: BLE001 - a bad entry is a miss, never a crash
         cache_log.warning("pyjit: graph cache entry for %s is unusable (%s: %s); removing it, it will be rebuilt",

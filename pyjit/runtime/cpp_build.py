@@ -1,0 +1,199 @@
+"""Building and loading the C++ translation units of the CPU code generator.
+
+Owns everything about the system C++ compiler: finding it (``$CXX``, else ``c++``/``g++``/
+``clang++`` on ``PATH``), checking once per process that it works (with OpenMP, else without),
+the flags, compiling one translation unit per graph into a shared object, and loading it with
+``ctypes``. Shared objects live in pyjit's on-disk cache (namespace ``cpp``) under the sha256 of
+the source, the compiler, its flags and the CPU (``-march=native``), so identical kernels never
+recompile and a warm start loads the ``.so`` without invoking the compiler. All cache calls of
+the C++ path are in :func:`_cached_so`.
+
+The outcome of the compiler check (the CPU backend pyjit will use, and why) is logged once per
+process on the ``fallbacks`` channel; every compile is logged on ``cache``.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from typing import Any
+
+from ..config import config
+from ..logs import get_logger
+
+log = get_logger("fallbacks")
+cache_log = get_logger("cache")
+
+_BASE_FLAGS = ["-shared", "-fPIC", "-std=c++17", "-fno-math-errno", "-ffp-contract=off", "-w"]
+_PROBE = (
+    "#include <cmath>\n#include <cstdint>\n"
+    'extern "C" void pyjit_probe(float* x, int64_t n) {\n'
+    "    #pragma omp parallel for\n"
+    "    for (int64_t i = 0; i < n; ++i) x[i] = std::exp(x[i]);\n"
+    "}\n"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Compiler:
+    """A C++ compiler that built and loaded the probe."""
+
+    path: str
+    version: str
+    openmp: bool
+
+    def flags(self) -> list[str]:
+        opt = ["-O1"] if config.cpp_fast_compile else ["-O3", "-march=native"]
+        return [*opt, *_BASE_FLAGS, *(["-fopenmp"] if self.openmp else [])]
+
+
+_lock = threading.Lock()
+_checked = False
+_compiler: Compiler | None = None
+_reason = ""
+compile_count = 0  # compiler invocations in this process (tests read it)
+
+
+def _candidates() -> list[str]:
+    names = [os.environ["CXX"]] if os.environ.get("CXX") else []
+    names += ["c++", "g++", "clang++"]
+    found = []
+    for name in names:
+        path = shutil.which(name)
+        if path is not None and path not in found:
+            found.append(path)
+    return found
+
+
+def _try_build(cxx: str, flags: list[str], source: str) -> str | None:
+    """Compile ``source`` and load it; None when that works, else the compiler's complaint."""
+    with tempfile.TemporaryDirectory(prefix="pyjit-cxx-probe-") as tmp:
+        try:
+            so = _compile(cxx, flags, source, tmp)
+            ctypes.CDLL(so)
+        except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+            return str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+    return None
+
+
+def compiler() -> Compiler | None:
+    """The working compiler (checked once per process, the result logged on ``fallbacks``)."""
+    global _checked, _compiler, _reason
+    if _checked:
+        return _compiler
+    with _lock:
+        if _checked:
+            return _compiler
+        problems = []
+        for cxx in _candidates():
+            version = _version(cxx)
+            for openmp in (True, False):
+                flags = ["-O1", *_BASE_FLAGS, *(["-fopenmp"] if openmp else [])]
+                err = _try_build(cxx, flags, _PROBE)
+                if err is None:
+                    _compiler = Compiler(cxx, version, openmp)
+                    break
+                problems.append(f"{cxx}{' -fopenmp' if openmp else ''}: {err}")
+            if _compiler is not None:
+                break
+        if _compiler is None:
+            _reason = "; ".join(problems) or "no C++ compiler on PATH (set $CXX or install g++/clang++)"
+            log.info("pyjit CPU backend: graphs run as captured (eager): no working C++ compiler: %s", _reason)
+        else:
+            omp = "with OpenMP" if _compiler.openmp else "without OpenMP (the compiler rejected -fopenmp)"
+            log.info("pyjit CPU backend: cpp, compiling with %s (%s) %s", _compiler.path, _compiler.version, omp)
+        _checked = True
+    return _compiler
+
+
+def unavailable_reason() -> str:
+    """Why :func:`compiler` found nothing (empty when it found one)."""
+    compiler()
+    return _reason
+
+
+def _version(cxx: str) -> str:
+    try:
+        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.splitlines()[0].strip() if out else "unknown"
+
+
+def _cpu_tag() -> str:
+    """What ``-march=native`` depends on: the machine and its CPU feature flags."""
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    flags = line
+                    break
+    except OSError:
+        pass
+    return f"{platform.machine()} {hashlib.sha256(flags.encode()).hexdigest()[:16]}"
+
+
+def _compile(cxx: str, flags: list[str], source: str, workdir: str) -> str:
+    global compile_count
+    src = os.path.join(workdir, "kernels.cpp")
+    so = os.path.join(workdir, "kernels.so")
+    with open(src, "w") as f:
+        f.write(source)
+    compile_count += 1
+    proc = subprocess.run([cxx, *flags, src, "-o", so], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{os.path.basename(cxx)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return so
+
+
+def so_key(source: str, cc: Compiler) -> str:
+    text = "\n".join([cc.path, cc.version, " ".join(cc.flags()), _cpu_tag(), source])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _cached_so(source: str, cc: Compiler) -> str:
+    """Path of the shared object built from ``source``: from the cache, else compiled and stored."""
+    from . import cache
+
+    key = so_key(source, cc)
+    with cache.entry_lock("cpp", key):
+        path = cache.get_path("cpp", key, ".so")
+        if path is not None:
+            cache_log.info("pyjit: C++ kernels %s loaded from the cache (no compile)", key[:12])
+            return path
+        tmp = tempfile.mkdtemp(prefix="pyjit-cxx-")
+        start = time.perf_counter()
+        built = _compile(cc.path, cc.flags(), source, tmp)
+        cache_log.info("pyjit: compiled C++ kernels %s in %.2f s (%s)", key[:12], time.perf_counter() - start,
+                       " ".join(cc.flags()))
+        stored = cache.put_file("cpp", key, built, ".so")
+        if stored is None:  # no usable store: keep the private build
+            return built
+        shutil.rmtree(tmp, ignore_errors=True)
+        return stored
+
+
+def load_kernels(source: str, signatures: dict[str, int]) -> dict[str, Any]:
+    """Build (or fetch) ``source`` and return its kernels, each taking ``n`` data pointers."""
+    cc = compiler()
+    if cc is None:
+        raise RuntimeError(f"no working C++ compiler: {unavailable_reason()}")
+    lib = ctypes.CDLL(_cached_so(source, cc))
+    import torch  # the kernels use as many OpenMP threads as torch does at load time
+
+    lib.pyjit_set_num_threads(ctypes.c_int(torch.get_num_threads()))
+    kernels = {}
+    for name, nargs in signatures.items():
+        fn = getattr(lib, name)
+        fn.argtypes = [ctypes.c_void_p] * nargs
+        fn.restype = None
+        kernels[name] = fn
+    return kernels
