@@ -56,7 +56,12 @@ def check_world_change(fn: Callable[..., Any], args: tuple[Any, ...], to_b: Call
         assert counter.graphs == compiled_b, "recompiled in state B although nothing changed"
         to_a()
         same(eager_a, jf(*args), "back in state A")
-        assert counter.graphs == compiled_b, "state A's entry was not reused"
+        # An entry compiled around a graph break evaluates the changed thing natively and can
+        # serve both states: its other branch's resume function then compiles once.
+        assert counter.graphs <= compiled_b + 1, "state A's entry was not reused"
+        settled = counter.graphs
+        same(eager_a, jf(*args), "back in state A, second call")
+        assert counter.graphs == settled, "recompiled in state A although nothing changed"
         return counter
     finally:
         to_a()
