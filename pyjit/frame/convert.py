@@ -28,11 +28,11 @@ _IMPORT_T0 = time.perf_counter()
 
 import torch  # noqa: E402 - after the import timer on purpose
 
-from ..bytecode import disassemble
+from ..bytecode import decode, disassemble
 from ..config import config
 from ..errors import BackendError, GraphBreak, SkipFrame, Unsupported
 from ..guards.guards import GuardKind, GuardSet
-from ..guards.source import ClosureSource, LocalSource
+from ..guards.source import AttrSource, ClosureSource, LocalSource
 from ..logs import get_logger
 from ..trace.output_graph import OutputCodegen, OutputGraph, finalize_graph
 from ..trace.pycodegen import PyCodegen, body_first_line, flat_arg_names
@@ -72,10 +72,24 @@ def root_translator(func: types.FunctionType, args: tuple[Any, ...], output: Out
     """The translator of the frame itself: argument slots and closure cells wrapped with sources."""
     code = func.__code__
     tx = Translator(code, {}, {}, func.__globals__, output)
-    f_locals = {name: wrap(tx, value, LocalSource(name, i)) for i, (name, value) in enumerate(zip(flat_arg_names(code), args))}
+    arg_names = flat_arg_names(code)
+    # A resume function receives some cell variables as cell objects (no MAKE_CELL for them).
+    made_cells = {inst.argval for inst in decode(code) if inst.opname == "MAKE_CELL"}
+    f_locals: dict[str, Any] = {}
     cells: dict[str, CellVariable] = {}
+    for i, (name, value) in enumerate(zip(arg_names, args)):
+        if name in code.co_cellvars and name not in made_cells:
+            try:
+                contents = value.cell_contents
+            except ValueError:
+                cells[name] = CellVariable(None)
+                continue
+            cells[name] = CellVariable(wrap(tx, contents, AttrSource(LocalSource(name, i), "cell_contents")))
+            continue
+        f_locals[name] = wrap(tx, value, LocalSource(name, i))
     for name in code.co_cellvars:
-        cells[name] = CellVariable(f_locals.pop(name) if name in f_locals else None)
+        if name not in cells:
+            cells[name] = CellVariable(f_locals.pop(name) if name in f_locals else None)
     for i, name in enumerate(code.co_freevars):
         cells[name] = CellVariable(real_cell=func.__closure__[i], source=ClosureSource(name, i))  # type: ignore[index]
     tx.locals = f_locals

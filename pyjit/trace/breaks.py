@@ -115,6 +115,7 @@ class BreakPlan:
     entry_grad_mode: bool            # grad mode when the frame was entered
     outer_grad_mode: bool | None     # mode outside the with-blocks spanning the break
     exprs: dict[int, ast.expr] = dataclasses.field(default_factory=dict)  # id(tracker) -> rebuild
+    cell_names: set[str] = dataclasses.field(default_factory=set)  # locals passed as new cells
     resume_codes: list[types.CodeType] = dataclasses.field(default_factory=list)
 
 
@@ -205,7 +206,12 @@ def plan_break(tx: "Translator", cg: "OutputCodegen", entry_grad_mode: bool) -> 
     for c in plan.continuations:
         live.update(p for p in c.params if not p.startswith("___stack"))
     for name in live:
-        plan.locals[name] = tx.locals[name]
+        cell = _bound_cell(tx, name) if name in code.co_cellvars else None
+        if cell is not None:
+            plan.locals[name] = cell
+            plan.cell_names.add(name)
+        else:
+            plan.locals[name] = tx.locals[name]
     _capture_all(plan, cg, where)
     return plan
 
@@ -218,9 +224,11 @@ def _continuation(tx: "Translator", at: Instruction, stack: list[_Slot], pushed_
     if point.stack_depth != len(stack):
         raise BreakUnsupported(f"stack depth after the break at {where}: expected {point.stack_depth}, got {len(stack)}")
     cells = set(code.co_cellvars)
-    live = sorted(n for n in point.live_locals if n in tx.locals or n in cells)
-    if any(n in cells for n in live):
-        raise BreakUnsupported(f"a cell variable of {code.co_qualname} is live after the break at {where}")
+    live = sorted(n for n in point.live_locals if n in tx.locals and n not in cells)
+    # Cell variables are read through LOAD_DEREF (not in the liveness of fast locals): every
+    # bound one is passed, as a new cell holding its value (no closure made before the break
+    # can still need the old cell: such a closure has no reconstruction and stops the break).
+    live += sorted(n for n in cells if _bound_cell(tx, n) is not None)
     nulls = [i for i, s in enumerate(stack) if s.kind == "null"]
     contexts = [i for i, s in enumerate(stack) if s.kind == "context"]
     iters = [i for i, s in enumerate(stack) if s.kind == "iter"]
@@ -231,6 +239,12 @@ def _continuation(tx: "Translator", at: Instruction, stack: list[_Slot], pushed_
         raise BreakUnsupported(str(e)) from None
     _resume_codes.add(resume)
     return _Continuation(resume, resume_parameter_names(code, len(stack), live, nulls), stack, pushed_from)
+
+
+def _bound_cell(tx: "Translator", name: str) -> "VariableTracker | None":
+    """The value of cell variable ``name`` of the root frame, or None when it is unbound."""
+    cell = tx.cells.get(name)
+    return getattr(cell, "contents", None) if cell is not None else None
 
 
 def _capture_all(plan: BreakPlan, cg: "OutputCodegen", where: str) -> None:
@@ -327,6 +341,8 @@ def _emit_resume_call(plan: BreakPlan, cont: _Continuation, pycg: "PyCodegen", f
                 nargs += 1
                 continue
             _push_slot(slot, pycg, temps)
+        elif name in plan.cell_names:
+            pycg.call_const(types.CellType, [lambda name=name: pycg.load_local(temps[id(plan.locals[name])])])
         else:
             pycg.load_local(temps[id(plan.locals[name])])
         nargs += 1

@@ -404,3 +404,19 @@ def test_graph_break_logged_once_and_resume_disassembly_dumped(tmp_path, caplog)
     assert len(breaks) == 1 and f"{__file__}:" in breaks[0].getMessage()
     dumped = os.listdir(tmp_path)
     assert any("__resume_at_" in name for name in dumped), dumped
+
+
+def test_break_with_cell_variables_of_comprehensions_and_closures():
+    def uses_cells(x, d):
+        scaled = {k: d[k] * 2 for k in d}  # `d` is a cell variable (the comprehension reads it)
+        print("keys", sorted(scaled))
+        return x * scaled["a"] + d["b"]
+
+    def closure_live(x, k):
+        g = lambda t: t * k  # noqa: E731 - a closure made before the break, used after it
+        y = g(x)
+        print("mid")
+        return g(y)
+
+    _run_both(uses_cells, lambda i: (_rand(i, 3), {"a": 1.5, "b": float(i)}))
+    _run_both(closure_live, lambda i: (_rand(i, 3), 2.0))
