@@ -155,6 +155,8 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
     if isinstance(value, types.FunctionType):
         if source is not None:
             guards.add(GuardKind.ID_MATCH, source, value)
+        if BuiltinVariable.has_handler(value):  # a Python function answered natively (inspect.signature)
+            return BuiltinVariable(value, source)
         return UserFunctionVariable(value, source)
     if BuiltinVariable.can_handle(value):
         if source is not None:

@@ -186,6 +186,10 @@ def contains(tx: "Translator", container: VariableTracker, item: VariableTracker
         return ConstantVariable(any(identical_or_equal(tx, x, item) for x in container.items))
     if container.is_python_constant() and item.is_python_constant():
         return fold(tx, operator.contains, [container, item], {})
+    from .user_defined import UserDefinedObjectVariable
+
+    if isinstance(container, UserDefinedObjectVariable):  # its own __contains__ (or a base's)
+        return ConstantVariable(container.call_method(tx, "__contains__", [item], {}).truth(tx))
     if _is_tensor(container):
         unsupported("data_dependent", "`in` on a tensor")
     unsupported("unsupported_call", f"`in` on {container}")
@@ -212,6 +216,14 @@ class BuiltinVariable(KnownCallableVariable):
             return False
         return getattr(fn, "__module__", None) in _PURE_MODULES
 
+    @staticmethod
+    def has_handler(fn: Any) -> bool:
+        """A dedicated handler exists (checked before inlining Python functions)."""
+        try:
+            return fn in _HANDLERS
+        except TypeError:
+            return False
+
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         handler = _HANDLERS.get(self.fn)
         if handler is not None:
@@ -225,6 +237,14 @@ class BuiltinVariable(KnownCallableVariable):
     def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
         if name in ("__name__", "__qualname__", "__module__"):
             return ConstantVariable(getattr(self.fn, name))
+        if isinstance(self.fn, type):  # dict.get, object.__getattribute__, str.join ...
+            from .misc import BuiltinMethodVariable
+
+            attr = getattr(self.fn, name, None)
+            if BuiltinVariable.can_handle(attr):
+                return BuiltinVariable(attr)
+            if BuiltinMethodVariable.can_handle(attr):
+                return BuiltinMethodVariable(attr)
         unsupported("unsupported_attr", f"{self.fn}.{name}")
 
     def reconstruct(self, cg: Any) -> str:
@@ -344,6 +364,17 @@ def _getattr(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, Va
         if not has_attr(tx, args[0], name):
             return args[2]
     return args[0].var_getattr(tx, name)
+
+
+@_register(object.__getattribute__)
+def _object_getattribute(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    """``object.__getattribute__(obj, name)`` (also ``super().__getattribute__(name)``): the
+    generic lookup, skipping a Python ``__getattribute__`` of the object's class."""
+    obj, name = args[0], args[1].as_python_constant()
+    generic = getattr(obj, "generic_getattr", None)
+    if generic is not None:
+        return generic(tx, name)
+    return obj.var_getattr(tx, name)
 
 
 @_register(hasattr)
@@ -584,6 +615,64 @@ def _super(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, Vari
     return SuperVariable(cls, obj)
 
 
+
+
+# -- inspect.signature --------------------------------------------------------------------------
+import inspect  # noqa: E402
+
+
+@_register(inspect.signature)
+def _signature(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    """``inspect.signature(fn)`` of a known Python callable: computed now (it depends only on the
+    function's code, defaults and wrappers, guarded where the callable was read and below) and
+    held as an immutable constant when every default is one."""
+    from .constant import is_constant_value
+
+    if len(args) != 1 or kwargs:
+        unsupported("unsupported_call", "inspect.signature() with options")
+    real = _real_callable(tx, args[0])
+    try:
+        sig = inspect.signature(real)
+    except (TypeError, ValueError) as e:
+        unsupported("exception", f"inspect.signature() raised {type(e).__name__}: {e}")
+    if not all(p.default is inspect.Parameter.empty or is_constant_value(p.default) for p in sig.parameters.values()):
+        unsupported("unsupported_call", "inspect.signature() of a function with non-constant defaults")
+    return ConstantVariable(sig)
+
+
+def _real_callable(tx: "Translator", v: VariableTracker) -> Any:
+    """The Python callable a function tracker stands for, with the guards that fix its signature
+    (the code object and defaults; the function itself was guarded where it was read)."""
+    import types
+
+    from .functions import UserFunctionVariable, UserMethodVariable, _wrap_defaults, _wrap_kwdefaults
+
+    if isinstance(v, UserMethodVariable):
+        obj = getattr(v.obj, "value", _NO)
+        if obj is _NO:
+            unsupported("unsupported_call", "inspect.signature() of a method of an object built in the trace")
+        _guard_signature(tx, v.fn, v.fn_source)
+        return types.MethodType(v.fn, obj)
+    if isinstance(v, UserFunctionVariable):
+        _guard_signature(tx, v.fn, v.source)
+        return v.fn
+    if isinstance(v, KnownCallableVariable) or v.is_python_constant():
+        return v.as_python_constant()
+    unsupported("unsupported_call", f"inspect.signature() of {v}")
+
+
+def _guard_signature(tx: "Translator", fn: Any, source: Any) -> None:
+    from ..guards.guards import GuardKind
+    from ..guards.source import FuncAttrSource
+    from .functions import _wrap_defaults, _wrap_kwdefaults
+
+    if source is None or getattr(fn, "__wrapped__", None) is not None or "__signature__" in getattr(fn, "__dict__", {}):
+        if source is not None:
+            unsupported("unsupported_call", "inspect.signature() of a wrapped function")
+        return
+    tx.output.guards.add(GuardKind.ID_MATCH, FuncAttrSource(source, "__code__"), fn.__code__)
+    _wrap_defaults(tx, fn.__defaults__, source, "__defaults__")
+    _wrap_kwdefaults(tx, fn.__kwdefaults__, source)
 
 
 # -- itertools over trackers ---------------------------------------------------------------------

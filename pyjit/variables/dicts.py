@@ -24,6 +24,25 @@ def _key(tx: "Translator", k: VariableTracker) -> Any:
     unsupported("unsupported_object", f"dict key {k} is not a Python constant")
 
 
+def _is_fresh_varkw(tx: "Translator", source: Any) -> bool:
+    """``source`` is the ``**kwargs`` parameter of the root frame being traced."""
+    from ..guards.source import LocalSource
+
+    if not isinstance(source, LocalSource):
+        return False
+    root = tx
+    while root.parent is not None:
+        root = root.parent
+    code = root.code
+    from ..trace.breaks import is_resume_code
+
+    # A resume function receives the live dict from its caller: not fresh.
+    if not code.co_flags & 0x08 or is_resume_code(code):  # CO_VARKEYWORDS
+        return False
+    pos = code.co_argcount + code.co_kwonlyargcount + (1 if code.co_flags & 0x04 else 0)
+    return code.co_varnames[pos] == source.local_name
+
+
 class DictVariable(VariableTracker):
     __slots__ = ("items", "dict_type")
 
@@ -52,7 +71,12 @@ class DictVariable(VariableTracker):
     def truth(self, tx: "Translator") -> bool:
         return len(self.items) > 0
 
-    def _check_mutable(self) -> None:
+    def _check_mutable(self, tx: "Translator") -> None:
+        if self.source is not None and _is_fresh_varkw(tx, self.source):
+            # The frame's own ``**kwargs`` dict: CPython builds a new one for every call, so
+            # mutating it is invisible outside; from here on it is a dict of the trace (its keys
+            # stay guarded, its values keep their own sources).
+            self.source = None
         if self.source is not None:
             unsupported("side_effect", f"mutating the dict {self.source.name()} that came from outside the frame")
 
@@ -80,7 +104,7 @@ class DictVariable(VariableTracker):
         if name == "copy":
             return DictVariable(items, dict_type=self.dict_type)
         if name in ("__setitem__", "update", "pop", "setdefault", "__delitem__", "clear", "popitem"):
-            self._check_mutable()
+            self._check_mutable(tx)
             if name == "__setitem__":
                 items[_key(tx, args[0])] = args[1]
             elif name == "update":

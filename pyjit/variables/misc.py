@@ -71,10 +71,60 @@ class SuperVariable(VariableTracker):
                     return wrap(tx, fn, member_source(tx, klass, klass_src, name, fn)
                                 if isinstance(fn, types.FunctionType) else None)
                 if isinstance(attr, (types.BuiltinFunctionType, types.WrapperDescriptorType, types.MethodDescriptorType)):
+                    from .builtins import BuiltinVariable
+                    from .functions import PartialVariable
+
+                    if BuiltinVariable.can_handle(attr):  # e.g. object.__getattribute__: bound to obj
+                        return PartialVariable(BuiltinVariable(attr), [self.obj], {})
+                    if BuiltinMethodVariable.can_handle(attr):  # e.g. dict.get of a dict subclass
+                        return PartialVariable(BuiltinMethodVariable(attr), [self.obj], {})
                     unsupported("unsupported_call", f"super().{name} implemented in C")
                 return wrap(tx, attr, None)
         unsupported("exception", f"AttributeError: 'super' object has no attribute {name!r}")
 
+
+
+# Builtin types whose C methods pyjit answers on trackers (the type's own tracker, or the
+# builtin-base view of an instance of a user subclass, see UserDefinedObjectVariable).
+_BUILTIN_BASES = (dict, list, tuple, set, frozenset, str, int, float, bool, object)
+
+
+class BuiltinMethodVariable(VariableTracker):
+    """An unbound C method of a builtin type (``dict.get``, ``list.append``, ``str.join``) found on
+    a class or through ``super()``: ``dict.get(obj, k)`` runs as ``obj.get(k)`` on the object's
+    builtin part (the instance of a dict subclass is viewed as the dict it is)."""
+
+    __slots__ = ("descr",)
+
+    def __init__(self, descr: Any) -> None:
+        super().__init__(None)
+        self.descr = descr
+
+    @staticmethod
+    def can_handle(descr: Any) -> bool:
+        return isinstance(descr, (types.MethodDescriptorType, types.WrapperDescriptorType)) \
+            and getattr(descr, "__objclass__", None) in _BUILTIN_BASES
+
+    def python_type(self) -> type:
+        return type(self.descr)
+
+    def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        if not args:
+            unsupported("exception", f"TypeError: {self.descr.__qualname__} needs an argument")
+        obj, rest = args[0], list(args[1:])
+        base = self.descr.__objclass__
+        try:
+            ptype = obj.python_type()
+        except Exception:
+            ptype = None
+        if ptype is None or not issubclass(ptype, base):
+            unsupported("unsupported_call", f"{self.descr.__qualname__} on {obj}")
+        view = getattr(obj, "builtin_base_view", None)
+        target = view(tx, base) if view is not None else obj
+        return target.call_method(tx, self.descr.__name__, rest, kwargs)
+
+    def __repr__(self) -> str:
+        return f"BuiltinMethodVariable({self.descr.__qualname__})"
 
 
 class DisabledCallVariable(VariableTracker):

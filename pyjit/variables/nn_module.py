@@ -25,6 +25,7 @@ from .class_members import lookup_class_attr as _lookup_class_attr
 from .constant import ConstantVariable
 
 if TYPE_CHECKING:
+    from ..trace.output_graph import OutputCodegen
     from ..trace.translator import Translator
 
 
@@ -145,10 +146,11 @@ class NNModuleVariable(VariableTracker):
             return ConstantVariable(self._len(tx))
         if name == "__getitem__" and isinstance(m, (torch.nn.Sequential, torch.nn.ModuleList)):
             key = args[0].as_python_constant()
-            if isinstance(key, slice):
-                unsupported("unsupported_call", "slicing a Sequential/ModuleList")
             self._guard_keys(tx, "_modules")  # which child index `key` names
             keys = list(m._modules.keys())
+            if isinstance(key, slice):
+                # m[a:b] builds a new container of the same children: tracked as their list
+                return ModuleSliceVariable([self.var_getattr(tx, k) for k in keys[key]], self, key)
             return self.var_getattr(tx, keys[key])
         if name == "__getitem__" and isinstance(m, (torch.nn.ModuleDict, torch.nn.ParameterDict)):
             return self.var_getattr(tx, args[0].as_python_constant())
@@ -285,3 +287,43 @@ def _is_library_class(cls: type) -> bool:
 _TRACKED_METHODS = frozenset({"parameters", "named_parameters", "buffers", "named_buffers", "children",
                               "named_children", "modules"})
 
+
+
+from .lists import ListVariable  # noqa: E402
+
+
+class ModuleSliceVariable(ListVariable):
+    """``seq[a:b]`` of a ``Sequential``/``ModuleList``: the children it holds, in order. Python
+    builds a new container of the same type, so that is its type; iteration, ``len`` and indexing
+    read the children; calling a sliced ``Sequential`` runs them in turn."""
+
+    __slots__ = ("container", "key")
+
+    def __init__(self, items: list[VariableTracker], container: NNModuleVariable, key: slice) -> None:
+        super().__init__(items)
+        self.container = container
+        self.key = key
+
+    def python_type(self) -> type:
+        return type(self.container.value)
+
+    def new(self, items: list[VariableTracker]) -> ListVariable:
+        return ListVariable(items)
+
+    def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        if name in ("append", "extend", "insert", "pop", "__setitem__", "__delitem__", "remove", "clear", "reverse", "sort"):
+            unsupported("side_effect", "modifying a slice of a ModuleList/Sequential")
+        return super().call_method(tx, name, args, kwargs)
+
+    def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        if not isinstance(self.container.value, torch.nn.Sequential) or kwargs or len(args) != 1:
+            unsupported("unsupported_call", f"calling a slice of a {type(self.container.value).__name__}")
+        out = args[0]
+        for child in self.items:
+            out = child.call_function(tx, [out], {})
+        return out
+
+    def reconstruct(self, cg: "OutputCodegen") -> str:
+        import operator
+
+        return f"{cg.ref(operator.getitem, 'getitem')}({self.container.reconstruct(cg)}, {cg.constant(self.key)})"

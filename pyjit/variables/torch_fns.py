@@ -60,6 +60,9 @@ class TorchFunctionVariable(KnownCallableVariable):
             gm = GradModeVariable(bool(mode))
             gm.apply(tx)  # also usable as a plain function call
             return gm
+        answer = _compile_state_answer(fn)
+        if answer is not None:
+            return ConstantVariable(answer)
         if fn is torch.is_grad_enabled:
             return ConstantVariable(torch.is_grad_enabled())
         if fn is torch.get_default_dtype:
@@ -91,6 +94,27 @@ class TorchFunctionVariable(KnownCallableVariable):
 
     def __repr__(self) -> str:
         return f"TorchFunctionVariable({getattr(self.fn, '__qualname__', self.fn)})"
+
+
+# "Am I being compiled?" queries that library code uses to pick a traceable path (transformers'
+# CompileableContextVar, cache implementations...): while pyjit traces, the code *is* being
+# compiled, exactly as under torch.compile; exporting, scripting and FX tracing are not happening.
+_COMPILING_TRUE = frozenset({("torch.compiler", "is_compiling"), ("torch.compiler", "is_dynamo_compiling"),
+                             ("torch._utils", "is_compiling"), ("torch._dynamo.external_utils", "is_compiling"),
+                             ("torch._dynamo", "is_compiling")})
+_COMPILING_FALSE = frozenset({("torch.compiler", "is_exporting"), ("torch.jit", "is_scripting"),
+                              ("torch._jit_internal", "is_scripting"), ("torch.jit", "is_tracing"),
+                              ("torch.jit._trace", "is_tracing"), ("torch.fx._symbolic_trace", "is_fx_tracing"),
+                              ("torch.fx._symbolic_trace", "is_fx_symbolic_tracing")})
+
+
+def _compile_state_answer(fn: Any) -> bool | None:
+    key = (getattr(fn, "__module__", None), getattr(fn, "__name__", None))
+    if key in _COMPILING_TRUE:
+        return True
+    if key in _COMPILING_FALSE:
+        return False
+    return None
 
 
 def _has_tensor(args: list[VariableTracker]) -> bool:

@@ -12,12 +12,13 @@ import types
 from typing import TYPE_CHECKING, Any
 
 from ..guards.source import AttrSource, Source
+from ..errors import Unsupported
 from ..trace.graph_breaks import unsupported
 from .base import KnownValueVariable, VariableTracker
 from .class_members import MISSING as _MISSING
-from .class_members import call_type_method, class_member, guard_type_lacks
+from .class_members import call_type_method, class_member, guard_not_shadowed, guard_type_lacks
 from .class_members import lookup_class_attr as _class_attr
-from .constant import ConstantVariable
+from .constant import ConstantVariable, is_constant_value
 
 if TYPE_CHECKING:
     from ..trace.translator import Translator
@@ -92,13 +93,38 @@ class UserDefinedObjectVariable(VariableTracker):
         return type(self.value)
 
     def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
+        """``obj.name`` as Python does it: ``type(obj).__getattribute__`` (inlined when the class
+        defines one in Python), then ``__getattr__`` (inlined) when that raises AttributeError."""
+        cls = type(self.value)
+        getattribute = _class_attr(cls, "__getattribute__")
+        if isinstance(getattribute, types.FunctionType):
+            # A Python __getattribute__ (configs mapping aliases): run it symbolically; its
+            # ``super().__getattribute__(k)`` / ``object.__getattribute__(self, k)`` come back to
+            # generic_getattr below. Its identity is guarded by call_type_method.
+            return self._with_getattr_fallback(
+                tx, name, lambda: call_type_method(tx, self, "__getattribute__", getattribute, [ConstantVariable(name)], {}))
+        return self._with_getattr_fallback(tx, name, lambda: self.generic_getattr(tx, name))
+
+    def _with_getattr_fallback(self, tx: "Translator", name: str, lookup: Any) -> VariableTracker:
+        cls = type(self.value)
+        getattr_fn = _class_attr(cls, "__getattr__")
+        if not isinstance(getattr_fn, types.FunctionType):
+            return lookup()
+        try:
+            return lookup()
+        except Unsupported as e:
+            if not _is_attribute_error(e):
+                raise
+        # The trace relies on the lookup having failed: that was guarded where it was decided
+        # (the HASATTR guard of generic_getattr).
+        return call_type_method(tx, self, "__getattr__", getattr_fn, [ConstantVariable(name)], {})
+
+    def generic_getattr(self, tx: "Translator", name: str) -> VariableTracker:
+        """``object.__getattribute__(obj, name)``: data descriptors, instance ``__dict__``, class."""
         from .builder import wrap
 
         obj = self.value
         cls = type(obj)
-        if isinstance(_class_attr(cls, "__getattribute__"), types.FunctionType):
-            # The lookup below models object.__getattribute__; a Python one could answer anything.
-            unsupported("unsupported_attr", f"{cls.__name__} defines __getattribute__ (reading .{name})")
         cls_attr = _class_attr(cls, name)
         if isinstance(cls_attr, property):  # a data descriptor: wins over the instance __dict__
             member = class_member(tx, self, name, cls_attr)
@@ -107,16 +133,61 @@ class UserDefinedObjectVariable(VariableTracker):
         d = getattr(obj, "__dict__", None)
         data_descriptor = hasattr(type(cls_attr), "__set__") or hasattr(type(cls_attr), "__delete__")
         if isinstance(d, dict) and name in d and not data_descriptor:
-            # Guarded through getattr(obj, name): the same lookup Python does at run time.
+            # Guarded through getattr(obj, name): the same lookup Python does at run time (for a
+            # class with its own __getattribute__, that one is inlined, guarded, and resolves
+            # ``name`` to itself, so the guard reads the same value).
             return wrap(tx, d[name], AttrSource(self.source, name) if self.source is not None else None)
         member = class_member(tx, self, name, cls_attr)
         if member is not None:
             return member
+        from .misc import BuiltinMethodVariable
+
+        if BuiltinMethodVariable.can_handle(cls_attr) and cls_attr.__objclass__ is not object:
+            # A C method inherited from a builtin base (dict.get on a dict subclass), bound to obj.
+            from .functions import PartialVariable
+
+            guard_not_shadowed(tx, self, name)
+            return PartialVariable(BuiltinMethodVariable(cls_attr), [self], {})
+        if cls_attr is _MISSING and name not in ("__dict__", "__class__"):
+            if self.source is not None and isinstance(d, dict):
+                # The attribute is absent: guard that it stays absent (no class attribute either:
+                # the class is fixed by the type guard).
+                from ..guards.guards import GuardKind
+
+                tx.output.guards.add(GuardKind.DICT_CONTAINS, AttrSource(self.source, "__dict__"), False, extra=name)
+            if isinstance(d, dict) or not hasattr(obj, name):
+                unsupported("exception", f"AttributeError: {cls.__name__!r} object has no attribute {name!r}")
         try:
-            value = getattr(obj, name)
+            value = object.__getattribute__(obj, name)
         except AttributeError:
-            unsupported("exception", f"AttributeError: {type(obj).__name__!r} object has no attribute {name!r}")
+            unsupported("exception", f"AttributeError: {cls.__name__!r} object has no attribute {name!r}")
         return wrap(tx, value, AttrSource(self.source, name) if self.source is not None else None)
+
+    def builtin_base_view(self, tx: "Translator", base: type) -> VariableTracker:
+        """The builtin part of an instance of a user subclass of ``dict`` (for ``dict.get(obj, k)``
+        and ``super().get(k)``): a dict tracker over the same object, keys guarded, values read
+        through ``obj[k]`` (so only where the subclass keeps dict's own ``__getitem__``)."""
+        from .builder import wrap
+        from .dicts import DictVariable
+
+        obj = self.value
+        cls = type(obj)
+        if base is object:
+            return self
+        if not isinstance(obj, dict) or _class_attr(cls, "__getitem__") is not dict.__getitem__:
+            unsupported("unsupported_call", f"builtin {base.__name__} methods on a {cls.__name__} instance")
+        from ..guards.guards import GuardKind
+        from ..guards.source import ItemSource
+
+        if self.source is not None:
+            tx.output.guards.add(GuardKind.DICT_KEYS, self.source, tuple(obj.keys()))
+        items = {}
+        for k, v in dict.items(obj):
+            if not is_constant_value(k):
+                unsupported("unsupported_object", f"dict with a non-constant key {type(k).__name__}")
+            items[k] = wrap(tx, v, ItemSource(self.source, k) if self.source is not None else None)
+        # The same object: reconstructs as its source; a mutation through it is a side effect.
+        return DictVariable(items, self.source, dict_type=cls)
 
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         call = _class_attr(type(self.value), "__call__")
@@ -125,10 +196,29 @@ class UserDefinedObjectVariable(VariableTracker):
         unsupported("unsupported_call", f"calling a {type(self.value).__name__} instance")
 
     def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        from .misc import BuiltinMethodVariable
+
         dunder = _class_attr(type(self.value), name)
-        if name.startswith("__") and isinstance(dunder, types.FunctionType):
-            return call_type_method(tx, self, name, dunder, args, kwargs)
+        if name.startswith("__") and name.endswith("__"):
+            # Operators and protocols (``in``, ``len``, ``[]``) look the method up on the type only.
+            if isinstance(dunder, types.FunctionType):
+                return call_type_method(tx, self, name, dunder, args, kwargs)
+            if BuiltinMethodVariable.can_handle(dunder) and dunder.__objclass__ is not object:
+                return BuiltinMethodVariable(dunder).call_function(tx, [self, *args], kwargs)
+            if dunder is _MISSING:
+                unsupported("exception", f"TypeError: {type(self.value).__name__!r} object does not support {name}")
         return super().call_method(tx, name, args, kwargs)
+
+    def unpack(self, tx: "Translator") -> list[VariableTracker]:
+        """``for x in obj``: the class's ``__iter__`` (inlined), or a builtin base's iteration."""
+        from .misc import BuiltinMethodVariable
+
+        it = _class_attr(type(self.value), "__iter__")
+        if isinstance(it, types.FunctionType):
+            return call_type_method(tx, self, "__iter__", it, [], {}).unpack(tx)
+        if BuiltinMethodVariable.can_handle(it) and it.__objclass__ is not object:
+            return self.builtin_base_view(tx, it.__objclass__).unpack(tx)
+        unsupported("unsupported_object", f"iterating over a {type(self.value).__name__} instance")
 
     def truth(self, tx: "Translator") -> bool:
         cls = type(self.value)
@@ -139,3 +229,10 @@ class UserDefinedObjectVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"UserDefinedObjectVariable({type(self.value).__name__})"
+
+
+def _is_attribute_error(e: Unsupported) -> bool:
+    """The structured break stands for an AttributeError raised by the traced lookup."""
+    gb = e.graph_break
+    detail = gb.explanation.split(": ", 1)[-1]  # "<kind explanation>: <detail>"
+    return gb.kind == "exception" and detail.startswith("AttributeError")

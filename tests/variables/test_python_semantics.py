@@ -1,0 +1,227 @@
+"""General Python semantics the tracer runs symbolically (issue 9, "unmodified library code"):
+``__getattribute__``/``__getattr__`` overrides, C methods of builtin bases on user subclasses,
+``in``/iteration through a class's own dunders, the frame's own ``**kwargs``, ``inspect.signature``,
+slices of ``ModuleList``, ``torch.compiler.is_compiling()``. Each case compares with eager, checks
+one graph (no break, ``fullgraph=True``) and, where the trace relied on an object's state, that
+changing it gives eager's answer again."""
+from __future__ import annotations
+
+import inspect
+from collections.abc import MutableMapping
+
+import pytest
+import torch
+
+import pyjit
+
+from .helpers import CompileCounter, check_world_change, same
+
+X = torch.randn(4)
+
+
+def _one_graph(fn, *args, **kwargs):
+    counter = CompileCounter()
+    jf = pyjit.jit(fn, backend=counter, fullgraph=True)
+    same(fn(*args, **kwargs), jf(*args, **kwargs), "result")
+    assert counter.graphs == 1
+    return jf, counter
+
+
+# -- __getattribute__ / __getattr__ ------------------------------------------------------------
+
+
+class AliasConfig:
+    """Like transformers' configs: aliases resolved by a Python __getattribute__."""
+
+    attribute_map = {"hidden": "width"}
+
+    def __init__(self) -> None:
+        self.width = 3
+        self.scale = 2.0
+
+    def __getattribute__(self, key):
+        if key != "attribute_map" and key in super().__getattribute__("attribute_map"):
+            key = super().__getattribute__("attribute_map")[key]
+        return super().__getattribute__(key)
+
+
+CFG = AliasConfig()
+
+
+def reads_alias(x):
+    return x * CFG.hidden + CFG.scale + getattr(CFG, "missing", 1.5) + hasattr(CFG, "width")
+
+
+def test_getattribute_override_inlined():
+    _one_graph(reads_alias, X)
+
+
+def test_getattribute_override_guards_value():
+    check_world_change(reads_alias, (X,), lambda: setattr(CFG, "width", 7), lambda: setattr(CFG, "width", 3))
+
+
+def test_getattribute_override_guards_alias_map():
+    def to_b():
+        AliasConfig.attribute_map = {"hidden": "scale"}
+
+    def to_a():
+        AliasConfig.attribute_map = {"hidden": "width"}
+
+    check_world_change(reads_alias, (X,), to_b, to_a)
+
+
+class ObjectGetattribute:
+    def __init__(self) -> None:
+        self.a = 4
+
+    def __getattribute__(self, key):
+        if key == "double":
+            return object.__getattribute__(self, "a") * 2
+        return object.__getattribute__(self, key)
+
+
+def test_object_getattribute_called_directly():
+    o = ObjectGetattribute()
+    _one_graph(lambda x: x * o.double + o.a, X)
+
+
+class Fallback:
+    def __init__(self) -> None:
+        self.real = 2
+
+    def __getattr__(self, name):
+        if name.startswith("x_"):
+            return len(name)
+        raise AttributeError(name)
+
+
+FB = Fallback()
+
+
+def reads_fallback(x):
+    return x * FB.real + FB.x_abc
+
+
+def test_getattr_fallback_inlined():
+    _one_graph(reads_fallback, X)
+
+
+def test_getattr_fallback_guards_absence():
+    # once the instance has the attribute itself, __getattr__ is no longer consulted
+    check_world_change(reads_fallback, (X,), lambda: setattr(FB, "x_abc", 100), lambda: FB.__dict__.pop("x_abc", None))
+
+
+# -- builtin bases, own dunders ---------------------------------------------------------------
+
+
+class Registry(dict):
+    def get(self, key):
+        return super().get(str(key)) or {}
+
+
+REG = Registry({"a": 2, "b": 3})
+
+
+def test_dict_subclass_super_method():
+    def f(x):
+        return x * REG.get("a") + len(REG.get("zzz")) + dict.get(REG, "b")
+
+    _one_graph(f, X)
+    check_world_change(f, (X,), lambda: dict.__setitem__(REG, "a", 5), lambda: dict.__setitem__(REG, "a", 2))
+
+
+def test_dict_subclass_iteration_and_in():
+    def f(x):
+        for k in REG:
+            x = x + REG[k]
+        return x, "a" in REG, len(REG)
+
+    _one_graph(f, X)
+
+
+class Interface(MutableMapping):
+    _global = {"eager": 1, "fast": 2}
+
+    def __init__(self) -> None:
+        self._local = {}
+
+    def __getitem__(self, key):
+        if key in self._local:
+            return self._local[key]
+        return self._global[key]
+
+    def __setitem__(self, key, value):
+        self._local[key] = value
+
+    def __delitem__(self, key):
+        del self._local[key]
+
+    def __iter__(self):
+        return iter({**self._global, **self._local})
+
+    def __len__(self):
+        return len(self._global.keys() | self._local.keys())
+
+
+IFACE = Interface()
+
+
+def test_mapping_abc_contains_get_iter():
+    def f(x):
+        n = 0
+        for k in IFACE:
+            n += IFACE[k]
+        return x * n + ("fast" in IFACE) + IFACE.get("fast", 0)
+
+    _one_graph(f, X)
+
+
+# -- calls ---------------------------------------------------------------------------------------
+
+
+def test_mutating_own_kwargs():
+    def f(x, **kwargs):
+        kwargs["scale"] = kwargs.get("scale", 2)
+        kwargs.pop("unused", None)
+        return x * kwargs["scale"], kwargs
+
+    _one_graph(f, X, unused=1)
+
+
+def _chunk(a, b, c=3):
+    return a + b + c
+
+
+def test_inspect_signature():
+    def f(x):
+        return x * len(inspect.signature(_chunk).parameters)
+
+    _one_graph(f, X)
+
+
+def test_is_compiling_answers_true():
+    def f(x):
+        if torch.compiler.is_compiling():
+            return x + 1
+        return x - 1
+
+    # As under torch.compile, the traced code takes its "compiling" branch (eager takes the other).
+    counter = CompileCounter()
+    assert torch.equal(pyjit.jit(f, backend=counter, fullgraph=True)(X), X + 1)
+    assert counter.graphs == 1
+
+
+def test_module_list_slice():
+    class M(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+            self.seq = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 4))
+
+        def forward(self, x):
+            for layer in self.layers[:2]:
+                x = layer(x)
+            return self.seq[1:](x), len(self.layers[1:])
+
+    with torch.no_grad():
+        _one_graph(M(), X)
