@@ -33,10 +33,10 @@ cache_log = get_logger("cache")
 
 _BASE_FLAGS = ["-shared", "-fPIC", "-std=c++17", "-fno-math-errno", "-ffp-contract=off", "-w"]
 _PROBE = (
-    "#include <cmath>\n#include <cstdint>\n"
+    "#include <cstdint>\n"
     'extern "C" void pyjit_probe(float* x, int64_t n) {\n'
     "    #pragma omp parallel for\n"
-    "    for (int64_t i = 0; i < n; ++i) x[i] = std::exp(x[i]);\n"
+    "    for (int64_t i = 0; i < n; ++i) x[i] = __builtin_expf(x[i]);\n"
     "}\n"
 )
 
