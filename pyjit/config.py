@@ -32,7 +32,7 @@ class Config:
     # Where generated code is dumped for debugging (PYJIT_DEBUG_DIR); None disables dumping.
     debug_dir: str | None = None
     # How graphs whose tensors live on the CPU are run (PYJIT_CPU_BACKEND).
-    cpu_backend: CpuBackend = "eager"
+    cpu_backend: CpuBackend = "cpp"
     # C++ backend: compile with -O1 instead of -O3 -march=native (faster builds, for tests).
     cpp_fast_compile: bool = False
     # C++ backend: a kernel touching at least this many elements runs its outer loop with OpenMP.
@@ -76,7 +76,7 @@ def _from_environment(env: "os._Environ[str] | dict[str, str]") -> Config:
     cfg.logs = env.get("PYJIT_LOGS", "")
     cfg.cache_dir = env.get("PYJIT_CACHE_DIR") or None
     cfg.debug_dir = env.get("PYJIT_DEBUG_DIR") or None
-    cpu = env.get("PYJIT_CPU_BACKEND", "eager") or "eager"
+    cpu = env.get("PYJIT_CPU_BACKEND", "cpp") or "cpp"
     if cpu not in _VALID_CPU_BACKENDS:
         raise ValueError(
             f"PYJIT_CPU_BACKEND={cpu!r} is not one of {_VALID_CPU_BACKENDS}; unset it or pick one of those"

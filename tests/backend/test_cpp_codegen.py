@@ -1,0 +1,141 @@
+"""C++ generator specifics: layouts, reductions over every dim, fp16/bf16, cache, fallback, logs."""
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import pytest
+import torch
+
+import pyjit.backend as backend
+from pyjit import config as cfg
+from pyjit.runtime import cpp_build
+
+from .conftest import check, make
+
+pytestmark = pytest.mark.skipif(cpp_build.compiler() is None, reason="no working C++ compiler")
+
+
+@pytest.fixture
+def cpp(tmp_path: Any) -> Any:
+    with cfg.patch(cpu_backend="cpp", cpp_fast_compile=True, raise_on_internal_error=True,
+                   cache_dir=str(tmp_path / "cache")):
+        backend.metrics.reset()
+        yield str(tmp_path / "cache")
+
+
+def _fn(x: torch.Tensor, y: torch.Tensor) -> Any:
+    return torch.sigmoid(x * y + 1.0) - y, (x - y).abs().amax(-1)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "broadcast", "sliced", "channels_last"])
+def test_layouts_match_eager(cpp: Any, layout: str) -> None:
+    if layout == "contiguous":
+        x, y = make((4, 6, 5, 7), "cpu"), make((4, 6, 5, 7), "cpu")
+    elif layout == "transposed":
+        x, y = make((4, 6, 7, 5), "cpu").transpose(-1, -2), make((4, 6, 5, 7), "cpu")
+    elif layout == "broadcast":
+        x, y = make((4, 6, 5, 7), "cpu"), make((5, 1), "cpu")
+    elif layout == "sliced":
+        x, y = make((8, 6, 5, 9), "cpu")[::2, :, :, 1:8], make((4, 6, 5, 7), "cpu")
+    else:
+        x = make((4, 6, 5, 7), "cpu").to(memory_format=torch.channels_last)
+        y = make((4, 6, 5, 7), "cpu").to(memory_format=torch.channels_last)
+    check(_fn, x, y)
+
+
+def test_transpose_copy_is_tiled(cpp: Any) -> None:
+    compiled = check(lambda x: x.t().contiguous() * 2, make((67, 129), "cpu"))
+    assert "y0 += 16" in compiled.pyjit_source
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2, (0, 2), None])
+@pytest.mark.parametrize("kind", ["sum", "amax", "amin", "mean", "var", "argmax", "logsumexp"])
+def test_reductions_over_every_dim(cpp: Any, dim: Any, kind: str) -> None:
+    x = make((5, 33, 17), "cpu")
+    if kind == "argmax":
+        if not isinstance(dim, int):
+            pytest.skip("argmax takes one dim")
+        check(lambda t: t.argmax(dim), x)
+    elif kind == "var":
+        check(lambda t: t.var(dim), x)
+    elif kind == "logsumexp":
+        check(lambda t: torch.logsumexp(t, dim if dim is not None else (0, 1, 2)), x)
+    else:
+        check(lambda t: getattr(t, kind)(dim) if dim is not None else getattr(t, kind)(), x)
+
+
+def test_nan_and_inf_in_reductions(cpp: Any) -> None:
+    x = make((6, 40), "cpu")
+    x[1, 3] = float("nan")
+    x[2, :] = float("-inf")
+    x[3, 7] = float("inf")
+    check(lambda t: (t.amax(1), t.amin(1), t.argmax(1), t.argmin(1), torch.softmax(t, 1)), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_types(cpp: Any, dtype: torch.dtype) -> None:
+    x, y = make((33, 65), "cpu", dtype), make((33, 65), "cpu", dtype)
+    check(lambda a, b: (torch.relu(a * b) + a, torch.softmax(a, -1), a.to(torch.float32) * 3), x, y)
+    # a + b is kept in fp32 inside the kernel (eager rounds it to the narrow type first), as on Triton.
+    check(lambda a, b: (a + b).sum(0), x, y, atol=0.25, rtol=0.02)
+
+
+def test_int_and_bool(cpp: Any) -> None:
+    a = torch.randint(-50, 50, (9, 13), dtype=torch.int64)
+    b = torch.randint(1, 7, (9, 13), dtype=torch.int32)
+    check(lambda a, b: (a // b, a % b, torch.remainder(a, b), a & 6, (a > 0) | (b < 3), (a > 0).sum(1)), a, b)
+    check(lambda a: (a.to(torch.uint8) + 3, a.to(torch.int8) * 5, (a != 0).all(1), (a > 40).any(0)), a)
+
+
+def test_large_kernels_run_parallel(cpp: Any) -> None:
+    x = make((300, 700), "cpu")
+    compiled = check(lambda t: (torch.nn.functional.gelu(t) * 2, torch.softmax(t, -1), t.sum(0)), x)
+    assert "omp parallel for" in compiled.pyjit_source
+
+
+def test_fusion_counts(cpp: Any) -> None:
+    x = make((64, 100), "cpu")
+    check(lambda t: torch.softmax(torch.relu(t) * 2, -1), x)
+    assert backend.metrics.generated_kernel_count == 1
+
+
+def test_warm_start_loads_the_shared_object_without_compiling(cpp: Any, caplog: Any) -> None:
+    def fn(t: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(t) * 3 + 0.125
+
+    x = make((17, 19), "cpu")
+    check(fn, x)
+    before = cpp_build.compile_count
+    # A fresh process: no imported generated modules, no graph-cache state in memory.
+    for name in [m for m in sys.modules if m.startswith("pyjit_generated_")]:
+        del sys.modules[name]
+    with caplog.at_level(logging.INFO, logger="pyjit.cache"):
+        check(fn, x)
+    assert cpp_build.compile_count == before
+    assert any("loaded from the cache" in r.getMessage() for r in caplog.records)
+
+
+def test_missing_compiler_falls_back_with_one_log_line(cpp: Any, monkeypatch: Any, caplog: Any) -> None:
+    monkeypatch.setattr(cpp_build, "_checked", False)
+    monkeypatch.setattr(cpp_build, "_compiler", None)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("CXX", raising=False)
+    with cfg.patch(raise_on_internal_error=False), caplog.at_level(logging.INFO, logger="pyjit.fallbacks"):
+        for _ in range(2):
+            gm = torch.fx.symbolic_trace(lambda t: t + 1)
+            out = backend.compile_fx(gm, [torch.ones(3)])(torch.ones(3))
+            assert torch.equal(out, torch.full((3,), 2.0))
+    lines = [r.getMessage() for r in caplog.records if "no working C++ compiler" in r.getMessage()
+             and "CPU backend" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert len(backend.metrics.eager_graphs) == 2
+    monkeypatch.setattr(cpp_build, "_checked", False)  # re-check with the real PATH afterwards
+
+
+def test_output_code_log_prints_the_cpp(cpp: Any, caplog: Any) -> None:
+    with caplog.at_level(logging.INFO, logger="pyjit.output_code"):
+        check(lambda t: t * t + 1, make((8,), "cpu"))
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert 'extern "C" void pyjit_fused_mul_add_0' in text
