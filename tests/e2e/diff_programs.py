@@ -1,0 +1,470 @@
+"""Seeded generator of small Python+PyTorch programs for the differential test
+(``test_differential.py``, issue 9).
+
+Every program is the SOURCE of one module (``generate_program(seed)``), written to a real file
+so tracebacks and pyjit's file:line locations point at readable code. ``random.Random(seed)``
+is the only source of randomness: the same seed always gives the same text.
+
+Module layout (every program)::
+
+    import torch
+    G_COUNT, G_SCALE, G_LOG, G_T          # module globals: read, rebound (`global`), mutated
+    class Box                             # small object passed in; attributes read and stored
+    def inner_<m>(a, k) / outer_<m>(a, b, k)   # helpers, outer calls inner (two levels deep)
+    def build() -> (fn, peek)             # fn is a closure over `calls`/`acc` (nonlocal stores)
+                                          # or a module-level function; peek() reads the cells
+    def make_inputs(call) -> args         # fresh inputs of call 0, 1, 2 (different branches)
+
+``fn(x, y, n, flag, lst, d, box)``: ``x``, ``y`` float tensors of one shape (``x`` requires
+grad in some programs; call 2 may use another shape), ``n`` a small int, ``flag`` a bool,
+``lst`` a list of floats, ``d`` a dict, ``box`` a ``Box``.
+
+Grammar of the body of ``fn`` (``S`` = statement; nested bodies hold 1-3 ``S`` and only rebind
+variables that already exist, so every name is defined on every path; depth <= 2)::
+
+    S := T = T op T | T op C | torch.<unary>(T) | T - T.mean(dim, keepdim=True) | cat of slices
+       | T = T.clone(); T.mul_(C).add_(C)                      (in-place on a fresh tensor)
+       | F = T.sum().item() ...; F = F * C + n                 (.item() then Python arithmetic)
+       | K = (K * 3 + n) % 5
+       | for i in range(n) / range(C): S+        | for j, v in enumerate(lst): S+
+       | for u, w in zip([T, T], [C, C]): S+     | w = 0; while w < n: S+; w += 1
+       | if <python condition>: S+ else: S+      (flag, n, len(lst), key in d, K, F)
+       | if <tensor condition>: S+ else: S+      (T.sum() > 0, (T*T).mean() < C, T.max() > C)
+       | lists/tuples/dicts built, indexed, unpacked; list and dict comprehensions;
+         iteration over dict.items()
+       | print(<python values>) | print(T.shape) | print(f"...")
+       | lst.append/extend/item store/pop | d[key] = ... / d.get / d.setdefault(...).append
+       | box.count += 1 | box.t = T | box.hist.append(K) | T = T * box.scale
+       | G_COUNT += 1 | G_T = T | G_LOG.append(K) | T = T * G_SCALE
+       | calls += 1 | acc = acc + K                (nonlocal, when fn is a closure)
+       | K = bump(n)                               (nested closure with its own nonlocal)
+       | T = outer_m(T, T, K)                      (outer_m calls inner_m; either may print,
+                                                     call .item(), branch on a tensor, append to
+                                                     G_LOG or raise)
+       | with torch.no_grad(): S+
+       | try: d["missing"] except KeyError: K = K + 1
+       | if <condition true on some calls>: raise ValueError/RuntimeError(f"...")
+       | v = lst[n + 10]                            (IndexError)
+    return (T..., K, F) | {"out": T, ...} | [T, K]
+
+Numbers printed are ints, bools, shapes or ``round(F, 3)``; exception messages hold Python
+values only. ``feature_tags(seed)`` lists the constructs a program uses (for statistics).
+"""
+from __future__ import annotations
+
+import random
+
+_UNARY = ["torch.sin", "torch.cos", "torch.tanh", "torch.relu", "torch.sigmoid", "torch.abs", "torch.neg"]
+_BINARY = ["+", "-", "*"]
+_CONSTS = ["0.5", "2", "1.5", "-1.0", "0.25", "3"]
+_SHAPES = [(3, 4), (2, 5), (4, 4), (5, 3), (2, 2)]
+
+
+class _Gen:
+    def __init__(self, seed: int):
+        self.seed = seed
+        self.r = random.Random(seed)
+        self.tensors = ["x", "y"]
+        self.ints = ["k0"]
+        self.floats = ["f0"]
+        self.lines: list[str] = []
+        self.counter = 0
+        self.tags: set[str] = set()
+        self.closure = self.r.random() < 0.6
+        self.has_bump = False
+        self.n_helpers = self.r.randrange(1, 3)
+        self.iterating_lst = False  # inside `for ... in enumerate(lst)`: no appends (no endless loop)
+
+    # -- small pieces -------------------------------------------------------------------------
+    def t(self) -> str:
+        return self.r.choice(self.tensors)
+
+    def k(self) -> str:
+        return self.r.choice(self.ints)
+
+    def f(self) -> str:
+        return self.r.choice(self.floats)
+
+    def c(self) -> str:
+        return self.r.choice(_CONSTS)
+
+    def fresh(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def emit(self, ind: int, text: str) -> None:
+        for line in text.split("\n"):
+            self.lines.append("    " * ind + line)
+
+    def target(self, pool: list[str], prefix: str, top: bool) -> str:
+        """A new name at the top level (added to the pool after the statement), else an existing one."""
+        if top and self.r.random() < 0.7:
+            return self.fresh(prefix)
+        return self.r.choice([v for v in pool if v not in ("x", "y")] or pool)
+
+    def add(self, pool: list[str], name: str) -> None:
+        if name not in pool:
+            pool.append(name)
+
+    # -- statements ---------------------------------------------------------------------------
+    def block(self, ind: int, depth: int) -> None:
+        for _ in range(self.r.randrange(1, 4)):
+            self.stmt(ind, depth, top=False)
+
+    def stmt(self, ind: int, depth: int, top: bool) -> None:
+        r = self.r
+        kinds = ["tensor"] * 6 + ["item", "int", "print", "print", "mut_list", "mut_dict", "mut_box",
+                                  "mut_global", "helper", "container", "container", "try"]
+        if self.closure:
+            kinds.append("nonlocal")
+        if self.has_bump:
+            kinds.append("bump")
+        if depth < 2:
+            kinds += ["for", "for", "while", "if_py", "if_py", "if_tensor", "if_tensor", "no_grad"]
+        if top:
+            kinds += ["raise"]
+        kind = r.choice(kinds)
+        getattr(self, "s_" + kind)(ind, depth, top)
+
+    def s_tensor(self, ind: int, depth: int, top: bool) -> None:
+        r, out = self.r, self.target(self.tensors, "t", top)
+        a, b = self.t(), self.t()
+        choice = r.randrange(7)
+        if choice == 0:
+            self.emit(ind, f"{out} = {a} {r.choice(_BINARY)} {b}")
+        elif choice == 1:
+            self.emit(ind, f"{out} = {a} {r.choice(_BINARY)} {self.c()}")
+        elif choice == 2:
+            self.emit(ind, f"{out} = {r.choice(_UNARY)}({a})")
+        elif choice == 3:
+            dim = r.randrange(2)
+            self.emit(ind, f"{out} = {a} - {b}.mean(dim={dim}, keepdim=True)")
+        elif choice == 4:
+            self.emit(ind, f"{out} = torch.cat([{a}[:, :1], {b}[:, 1:]], dim=1)")
+        elif choice == 5:
+            self.tags.add("inplace")
+            self.emit(ind, f"{out} = {a}.clone()\n{out}.mul_({self.c()}).add_({b})")
+        else:
+            self.emit(ind, f"{out} = torch.tanh({a} * {b} + {self.c()})")
+        self.add(self.tensors, out)
+
+    def s_item(self, ind: int, depth: int, top: bool) -> None:
+        self.tags.add("item")
+        out = self.target(self.floats, "f", top)
+        a = self.t()
+        red = self.r.choice(["sum", "mean", "max", "min"])
+        self.emit(ind, f"{out} = {a}.{red}().item()")
+        self.emit(ind, f"{out} = {out} * {self.c()} + n")
+        self.add(self.floats, out)
+        if self.r.random() < 0.5:
+            t = self.target(self.tensors, "t", top)
+            self.emit(ind, f"{t} = {self.t()} * {out}")
+            self.add(self.tensors, t)
+
+    def s_int(self, ind: int, depth: int, top: bool) -> None:
+        out = self.target(self.ints, "k", top)
+        src = self.k()
+        self.emit(ind, self.r.choice([f"{out} = ({src} * 3 + n) % 5", f"{out} = {src} + len(lst)",
+                                      f"{out} = int({self.f()} > 0) + {src}"]))
+        self.add(self.ints, out)
+
+    def s_print(self, ind: int, depth: int, top: bool) -> None:
+        self.tags.add("print")
+        r = self.r
+        choice = r.randrange(5)
+        if choice == 0:
+            self.emit(ind, f'print("step", n, {self.k()}, flag)')
+        elif choice == 1:
+            self.tags.add("print_shape")
+            self.emit(ind, f"print({self.t()}.shape)")
+        elif choice == 2:
+            self.emit(ind, f"print(tuple({self.t()}.shape), len(lst), sorted(d))")
+        elif choice == 3:
+            self.emit(ind, f'print(f"k={{{self.k()}}} f={{round({self.f()}, 3)}}")')
+        else:
+            self.emit(ind, f'print("lst", lst, box.count)')
+
+    def s_mut_list(self, ind: int, depth: int, top: bool) -> None:
+        self.tags.add("mut_list")
+        choice = 2 if self.iterating_lst else self.r.randrange(4)
+        if choice == 0:
+            self.emit(ind, f"lst.append({self.k()})")
+        elif choice == 1:
+            self.emit(ind, f"lst.extend([n, {self.c()}])")
+        elif choice == 2:
+            self.emit(ind, "if lst:\n    lst[0] = lst[0] + 1")
+        else:
+            self.emit(ind, f"if lst:\n    {self.k()} = {self.k()} + int(lst.pop())")
+
+    def s_mut_dict(self, ind: int, depth: int, top: bool) -> None:
+        self.tags.add("mut_dict")
+        choice = self.r.randrange(4)
+        if choice == 0:
+            self.emit(ind, f'd["t"] = {self.t()} * {self.c()}')
+        elif choice == 1:
+            self.emit(ind, f'd["n"] = d.get("n", 0) + {self.k()}')
+        elif choice == 2:
+            self.emit(ind, f'd.setdefault("hist", []).append({self.k()})')
+        else:
+            t = self.target(self.tensors, "t", top)
+            self.emit(ind, f'{t} = {self.t()} * d["scale"]')
+            self.add(self.tensors, t)
+
+    def s_mut_box(self, ind: int, depth: int, top: bool) -> None:
+        self.tags.add("mut_attr")
+        choice = self.r.randrange(4)
+        if choice == 0:
+            self.emit(ind, "box.count += 1")
+        elif choice == 1:
+            self.emit(ind, f"box.t = {self.t()} + {self.c()}")
+        elif choice == 2:
+            self.emit(ind, f"box.hist.append({self.k()})\nbox.scale = box.scale * 0.5")
+        else:
+            t = self.target(self.tensors, "t", top)
+            self.emit(ind, f"{t} = {self.t()} * box.scale")
+            self.add(self.tensors, t)
+
+    def s_mut_global(self, ind: int, depth: int, top: bool) -> None:
+        self.tags.add("mut_global")
+        choice = self.r.randrange(4)
+        if choice == 0:
+            self.emit(ind, "G_COUNT += 1")
+        elif choice == 1:
+            self.emit(ind, f"G_T = {self.t()} - 1")
+        elif choice == 2:
+            self.emit(ind, f"G_LOG.append({self.k()})")
+        else:
+            t = self.target(self.tensors, "t", top)
+            self.emit(ind, f"{t} = {self.t()} * G_SCALE + G_COUNT")
+            self.add(self.tensors, t)
+
+    def s_nonlocal(self, ind: int, depth: int, top: bool) -> None:
+        self.tags.add("mut_nonlocal")
+        self.emit(ind, self.r.choice(["calls += 1", f"acc = acc + {self.k()}"]))
+
+    def s_bump(self, ind: int, depth: int, top: bool) -> None:
+        self.tags.add("closure")
+        out = self.target(self.ints, "k", top)
+        self.emit(ind, f"{out} = bump({self.r.choice(['n', '1', self.k()])})")
+        self.add(self.ints, out)
+
+    def s_helper(self, ind: int, depth: int, top: bool) -> None:
+        self.tags.add("helper")
+        m = self.r.randrange(self.n_helpers)
+        out = self.target(self.tensors, "t", top)
+        self.emit(ind, f"{out} = outer_{m}({self.t()}, {self.t()}, {self.k()})")
+        self.add(self.tensors, out)
+
+    def s_container(self, ind: int, depth: int, top: bool) -> None:
+        self.tags.add("container")
+        r = self.r
+        out = self.target(self.tensors, "t", top)
+        a, b = self.t(), self.t()
+        h = self.fresh("c")
+        choice = r.randrange(7)
+        if choice == 0:
+            self.emit(ind, f"{h} = [{a}, {b} * 2, torch.relu({a})]\n{out} = {h}[0] + {h}[-1] - {h}[1]")
+        elif choice == 1:
+            self.emit(ind, f"{h} = [{a} * i for i in range(3)]\n{out} = sum({h}) + len({h})")
+        elif choice == 2:
+            self.emit(ind, f"p_{h}, q_{h} = {a} + 1, ({b} - 1, {self.k()})\n{out} = p_{h} * q_{h}[0] + q_{h}[1]")
+        elif choice == 3:
+            self.emit(ind, f'{h} = {{"u": {a}, "v": {b}}}\n{out} = {h}["u"] * 0.5 + {h}["v"]')
+        elif choice == 4:
+            self.emit(ind, f'{h} = {{key: {a} * i for i, key in enumerate(["p", "q", "r"])}}\n'
+                           f"{out} = {b}\nfor key_{h}, val_{h} in {h}.items():\n"
+                           f"    {out} = {out} + val_{h} * len(key_{h})")
+        elif choice == 5:
+            self.emit(ind, f"{h} = ({a}, {b}, {self.k()})\nfirst_{h}, *rest_{h} = {h}\n"
+                           f"{out} = first_{h} + rest_{h}[0] * rest_{h}[1]")
+        else:
+            self.emit(ind, f"{h} = [v * 2 for v in lst if v > 0]\n{out} = {a} + len({h}) + sum({h})")
+        self.add(self.tensors, out)
+
+    def s_try(self, ind: int, depth: int, top: bool) -> None:
+        self.tags.add("try")
+        k = self.k()
+        self.emit(ind, f'try:\n    {k} = {k} + d["missing"]\nexcept KeyError:\n    {k} = {k} + 1')
+
+    def s_raise(self, ind: int, depth: int, top: bool) -> None:
+        self.tags.add("raise")
+        r = self.r
+        choice = r.randrange(4)
+        if choice == 0:
+            self.emit(ind, f'if n == {r.randrange(4)}:\n    raise ValueError(f"bad n={{n}} k={{{self.k()}}}")')
+        elif choice == 1:
+            self.tags.add("tensor_branch")
+            self.emit(ind, f'if {self.t()}.sum() > {r.choice(["0", "1.0", "-1.0"])}:\n'
+                           f'    raise RuntimeError(f"positive sum, lst={{lst}}")')
+        elif choice == 2:
+            self.emit(ind, f"if not flag:\n    {self.k()} = lst[n + 10]")
+        else:
+            self.emit(ind, f'if {self.k()} > 3:\n    raise KeyError(("too big", {self.k()}))')
+
+    def s_for(self, ind: int, depth: int, top: bool) -> None:
+        self.tags.add("loop")
+        r = self.r
+        i = self.fresh("i")
+        choice = r.randrange(4)
+        if choice == 0:
+            self.emit(ind, f"for {i} in range(n):")
+        elif choice == 1:
+            self.emit(ind, f"for {i} in range({r.randrange(1, 4)}):")
+        elif choice == 2:
+            self.emit(ind, f"for {i}, v_{i} in enumerate(lst):")
+            t = self.t()
+            self.emit(ind + 1, f"{t} = {t} + v_{i} * 0.1")
+        else:
+            self.emit(ind, f"for {i}, w_{i} in zip([{self.t()}, {self.t()}], [{self.c()}, {self.c()}]):")
+            t = self.r.choice([v for v in self.tensors if v not in ("x", "y")] or self.tensors)
+            self.emit(ind + 1, f"{t} = {t} + w_{i} * {i}")
+        self.ints.append(i)
+        outer_iterating, self.iterating_lst = self.iterating_lst, self.iterating_lst or choice == 2
+        self.block(ind + 1, depth + 1)
+        self.iterating_lst = outer_iterating
+        self.ints.remove(i)
+
+    def s_while(self, ind: int, depth: int, top: bool) -> None:
+        self.tags.add("loop")
+        w = self.fresh("w")
+        bound = self.r.choice(["n", "3", f"{self.k()} % 3"])
+        self.emit(ind, f"{w} = 0\nwhile {w} < {bound}:")
+        self.emit(ind + 1, f"{w} += 1")
+        self.block(ind + 1, depth + 1)
+
+    def _branches(self, ind: int, depth: int) -> None:
+        self.block(ind + 1, depth + 1)
+        if self.r.random() < 0.6:
+            self.emit(ind, "else:")
+            self.block(ind + 1, depth + 1)
+
+    def s_if_py(self, ind: int, depth: int, top: bool) -> None:
+        self.tags.add("py_branch")
+        cond = self.r.choice(["flag", "n > 1", "len(lst) > 2", '"n" in d', f"{self.k()} % 2 == 0",
+                              f"{self.f()} > 0", "not flag and n < 3", "box.count > 0"])
+        self.emit(ind, f"if {cond}:")
+        self._branches(ind, depth)
+
+    def s_if_tensor(self, ind: int, depth: int, top: bool) -> None:
+        self.tags.add("tensor_branch")
+        a, b = self.t(), self.t()
+        cond = self.r.choice([f"{a}.sum() > 0", f"({a} * {b}).mean() < 0.1", f"{a}.max() > 1.0",
+                              f"bool(({a} > 0).any())", f"{a}[0, 0] < {b}[0, 0]"])
+        self.emit(ind, f"if {cond}:")
+        self._branches(ind, depth)
+
+    def s_no_grad(self, ind: int, depth: int, top: bool) -> None:
+        self.tags.add("no_grad")
+        self.emit(ind, "with torch.no_grad():")
+        self.block(ind + 1, depth + 1)
+
+    # -- helpers, inputs, module ----------------------------------------------------------------
+    def helpers(self) -> list[str]:
+        r, out = self.r, []
+        for m in range(self.n_helpers):
+            inner = [f"def inner_{m}(a, k):", f"    a = a * {self.c()} + k"]
+            extra = r.randrange(6)
+            if extra == 0:
+                inner.append('    print("inner", k, tuple(a.shape))')
+                self.tags.add("print")
+            elif extra == 1:
+                inner += ["    if a.sum() > 0:", "        a = a - 1", "    else:", "        a = a + 0.5"]
+                self.tags.add("tensor_branch")
+            elif extra == 2:
+                inner += ["    s = a.mean().item()", "    a = a + round(s, 2)"]
+                self.tags.add("item")
+            elif extra == 3:
+                inner.append("    G_LOG.append(k)")
+                self.tags.add("mut_global")
+            elif extra == 4:
+                inner += ["    if k > 4:", '        raise ValueError(f"inner_%d: k={k}")' % m]
+            inner.append(f"    return {r.choice(_UNARY)}(a)")
+            outer = [f"def outer_{m}(a, b, k):"]
+            if r.random() < 0.3:
+                outer.append('    print("outer", k)')
+            if r.random() < 0.4:
+                outer += ["    with torch.no_grad():", f"        b = b * {self.c()}"]
+            outer += [f"    c = inner_{m}(a + b, k)", f"    return c * {self.c()} + b"]
+            out += inner + ["", ""] + outer + ["", ""]
+        return out
+
+    def make_inputs(self) -> list[str]:
+        r = self.r
+        shape = r.choice(_SHAPES)
+        shapes = [shape, shape, r.choice(_SHAPES) if r.random() < 0.3 else shape]
+        signs = [1.0, -1.0, r.choice([1.0, -1.0, 0.5])]
+        ns = [r.randrange(4) for _ in range(3)]
+        flags = [True, False, r.random() < 0.5]
+        lens = [r.randrange(4) for _ in range(3)]
+        grad = r.random() < 0.3
+        if grad:
+            self.tags.add("requires_grad")
+        return [
+            "def make_inputs(call):",
+            f"    g = torch.Generator().manual_seed({self.seed} * 7 + call)",
+            f"    shape = {shapes}[call]",
+            f"    x = torch.randn(*shape, generator=g) * {signs}[call] + {signs}[call] * 0.3",
+            "    y = torch.randn(*shape, generator=g)",
+            f"    x.requires_grad_({grad})",
+            f"    n = {ns}[call]",
+            f"    flag = {flags}[call]",
+            f"    lst = [1.0, -2.5, 0.5][:{lens}[call]]",
+            '    d = {"scale": 0.5, "name": "d"}',
+            "    return x, y, n, flag, lst, d, Box()",
+        ]
+
+    def body(self) -> list[str]:
+        self.lines = []
+        ind = 2 if self.closure else 1
+        self.emit(ind, "global G_COUNT, G_T")
+        if self.closure:
+            self.emit(ind, "nonlocal calls, acc")
+        self.emit(ind, "k0 = n * 2 - 1")
+        self.emit(ind, "f0 = 0.5 * len(lst)")
+        if self.r.random() < 0.3:
+            self.has_bump = True
+            self.tags.add("closure")
+            self.emit(ind, "loc = 0\n\ndef bump(v):\n    nonlocal loc\n    loc = loc + v\n    return loc\n")
+        for _ in range(self.r.randrange(5, 11)):
+            self.stmt(ind, 0, top=True)
+        r = self.r
+        ts = r.sample(self.tensors, min(len(self.tensors), r.randrange(1, 4)))
+        choice = r.randrange(3)
+        if choice == 0:
+            self.emit(ind, f"return ({', '.join(ts)}, {self.k()}, {self.f()})")
+        elif choice == 1:
+            self.emit(ind, f'return {{"out": {ts[0]}, "k": {self.k()}, "all": [{", ".join(ts)}]}}')
+        else:
+            self.emit(ind, f"return [{ts[-1]}, {self.k()}]")
+        return self.lines
+
+    def module(self) -> str:
+        helpers = self.helpers()
+        inputs = self.make_inputs()
+        body = self.body()
+        src = [f'"""Generated by tests/e2e/diff_programs.py, seed {self.seed} (do not edit)."""',
+               "import torch", "", "G_COUNT = 0", "G_SCALE = 1.5", "G_LOG = []", "G_T = None", "", "",
+               "class Box:", "    def __init__(self):", "        self.count = 0", "        self.scale = 0.5",
+               "        self.hist = []", "        self.t = None", "", ""]
+        src += helpers
+        sig = "def fn(x, y, n, flag, lst, d, box):"
+        if self.closure:
+            src += ["def build():", "    calls = 0", "    acc = 0", "", "    " + sig] + body + [
+                "", "    def peek():", '        return {"calls": calls, "acc": acc}', "",
+                "    return fn, peek", "", ""]
+        else:
+            src += [sig] + body + ["", "", "def build():", "    return fn, lambda: {}", "", ""]
+        src += inputs
+        return "\n".join(src) + "\n"
+
+
+def generate_program(seed: int) -> str:
+    """The source of program ``seed`` (a module defining ``build``, ``make_inputs``, ``Box``, ``G_*``)."""
+    return _Gen(seed).module()
+
+
+def feature_tags(seed: int) -> set[str]:
+    """The constructs program ``seed`` uses (``print``, ``item``, ``tensor_branch``, ``mut_global``...)."""
+    g = _Gen(seed)
+    g.module()
+    return g.tags
