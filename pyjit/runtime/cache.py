@@ -25,6 +25,7 @@ every hit) are evicted once the store exceeds its cap.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -63,16 +64,24 @@ class CacheKeyError(ValueError):
     """A namespace, key or suffix that is not a safe file name component."""
 
 
+@functools.lru_cache(maxsize=None)
 def _package_version(name: str) -> str:
-    module = sys.modules.get(name)
-    version = getattr(module, "__version__", None)
-    if version is None:
-        try:
-            from importlib.metadata import version as dist_version
-            version = dist_version(name)
-        except Exception:  # noqa: BLE001 - not installed: part of the tag all the same
-            version = "none"
-    return str(version)
+    """The installed version of a distribution, independent of whether it was imported yet.
+
+    Distribution metadata first (the module's ``__version__`` can differ from it, e.g. a local
+    ``+cu130`` tag, and must not make a process that imported torch use another folder than one
+    that did not), else the module's ``__version__``, else ``none``.
+    """
+    try:
+        from importlib.metadata import version as dist_version
+        return str(dist_version(name))
+    except Exception:  # noqa: BLE001 - no metadata (source checkout): ask the module
+        pass
+    try:
+        import importlib
+        return str(importlib.import_module(name).__version__)
+    except Exception:  # noqa: BLE001 - not installed: part of the tag all the same
+        return "none"
 
 
 _version_tag: str | None = None

@@ -165,3 +165,12 @@ def test_public_module_imports_without_torch(cache_dir) -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": REPO, "PYJIT_CACHE_DIR": str(cache_dir)})
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
+
+
+def test_version_tag_does_not_depend_on_what_was_imported() -> None:
+    code = ("from pyjit.runtime import cache; a = cache.version_tag(); import torch, triton; "
+            "cache._version_tag = None; cache._package_version.cache_clear(); print(a == cache.version_tag(), a)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": REPO})
+    assert out.returncode == 0 and out.stdout.split()[0] == "True", (out.stdout, out.stderr)
+    assert out.stdout.split()[1] == cache.version_tag()
