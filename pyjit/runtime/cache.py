@@ -10,6 +10,7 @@ C++ generator's ``.so`` files). The API is small and stable (documented in ``doc
   real file on disk (importable ``.py``, ``dlopen``-able ``.so``); ``get_path`` returns a path
   whose content was just verified;
 - ``entry_lock(ns, key)``: a cross-process lock to compile something once;
+  ``get_or_build_file(ns, key, suffix, build)`` wraps lock + lookup + build + store;
 - ``info()``, ``clear()``, ``set_max_bytes()`` (public through ``pyjit.cache``).
 
 Layout: ``<root>/<version tag>/<ns>/<key[:2]>/<key><suffix>`` plus ``<key><suffix>.meta``
@@ -36,7 +37,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..config import config
 from ..logs import get_logger
@@ -357,6 +358,30 @@ def get_path(ns: str, key: str, suffix: str = "") -> str | None:
     """The path of the verified entry ``(ns, key)``, or None (a miss; bad entries are removed)."""
     found = _lookup(ns, key, suffix)
     return None if found is None else found[0]
+
+
+def get_or_build_file(ns: str, key: str, suffix: str, build: Callable[[str], None]) -> str:
+    """The verified path of ``(ns, key)``, calling ``build(dest)`` once across processes on a miss.
+
+    ``build`` writes the artefact to ``dest`` (a path in a fresh private directory); it runs
+    under the entry's lock, so concurrent processes missing the same key wait and then reuse the
+    first one's result. Without a usable store the private build's path is returned.
+    """
+    path = get_path(ns, key, suffix)
+    if path is not None:
+        return path
+    with entry_lock(ns, key):
+        directory = _shard_dir(ns, key, create=False)
+        if directory is not None and _read_verified(os.path.join(directory, key + suffix))[0] is not None:
+            return os.path.join(directory, key + suffix)  # built by another process while we waited
+        tmpdir = tempfile.mkdtemp(prefix="pyjit-build-")
+        dest = os.path.join(tmpdir, key + suffix)
+        build(dest)
+        stored = put_file(ns, key, dest, suffix, overwrite=True)
+        if stored is None:
+            return dest
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        return stored
 
 
 def remove(ns: str, key: str, suffix: str = "") -> None:

@@ -174,3 +174,34 @@ def test_version_tag_does_not_depend_on_what_was_imported() -> None:
                          env={**os.environ, "PYTHONPATH": REPO})
     assert out.returncode == 0 and out.stdout.split()[0] == "True", (out.stdout, out.stderr)
     assert out.stdout.split()[1] == cache.version_tag()
+
+
+_BUILDER = textwrap.dedent("""
+    import os, sys, time
+    from pyjit.runtime import cache
+    time.sleep(max(0.0, float(sys.argv[1]) - time.time()))
+
+    def build(dest):
+        with open(sys.argv[2], "a") as log:
+            log.write("built\\n")
+        time.sleep(0.3)  # a slow compiler: the others must wait, not build again
+        with open(dest, "wb") as f:
+            f.write(b"\\x7fELF fake shared object")
+
+    path = cache.get_or_build_file("cpp", "feedface" * 8, ".so", build)
+    print("OK" if open(path, "rb").read() == b"\\x7fELF fake shared object" else "BAD")
+""")
+
+
+def test_get_or_build_file_builds_once_across_processes(cache_dir, tmp_path) -> None:
+    import time
+
+    log = tmp_path / "builds.txt"
+    env = {**os.environ, "PYJIT_CACHE_DIR": str(cache_dir), "PYTHONPATH": REPO}
+    start = str(time.time() + 3.0)
+    procs = [subprocess.Popen([sys.executable, "-c", _BUILDER, start, str(log)], cwd=REPO, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [o.strip() for o, _ in outs] == ["OK"] * 4, outs
+    assert log.read_text() == "built\n"
+    assert cache.get_path("cpp", "feedface" * 8, ".so") is not None
