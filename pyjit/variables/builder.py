@@ -73,12 +73,20 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
                 guards.add(GuardKind.EQUALS_MATCH, source, value)
         return ConstantVariable(value, source)
     t = type(value)
+    side_effects = tx.output.side_effects
+    if t is list or t is dict or t is collections.OrderedDict or t is collections.defaultdict:
+        # side-effect replay: the same mutable object reached twice is one tracker (aliasing)
+        known = side_effects.known(tx, value, source)
+        if known is not None:
+            return known
     if t in (list, tuple):
         if source is not None:
             guards.add(GuardKind.TYPE_MATCH, source, t)
             guards.add(GuardKind.LEN_MATCH, source, len(value))
         items = [wrap(tx, v, ItemSource(source, i) if source is not None else None) for i, v in enumerate(value)]
-        return (ListVariable if t is list else TupleVariable)(items, source)
+        if t is list:
+            return side_effects.remember(value, ListVariable(items, source))
+        return TupleVariable(items, source)
     if isinstance(value, tuple) and hasattr(t, "_fields"):
         if source is not None:
             guards.add(GuardKind.TYPE_MATCH, source, t)
@@ -92,7 +100,7 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
             if not is_constant_value(k):
                 unsupported("unsupported_object", f"dict with a non-constant key {type(k).__name__}")
         items = {k: wrap(tx, v, ItemSource(source, k) if source is not None else None) for k, v in value.items()}
-        return DictVariable(items, source, dict_type=t)
+        return side_effects.remember(value, DictVariable(items, source, dict_type=t))
     from ..api import DisabledFunction, JitFunction
 
     if isinstance(value, DisabledFunction):
@@ -142,7 +150,8 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
             if source is not None:
                 guards.add(GuardKind.ID_MATCH, AttrSource(source, "__func__"), fn)
             return UserMethodVariable(fn, obj, source)
-        return wrap(tx, fn, None)
+        # Another callable bound as a method (an lru_cache wrapper on a class): keep the binding.
+        return PartialVariable(wrap(tx, fn, AttrSource(source, "__func__") if source else None), [obj], {})
     if type(value) in _C_DESCRIPTOR_TYPES and value.__objclass__ in (torch.Tensor, torch._C.TensorBase):
         # an unbound Tensor method (torch.Tensor.add): a graph call like torch.add
         if source is not None:
@@ -158,6 +167,19 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
         if BuiltinVariable.has_handler(value):  # a Python function answered natively (inspect.signature)
             return BuiltinVariable(value, source)
         return UserFunctionVariable(value, source)
+    if isinstance(value, functools._lru_cache_wrapper) and isinstance(getattr(value, "__wrapped__", None), types.FunctionType):
+        from .functions import CachedFunctionVariable
+
+        if source is not None:
+            guards.add(GuardKind.ID_MATCH, source, value)
+            guards.add(GuardKind.ID_MATCH, AttrSource(source, "__wrapped__"), value.__wrapped__)
+        return CachedFunctionVariable(value, source)
+    if _is_typing_constant(value):
+        # typing.Sequence, Optional[int], int | None: immutable objects used as isinstance
+        # targets and annotations; pinned by identity.
+        if source is not None:
+            guards.add(GuardKind.ID_MATCH, source, value)
+        return ConstantVariable(value, source)
     if BuiltinVariable.can_handle(value):
         if source is not None:
             guards.add(GuardKind.ID_MATCH, source, value)
@@ -174,9 +196,17 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
         if getattr(value, "__self__", None) is not None and isinstance(value.__self__, torch.Tensor):
             unsupported("unsupported_object", "a bound tensor method read from outside")
         return BuiltinVariable(value, source)
+    known = side_effects.known(tx, value, source)
+    if known is not None:
+        return known
     if source is not None:
         guards.add(GuardKind.TYPE_MATCH, source, t)
-    return UserDefinedObjectVariable(value, source)
+    return side_effects.remember(value, UserDefinedObjectVariable(value, source))
+
+
+def _is_typing_constant(value: Any) -> bool:
+    t = type(value)
+    return t.__module__ == "typing" or isinstance(value, (types.UnionType, types.GenericAlias))
 
 
 def wrap_constant_result(tx: "Translator", value: Any) -> VariableTracker:

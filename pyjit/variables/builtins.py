@@ -228,8 +228,13 @@ class BuiltinVariable(KnownCallableVariable):
         handler = _HANDLERS.get(self.fn)
         if handler is not None:
             return handler(tx, args, kwargs)
-        if all_constant(args, kwargs):
+        if all_constant(args, kwargs) and _is_pure(self.fn):
             return fold(tx, self.fn, args, kwargs)
+        if not _is_pure(self.fn):
+            # time.time(), random.random(), os.getpid(): folding would freeze one answer into
+            # the compiled code. Running it natively needs a graph break.
+            unsupported("unsupported_call", f"{_describe(self.fn)} (a C function whose result or effect "
+                                            f"pyjit cannot reproduce inside a graph)")
         if getattr(self.fn, "__module__", None) == "math" and any(_is_tensor(a) for a in args):
             unsupported("data_dependent", f"math.{self.fn.__name__} on a tensor")
         unsupported("unsupported_call", f"{getattr(self.fn, '__name__', self.fn)} with non-constant arguments")
@@ -252,6 +257,29 @@ class BuiltinVariable(KnownCallableVariable):
 
     def __repr__(self) -> str:
         return f"BuiltinVariable({getattr(self.fn, '__name__', self.fn)})"
+
+
+def _is_pure(fn: Any) -> bool:
+    """Folding ``fn`` on constants at trace time gives the answer every later call would."""
+    if BuiltinVariable.can_handle(fn):
+        return True
+    owner = getattr(fn, "__self__", None)
+    # Alternative constructors and static helpers of builtin types (dict.fromkeys, int.from_bytes,
+    # str.maketrans) and methods of constants.
+    return (isinstance(owner, type) and owner.__module__ == "builtins") or (
+        owner is not None and not isinstance(owner, type) and _constant_owner(owner))
+
+
+def _constant_owner(owner: Any) -> bool:
+    from .constant import is_constant_value
+
+    return is_constant_value(owner)
+
+
+def _describe(fn: Any) -> str:
+    mod = getattr(fn, "__module__", None)
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
+    return f"{mod.lstrip('_')}.{name}()" if mod and mod != "builtins" else f"{name}()"
 
 
 class ConstantMethodVariable(VariableTracker):
@@ -360,6 +388,9 @@ def _missing_attr(e: Unsupported) -> bool:
 @_register(getattr)
 def _getattr(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
     name = args[1].as_python_constant()
+    stored = tx.output.side_effects.pending_attr(args[0], name)  # side-effect replay: assigned in the trace
+    if stored is not None:
+        return stored
     if len(args) == 3:
         if not has_attr(tx, args[0], name):
             return args[2]
@@ -389,7 +420,16 @@ def has_attr(tx: "Translator", obj: VariableTracker, name: str) -> bool:
         return hasattr(obj.example, name)
     if obj.is_python_constant():
         return hasattr(obj.as_python_constant(), name)
-    real = getattr(obj, "value", _NO)
+    from ..errors import Unsupported as _Unsupported
+
+    from .objects import ObjectVariable
+
+    try:  # side-effect replay: assigned (or deleted) earlier in the trace
+        if tx.output.side_effects.pending_attr(obj, name) is not None:
+            return True
+    except _Unsupported:
+        return False
+    real = getattr(obj, "value", _NO) if not isinstance(obj, ObjectVariable) else _NO
     if real is not _NO:
         from ..guards.guards import GuardKind
 
@@ -408,9 +448,29 @@ def has_attr(tx: "Translator", obj: VariableTracker, name: str) -> bool:
         raise
 
 
+# -- side-effect replay (pyjit/variables/objects.py, owned by the side-effects helper) --------------
 @_register(setattr, delattr)
 def _setattr(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
-    unsupported("side_effect", "setattr()/delattr()")
+    return _store_attribute(tx, args, kwargs, generic=False)
+
+
+@_register(object.__setattr__, object.__delattr__)
+def _object_setattr(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    # object.__setattr__ (also super().__setattr__ reaching it) skips a Python __setattr__
+    return _store_attribute(tx, args, kwargs, generic=True)
+
+
+def _store_attribute(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker],
+                     *, generic: bool) -> VariableTracker:
+    from ..trace.side_effects import DELETED
+    from .objects import store_attribute
+
+    if kwargs or len(args) not in (2, 3):
+        unsupported("exception", "TypeError: setattr()/delattr() takes 3/2 positional arguments")
+    value = DELETED if len(args) == 2 else args[2]
+    store_attribute(tx, args[0], args[1].as_python_constant(), value, generic=generic)
+    return ConstantVariable(None)
+# -- end side-effect replay ------------------------------------------------------------------------
 
 
 @_register(print)
@@ -615,6 +675,24 @@ def _super(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, Vari
     return SuperVariable(cls, obj)
 
 
+
+
+import functools  # noqa: E402
+
+
+@_register(functools.reduce)
+def _reduce(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    """``functools.reduce`` with each step traced (the function may do tensor work)."""
+    fn, items = args[0], _iter_items(tx, args[1])
+    if len(args) > 2:
+        acc = args[2]
+    elif items:
+        acc, items = items[0], items[1:]
+    else:
+        unsupported("exception", "TypeError: reduce() of empty iterable with no initial value")
+    for item in items:
+        acc = tx.call(fn, [acc, item], {})
+    return acc
 
 
 # -- inspect.signature --------------------------------------------------------------------------

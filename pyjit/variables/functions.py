@@ -47,7 +47,9 @@ class CellVariable(VariableTracker):
 
     def set(self, tx: "Translator", value: VariableTracker, name: str) -> None:
         if self.real_cell is not None:
-            unsupported("side_effect", f"assigning the outer variable {name!r} (nonlocal)")
+            # side-effect replay (pyjit/trace/side_effects.py): the real cell gets the final value
+            tx.output.side_effects.store_cell(tx, self, value, name)
+            self._wrapped = True
         self.contents = value
 
 
@@ -147,6 +149,34 @@ class UserFunctionVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"UserFunctionVariable({self.fn.__qualname__})"
+
+
+class CachedFunctionVariable(UserFunctionVariable):
+    """A ``functools.lru_cache``/``cache`` wrapper of a Python function: calls inline the wrapped
+    function (as torch.compile does, the cache is bypassed while tracing: the traced result is
+    the function's own, and an effect inside it is a graph break that runs the cached call
+    natively); the object itself stays the wrapper."""
+
+    __slots__ = ("wrapper", "wrapper_source")
+
+    def __init__(self, wrapper: Any, source: Source | None) -> None:
+        super().__init__(wrapper.__wrapped__, AttrSource(source, "__wrapped__") if source is not None else None)
+        self.wrapper = wrapper
+        self.wrapper_source = source
+
+    def as_python_constant(self) -> Any:
+        return self.wrapper
+
+    def python_type(self) -> type:
+        return type(self.wrapper)
+
+    def reconstruct(self, cg: "OutputCodegen") -> str:
+        if self.wrapper_source is not None:
+            return self.wrapper_source.expr()
+        return cg.ref(self.wrapper, self.fn.__name__)
+
+    def __repr__(self) -> str:
+        return f"CachedFunctionVariable({self.fn.__qualname__})"
 
 
 class UserMethodVariable(VariableTracker):

@@ -225,3 +225,107 @@ def test_module_list_slice():
 
     with torch.no_grad():
         _one_graph(M(), X)
+
+
+# -- library helpers ------------------------------------------------------------------------------
+
+
+def test_typing_constructs_as_isinstance_targets():
+    import collections.abc as cabc
+    import typing
+
+    def f(x):
+        return (x + isinstance({}, cabc.Mapping) + isinstance([1], typing.Sequence)
+                + isinstance(3, typing.Union[int, str]) + isinstance(None, int | None) + isinstance(x, typing.Optional[int]))
+
+    _one_graph(f, X)
+
+
+import functools  # noqa: E402
+
+
+@functools.lru_cache(None)
+def _cached_width(n):
+    return n * 2
+
+
+def test_lru_cache_function_inlined():
+    _one_graph(lambda x: x * _cached_width(3), X)
+
+
+class _WithCachedMethod:
+    @functools.lru_cache(None)
+    def factor(self, n):
+        return n + 1
+
+
+def test_lru_cache_method_keeps_binding():
+    obj = _WithCachedMethod()
+    _one_graph(lambda x: x * obj.factor(2), X)
+
+
+def test_functools_reduce_traced():
+    import operator
+
+    _one_graph(lambda x: functools.reduce(operator.mul, x.shape, 1) + functools.reduce(lambda a, b: a + b, [x, x]), X)
+
+
+def test_effectful_c_function_is_not_frozen():
+    # a C function with an effect or a changing answer must run at every call (a graph break),
+    # never be folded into the compiled code
+    import warnings
+
+    def f(x):
+        warnings.warn("careful")
+        return x + 1
+
+    counter = CompileCounter()
+    jf = pyjit.jit(f, backend=counter)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        f(X)
+        jf(X)
+        jf(X)
+    assert len(rec) == 3
+    with pytest.raises(pyjit.GraphBreakError, match="warnings.warn"):
+        pyjit.jit(f, backend=CompileCounter(), fullgraph=True)(X)
+
+
+def test_disabled_logging_traces_away():
+    import logging
+
+    log = logging.getLogger("pyjit.tests.quiet")
+    log.setLevel(logging.ERROR)
+
+    def f(x):
+        log.debug("value %s", 3)
+        log.info("info")
+        return x + 1
+
+    _one_graph(f, X)
+
+
+def test_logging_enabled_later_is_seen():
+    import logging
+
+    log = logging.getLogger("pyjit.tests.later")
+    log.setLevel(logging.ERROR)
+    log.propagate = False
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    log.addHandler(Keep())
+
+    def f(x):
+        log.info("value %s", 3)
+        return x + 1
+
+    jf = pyjit.jit(f, backend=CompileCounter())
+    jf(X)
+    assert records == []
+    log.setLevel(logging.INFO)
+    jf(X)
+    assert records == ["value 3"]
