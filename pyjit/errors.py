@@ -64,9 +64,9 @@ class Unsupported(PyjitError):
     def __init__(self, graph_break: GraphBreak):
         super().__init__(graph_break.format())
         self.graph_break = graph_break
-        # (instruction index, run count) in the root frame where a break can be placed; set by
-        # the root translator (None: raised outside the step loop, e.g. while binding arguments).
-        self.break_at: tuple[int, int] | None = None
+        # The trace step (see Translator.run) before which a break can be placed: the step of the
+        # innermost frame that met it (None: raised outside any frame's step loop).
+        self.break_at: int | None = None
 
 
 class GraphBreakError(Unsupported):

@@ -111,31 +111,37 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
     code = func.__code__
     names = flat_arg_names(code)
     grad_mode = torch.is_grad_enabled()
-    stop_at: tuple[int, int] | None = None
+    stop_step: int | None = None
     first_break: GraphBreak | None = None
     while True:
         output = OutputGraph(code.co_qualname if hasattr(code, "co_qualname") else code.co_name)
         tx = root_translator(func, args, output)
-        tx.stop_at = stop_at
+        tx.stop_step[0] = stop_step
         install_global_state_guards(tx)
         cg = OutputCodegen(output)
         plan: BreakPlan | None = None
         try:
             try:
                 result = tx.run()
-            except StopAtBreak:
+            except StopAtBreak as stop:
+                assert first_break is not None
                 try:
-                    plan = plan_break(tx, cg, grad_mode)
+                    plan = plan_break(stop.frames, cg, grad_mode)
                 except BreakUnsupported as e:
-                    assert first_break is not None
-                    _break_log.info("graph break in %s cannot resume (%s); the frame runs eagerly:\n%s",
-                                    code.co_name, e, first_break.format())
-                    raise Unsupported(first_break) from None
+                    if len(stop.frames) == 1:
+                        _break_log.info("graph break in %s cannot resume (%s); the frame runs eagerly:\n%s",
+                                        code.co_name, e, first_break.format())
+                        raise Unsupported(first_break) from None
+                    # Break one frame further out instead: at the call that inlined the frame
+                    # that cannot resume (the callee then runs as its own compiled frame).
+                    _break_log.debug("graph break in %s: %s; breaking at the enclosing call", code.co_name, e)
+                    stop_step = stop.frames[1].step_at_start
+                    continue
         except Unsupported as e:
-            if fullgraph or stop_at is not None or e.break_at is None:
+            if fullgraph or stop_step is not None or e.break_at is None:
                 raise
-            # Trace again and stop before the breaking instruction (nothing of this attempt kept).
-            stop_at = e.break_at
+            # Trace again and stop before the breaking step (nothing of this attempt kept).
+            stop_step = e.break_at
             first_break = e.graph_break
             continue
         finally:

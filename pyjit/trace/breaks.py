@@ -1,23 +1,31 @@
 """Graph breaks that keep compiling: the replacement code of a frame that stops at a break point.
 
-The tracer finds a break (an :class:`~pyjit.errors.Unsupported` raised while running the n-th
-run of root-frame instruction ``I``), and :func:`pyjit.frame.convert.convert_frame` traces the
-frame again from scratch, stopping *before* that run of ``I`` (so no half-executed handler
-leaves the state dirty, and nothing of the first attempt — nodes, guards, side effects — is
-kept). :func:`plan_break` then describes the replacement code, which
+The tracer finds a break (an :class:`~pyjit.errors.Unsupported` raised while running a step of
+some frame: the root frame or a call it inlines), and
+:func:`pyjit.frame.convert.convert_frame` traces the frame again from scratch, stopping *before*
+that step (so no half-executed handler leaves the state dirty, and nothing of the first attempt
+— nodes, guards, side effects — is kept). The trace then stands in a chain of frames: the
+innermost one about to run the breaking instruction ``I``, and each enclosing frame in the
+middle of the call that inlined the next one. :func:`plan_break` describes the replacement code:
 
-1. calls the compiled prefix graph (if the prefix did tensor work) and replays side effects;
-2. rebuilds the values ``I`` needs: the live Python stack and locals, from graph outputs,
-   sources and tracked Python values (each distinct tracker once, so aliasing is kept);
-3. runs ``I`` itself natively, in the grad mode the trace had there;
-4. calls a *resume function* (``<name>__resume_at_<offset>``, built by
-   :func:`pyjit.bytecode.make_resume_code` from the original code) with the stack after ``I``
-   and the live locals, and returns its result. A conditional jump gets one resume function per
-   branch. The hook compiles resume functions like any other frame when they first run.
+1. call the compiled prefix graph (if the prefix did tensor work) and replay side effects;
+2. rebuild every value the rest needs: the Python stack and live locals of each frame of the
+   chain, from graph outputs, sources and tracked Python values (each distinct tracker once,
+   so aliasing is kept);
+3. run ``I`` natively, in the grad mode the trace had there;
+4. call the innermost frame's *resume function* (``<name>__resume_at_<offset>``, built by
+   :func:`pyjit.bytecode.make_resume_code`) with its stack after ``I`` and its live locals; its
+   result is what the inlined call returned, so each enclosing frame's resume function is then
+   called with that result on its stack (continuing after its call), out to the root frame,
+   whose resume function's result the replacement returns. A conditional jump gets one resume
+   function per branch. The hook compiles resume functions like any other frame.
 
-Where a break point cannot be resumed (inside an exception handler or a ``try`` body, a
-``with`` block other than a grad-mode one, a live cell variable, a value with no
-reconstruction) :class:`BreakUnsupported` says why, and the frame runs eagerly as before.
+This is how torch.compile resumes inside nested frames: a break deep in a call keeps the
+enclosing frames' graphs whole up to the break and after it. Where a level of the chain cannot
+be resumed (inside an exception handler or a ``try`` body, an autocast block, a generator, an
+inlining that was not a call, a closure made inside the trace) :class:`BreakUnsupported` says
+why; the caller then breaks one level further out (at that frame's call instruction, the callee
+running natively as its own compiled frame), and at the root runs the frame eagerly.
 """
 from __future__ import annotations
 
@@ -66,12 +74,14 @@ _NATIVE_OPS = frozenset({
     "LIST_EXTEND", "LIST_APPEND", "DICT_MERGE", "DICT_UPDATE", "SET_UPDATE", "MAP_ADD", "SET_ADD",
     "BUILD_LIST", "BUILD_TUPLE", "BUILD_MAP", "BUILD_SET", "BUILD_CONST_KEY_MAP", "BUILD_SLICE",
 })
+_CALLS = frozenset({"CALL", "CALL_KW", "CALL_FUNCTION_EX"})
 _COND_JUMPS = {"POP_JUMP_IF_TRUE": True, "POP_JUMP_IF_FALSE": False}
 _JUMP_OR_POP = {"JUMP_IF_TRUE_OR_POP": True, "JUMP_IF_FALSE_OR_POP": False}  # 3.11
 _RETURNS = frozenset({"RETURN_VALUE"})
+_RESULT = "___resume_result"
 
-# Resume code objects pyjit made (a break inside a loop of one of them runs it eagerly: see
-# plan_break). Weak: resume code lives as long as the replacement code that calls it.
+# Resume code objects pyjit made (a break inside a loop of one of them is not resumed: see
+# _check_level). Weak: resume code lives as long as the replacement code that calls it.
 _resume_codes: "weakref.WeakSet[types.CodeType]" = weakref.WeakSet()
 
 
@@ -80,12 +90,13 @@ def is_resume_code(code: types.CodeType) -> bool:
 
 
 class BreakUnsupported(PyjitError):
-    """This break point cannot be compiled around; the message says why (the frame runs eagerly)."""
+    """This break point cannot be compiled around at this level; the message says why."""
 
 
 @dataclasses.dataclass
 class _Slot:
-    """One stack value at the break: ``kind`` is value / null / context / iter."""
+    """One stack value: ``kind`` is value / null / context / iter / result (the value the
+    inlined call returned, i.e. the next inner level's resume result)."""
 
     kind: str
     value: Any = None  # the tracker (value, iter) or the grad mode to re-enter (context)
@@ -97,55 +108,90 @@ class _Continuation:
 
     resume: types.CodeType
     params: list[str]       # resume_parameter_names order
-    stack: list[_Slot]      # the stack after the native instruction (bottom first)
+    stack: list[_Slot]      # the stack it starts with (bottom first)
     pushed_from: int        # slots >= pushed_from are produced by the native instruction
+
+
+@dataclasses.dataclass
+class _Level:
+    """One frame of the chain: its stack, live locals and how it continues."""
+
+    tx: "Translator"
+    stack: list[_Slot]
+    locals: dict[str, "VariableTracker"]
+    cell_names: set[str]                 # locals passed as new cells
+    continuations: list[_Continuation]   # parents: one; innermost: one, two (jump) or none (return)
+    outer_grad_mode: bool | None         # mode outside this frame's with-blocks spanning the break
 
 
 @dataclasses.dataclass
 class BreakPlan:
     """Everything the replacement code of a break needs (see module docstring)."""
 
-    tx: "Translator"
-    instruction: Instruction
-    stack: list[_Slot]
-    consumed: int                    # how many top stack values the native instruction pops
-    locals: dict[str, "VariableTracker"]
-    continuations: list[_Continuation]  # one, two for a conditional jump, none for a return
+    levels: list[_Level]             # root first, innermost last
+    instruction: Instruction         # the innermost frame's breaking instruction
+    consumed: int                    # how many top stack values it pops
     grad_mode: bool                  # grad mode at the break point
     entry_grad_mode: bool            # grad mode when the frame was entered
-    outer_grad_mode: bool | None     # mode outside the with-blocks spanning the break
     exprs: dict[int, ast.expr] = dataclasses.field(default_factory=dict)  # id(tracker) -> rebuild
-    cell_names: set[str] = dataclasses.field(default_factory=set)  # locals passed as new cells
-    resume_codes: list[types.CodeType] = dataclasses.field(default_factory=list)
+
+    @property
+    def innermost(self) -> _Level:
+        return self.levels[-1]
+
+    @property
+    def continuations(self) -> list[_Continuation]:
+        """Every resume call of the replacement (for logs and debug dumps)."""
+        return [c for level in self.levels for c in level.continuations]
+
+    @property
+    def outermost_grad_mode(self) -> bool | None:
+        for level in self.levels:
+            if level.outer_grad_mode is not None:
+                return level.outer_grad_mode
+        return None
 
 
-def plan_break(tx: "Translator", cg: "OutputCodegen", entry_grad_mode: bool) -> BreakPlan:
-    """Describe the replacement of ``tx``'s frame at its current instruction (not yet run)."""
-    from ..variables.base import NullVariable
-    from ..variables.lists import ListIteratorVariable, TupleVariable
-    from ..variables.torch_fns import GradModeVariable, _BoundCtx
+def plan_break(frames: list["Translator"], cg: "OutputCodegen", entry_grad_mode: bool) -> BreakPlan:
+    """Describe the replacement at the chain ``frames`` (innermost first, root last), the
+    innermost about to run its current instruction, each other one inside its call."""
+    innermost = frames[0]
+    inst = innermost.instructions[innermost.current_index]
+    levels = [_parent_level(tx) for tx in reversed(frames[1:])]
+    level, consumed = _innermost_level(innermost)
+    levels.append(level)
+    plan = BreakPlan(levels, inst, consumed, torch.is_grad_enabled(), entry_grad_mode)
+    _capture_all(plan, cg)
+    return plan
 
-    code = tx.code
-    inst = tx.instructions[tx.current_index]
-    op = inst.opname
-    where = f"{code.co_filename}:{tx.decoded.lines[tx.current_index]}"
-    check_at = inst
-    if op == "CALL" and tx.current_index > 0 and tx.instructions[tx.current_index - 1].opname == "PRECALL":
-        # 3.11: PRECALL pops the arguments in the bytecode's stack model, but the tracer treats
-        # it as a no-op and CALL as the whole call; check the point where the two agree.
-        check_at = tx.instructions[tx.current_index - 1]
-    point = resume_point(code, check_at.offset)
-    if not point.supported:
-        raise BreakUnsupported(f"cannot resume at {where}: {point.unsupported_reason}")
+
+def _where(tx: "Translator") -> str:
+    return f"{tx.code.co_filename}:{tx.decoded.lines[tx.current_index]}"
+
+
+def _check_level(tx: "Translator", inst: Instruction) -> None:
+    where = _where(tx)
+    if tx.yielded is not None:
+        raise BreakUnsupported(f"the break at {where} is inside an inlined generator")
+    if tx.parent is not None and tx.code.co_freevars:
+        # Its resume function would need the inlined function's closure cells; only the class
+        # cell of zero-argument super() is taken (the class is fixed for the code).
+        class_cell = tx.cells.get("__class__")
+        if set(tx.code.co_freevars) != {"__class__"} or getattr(class_cell, "real_cell", None) is None:
+            raise BreakUnsupported(f"the break at {where} is inside an inlined closure")
     if inst.exn is not None and not _is_with_cleanup(inst.exn):
         raise BreakUnsupported(f"the break at {where} is inside a try block (its handler must see the exception)")
-    if op not in _NATIVE_OPS and op not in _COND_JUMPS and op not in _JUMP_OR_POP and op not in _RETURNS:
-        raise BreakUnsupported(f"{op} at {where} cannot be run on its own")
-    if is_resume_code(code) and _in_loop(tx, inst):
+    if is_resume_code(tx.code) and _in_loop(tx, inst):
         # The loop would break again on every iteration, each time nesting one more resume
         # call (and recompiling for the shrinking iterator): run it natively instead; the
         # functions it calls are still compiled as frames of their own.
         raise BreakUnsupported(f"a graph break inside a loop at {where} repeats on every iteration")
+
+
+def _stack_slots(tx: "Translator") -> tuple[list[_Slot], bool | None]:
+    from ..variables.base import NullVariable
+    from ..variables.lists import ListIteratorVariable, TupleVariable
+    from ..variables.torch_fns import GradModeVariable, _BoundCtx
 
     stack: list[_Slot] = []
     outer: bool | None = None
@@ -154,7 +200,7 @@ def plan_break(tx: "Translator", cg: "OutputCodegen", entry_grad_mode: bool) -> 
             stack.append(_Slot("null"))
         elif isinstance(v, _BoundCtx) and not v.is_enter:
             if not isinstance(v.ctx, GradModeVariable):
-                raise BreakUnsupported(f"a graph break at {where} inside `with` on an autocast/inference-mode "
+                raise BreakUnsupported(f"a graph break at {_where(tx)} inside `with` on an autocast/inference-mode "
                                        "context is not resumable")
             if outer is None:
                 outer = bool(v.ctx.prev)
@@ -163,23 +209,43 @@ def plan_break(tx: "Translator", cg: "OutputCodegen", entry_grad_mode: bool) -> 
             stack.append(_Slot("iter", TupleVariable(v.items[v.index:])))
         else:
             stack.append(_Slot("value", v))
+    return stack, outer
+
+
+def _innermost_level(tx: "Translator") -> tuple[_Level, int]:
+    code = tx.code
+    inst = tx.instructions[tx.current_index]
+    op = inst.opname
+    where = _where(tx)
+    check_at = inst
+    if op == "CALL" and tx.current_index > 0 and tx.instructions[tx.current_index - 1].opname == "PRECALL":
+        # 3.11: PRECALL pops the arguments in the bytecode's stack model, but the tracer treats
+        # it as a no-op and CALL as the whole call; check the point where the two agree.
+        check_at = tx.instructions[tx.current_index - 1]
+    point = resume_point(code, check_at.offset)
+    if not point.supported:
+        raise BreakUnsupported(f"cannot resume at {where}: {point.unsupported_reason}")
+    _check_level(tx, inst)
+    if op not in _NATIVE_OPS and op not in _COND_JUMPS and op not in _JUMP_OR_POP and op not in _RETURNS:
+        raise BreakUnsupported(f"{op} at {where} cannot be run on its own")
+    stack, outer = _stack_slots(tx)
     if len(stack) != point.stack_depth:
         raise BreakUnsupported(f"stack mismatch at {where}: traced {len(stack)} values, bytecode has {point.stack_depth}")
 
-    plan = BreakPlan(tx, inst, stack, 0, {}, [], torch.is_grad_enabled(), entry_grad_mode, outer)
+    level = _Level(tx, stack, {}, set(), [], outer)
+    consumed = 1
     if op in _RETURNS:
-        plan.consumed = 1
+        pass
     elif op in _COND_JUMPS or op in _JUMP_OR_POP:
-        plan.consumed = 1
         cond = stack[-1]
         if cond.kind != "value":
             raise BreakUnsupported(f"the condition at {where} is not a value")
         rest = stack[:-1]
-        fall = _continuation(tx, tx.instructions[tx.current_index + 1], rest, len(rest), where)
+        fall = _continuation(tx, tx.instructions[tx.current_index + 1], rest, len(rest))
         jump_stack = rest + [cond] if op in _JUMP_OR_POP else rest
         assert inst.target is not None
-        jump = _continuation(tx, inst.target, jump_stack, len(rest), where)
-        plan.continuations = [fall, jump]
+        jump = _continuation(tx, inst.target, jump_stack, len(rest))
+        level.continuations = [fall, jump]
     else:
         if op == "CALL":  # the tracer's model: callable and self/NULL slots, then the arguments
             pops, pushes = (inst.arg or 0) + 2, 1
@@ -187,37 +253,49 @@ def plan_break(tx: "Translator", cg: "OutputCodegen", entry_grad_mode: bool) -> 
             pops, pushes = (inst.arg or 0) + 3, 1
         else:
             pops, pushes = stack_effect_split(op, inst.arg)
-        if op in ("LOAD_ATTR", "LOAD_METHOD") and (op == "LOAD_METHOD" or inst.flags & 1):
+        method_null = op in ("LOAD_ATTR", "LOAD_METHOD") and (op == "LOAD_METHOD" or bool(inst.flags & 1))
+        if method_null:
             pushes = 1  # run as a plain attribute load; the NULL is re-made by the resume code
-            method_null = True
-        else:
-            method_null = False
         if pops > len(stack) or any(s.kind not in ("value", "null") for s in stack[len(stack) - pops:]):
             raise BreakUnsupported(f"{op} at {where} consumes values that cannot be rebuilt")
-        plan.consumed = pops
+        consumed = pops
         kept = stack[: len(stack) - pops]
         produced = [_Slot("value") for _ in range(pushes)]
         if method_null:
             produced = [produced[0], _Slot("null")] if PY313 else [_Slot("null"), produced[0]]
         nxt = tx.instructions[tx.current_index + 1]
-        plan.continuations = [_continuation(tx, nxt, kept + produced, len(kept), where)]
-
-    live: set[str] = set()
-    for c in plan.continuations:
-        live.update(p for p in c.params if not p.startswith("___stack"))
-    for name in live:
-        cell = _bound_cell(tx, name) if name in code.co_cellvars else None
-        if cell is not None:
-            plan.locals[name] = cell
-            plan.cell_names.add(name)
-        else:
-            plan.locals[name] = tx.locals[name]
-    _capture_all(plan, cg, where)
-    return plan
+        level.continuations = [_continuation(tx, nxt, kept + produced, len(kept))]
+    _collect_locals(level)
+    return level, consumed
 
 
-def _continuation(tx: "Translator", at: Instruction, stack: list[_Slot], pushed_from: int, where: str) -> _Continuation:
+def _parent_level(tx: "Translator") -> _Level:
+    """A frame in the middle of the call that inlined the next level: it continues after that
+    call with the call's result (the next level's resume result) on its stack."""
+    inst = tx.instructions[tx.current_index]
+    where = _where(tx)
+    if inst.opname not in _CALLS:
+        raise BreakUnsupported(f"the call at {where} inlined through {inst.opname}, not a call instruction")
+    _check_level(tx, inst)
+    if inst.opname == "CALL":
+        pops = (inst.arg or 0) + 2
+    elif inst.opname == "CALL_KW":
+        pops = (inst.arg or 0) + 3
+    else:
+        pops = 2 + 1 + bool((inst.arg or 0) & 1)  # NULL/callable, callable/self, args (and kwargs)
+    if len(tx.stack) != tx.depth_at_start - pops:
+        raise BreakUnsupported(f"the call at {where} is not in the state of a plain call")
+    stack, outer = _stack_slots(tx)
+    level = _Level(tx, stack, {}, set(), [], outer)
+    nxt = tx.instructions[tx.current_index + 1]
+    level.continuations = [_continuation(tx, nxt, stack + [_Slot("result")], len(stack))]
+    _collect_locals(level)
+    return level
+
+
+def _continuation(tx: "Translator", at: Instruction, stack: list[_Slot], pushed_from: int) -> _Continuation:
     code = tx.code
+    where = _where(tx)
     point = resume_point(code, at.offset)
     if not point.supported:
         raise BreakUnsupported(f"cannot continue after the break at {where}: {point.unsupported_reason}")
@@ -241,26 +319,41 @@ def _continuation(tx: "Translator", at: Instruction, stack: list[_Slot], pushed_
     return _Continuation(resume, resume_parameter_names(code, len(stack), live, nulls), stack, pushed_from)
 
 
+def _collect_locals(level: _Level) -> None:
+    tx = level.tx
+    live: set[str] = set()
+    for c in level.continuations:
+        live.update(p for p in c.params if not p.startswith("___stack"))
+    for name in live:
+        cell = _bound_cell(tx, name) if name in tx.code.co_cellvars else None
+        if cell is not None:
+            level.locals[name] = cell
+            level.cell_names.add(name)
+        else:
+            level.locals[name] = tx.locals[name]
+
+
 def _bound_cell(tx: "Translator", name: str) -> "VariableTracker | None":
-    """The value of cell variable ``name`` of the root frame, or None when it is unbound."""
+    """The value of cell variable ``name`` of a frame, or None when it is unbound."""
     cell = tx.cells.get(name)
     return getattr(cell, "contents", None) if cell is not None else None
 
 
-def _capture_all(plan: BreakPlan, cg: "OutputCodegen", where: str) -> None:
+def _capture_all(plan: BreakPlan, cg: "OutputCodegen") -> None:
     """Register the rebuild expression of every tracker the replacement needs (graph outputs)."""
-    values: list[Any] = [s.value for s in plan.stack if s.kind in ("value", "iter")]
-    for c in plan.continuations:
-        values += [s.value for s in c.stack[: c.pushed_from] if s.kind in ("value", "iter")]
-    values += list(plan.locals.values())
-    for v in values:
-        if v is None or id(v) in plan.exprs:
-            continue
-        try:
-            plan.exprs[id(v)] = cg.capture(v)
-        except Unsupported as e:
-            raise BreakUnsupported(f"a value live at the break at {where} cannot be rebuilt: "
-                                   f"{e.graph_break.explanation}") from None
+    for level in plan.levels:
+        values: list[Any] = [s.value for s in level.stack if s.kind in ("value", "iter")]
+        for c in level.continuations:
+            values += [s.value for s in c.stack[: c.pushed_from] if s.kind in ("value", "iter")]
+        values += list(level.locals.values())
+        for v in values:
+            if v is None or id(v) in plan.exprs:
+                continue
+            try:
+                plan.exprs[id(v)] = cg.capture(v)
+            except Unsupported as e:
+                raise BreakUnsupported(f"a value live at the break at {_where(level.tx)} cannot be rebuilt: "
+                                       f"{e.graph_break.explanation}") from None
 
 
 def _is_with_cleanup(handler: ExnHandler) -> bool:
@@ -282,10 +375,10 @@ def _in_loop(tx: "Translator", inst: Instruction) -> bool:
 
 def emit_break(plan: BreakPlan, cg: "OutputCodegen", pycg: "PyCodegen", func: types.FunctionType) -> None:
     """Append the part of the replacement after the graph call (see module docstring)."""
-    tx = plan.tx
+    innermost = plan.innermost
     inst = plan.instruction
-    line = tx.decoded.lines[tx.current_index]
-    pycg.set_line(line)
+    root = plan.levels[0].tx
+    pycg.set_line(root.decoded.lines[root.current_index])  # the root frame's line of the break
     # Each distinct tracker is built once into a temporary (aliasing between slots is kept).
     temps: dict[int, str] = {}
     for key, expr in plan.exprs.items():
@@ -293,36 +386,55 @@ def emit_break(plan: BreakPlan, cg: "OutputCodegen", pycg: "PyCodegen", func: ty
         cg.emit_value(pycg, expr)
         pycg.store_local(name)
         temps[key] = name
-    if plan.grad_mode != plan.entry_grad_mode or plan.outer_grad_mode is not None:
+    if plan.grad_mode != plan.entry_grad_mode or plan.outermost_grad_mode is not None:
         _set_grad(pycg, plan.grad_mode)
-    if plan.continuations and len(plan.continuations) == 1:
-        cont = plan.continuations[0]
-        _emit_resume_call(plan, cont, pycg, func, temps, native=lambda: _emit_native(plan, pycg, temps))
-        return
-    # A return: run it natively (the value is rebuilt; the instruction returns it).
-    _push_consumed(plan, pycg, temps)
-    if not plan.continuations:
-        pycg.append(create_return_value())
-        return
-    # A conditional jump: the condition is evaluated natively, each branch has its own resume.
-    fall, jump = plan.continuations
-    label = pycg.new_label()
-    sense = _COND_JUMPS.get(inst.opname, _JUMP_OR_POP.get(inst.opname))
-    pycg.append(*create_pop_jump_if(bool(sense), label))
-    _emit_resume_call(plan, fall, pycg, func, temps, native=None)
-    pycg.place(label)
-    _emit_resume_call(plan, jump, pycg, func, temps, native=None)
+    guarded_from = len(pycg.instructions)
+    nested = len(plan.levels) > 1
+    conts = innermost.continuations
+    if len(conts) == 1:
+        _emit_resume_call(plan, innermost, conts[0], pycg, func, temps,
+                          native=lambda: _emit_native(plan, pycg, temps), last=not nested)
+    else:
+        _push_consumed(plan, pycg, temps)
+        if not conts:  # a return: the value is rebuilt, the instruction returns it
+            if nested:
+                pycg.store_local(_RESULT)
+            else:
+                pycg.append(create_return_value())
+        else:  # a conditional jump: evaluated natively, each branch has its own resume
+            fall, jump = conts
+            label = pycg.new_label()
+            join = pycg.new_label()
+            sense = _COND_JUMPS.get(inst.opname, _JUMP_OR_POP.get(inst.opname))
+            pycg.append(*create_pop_jump_if(bool(sense), label))
+            _emit_resume_call(plan, innermost, fall, pycg, func, temps, native=None, last=not nested)
+            if nested:
+                pycg.append(create_instruction("JUMP_FORWARD", target=join))
+            pycg.place(label)
+            _emit_resume_call(plan, innermost, jump, pycg, func, temps, native=None, last=not nested)
+            if nested:
+                pycg.place(join)
+    for i, level in enumerate(reversed(plan.levels[:-1])):
+        _emit_resume_call(plan, level, level.continuations[0], pycg, func, temps, native=None,
+                          last=i == len(plan.levels) - 2)
+    outer = plan.outermost_grad_mode
+    if outer is not None and nested:
+        # An exception from the native instruction or a resume call leaves the with-blocks of
+        # the enclosing frames: restore the mode they would restore.
+        _protect(pycg, guarded_from, outer)
 
 
-def _emit_resume_call(plan: BreakPlan, cont: _Continuation, pycg: "PyCodegen", func: types.FunctionType,
-                      temps: dict[int, str], native: Callable[[], None] | None) -> None:
-    """``return resume(<stack after the instruction>, <live locals>)``; ``native`` (when given)
-    runs the break instruction in the middle, producing the slots from ``pushed_from`` on."""
-    if native is None and plan.outer_grad_mode is not None:
+def _emit_resume_call(plan: BreakPlan, level: _Level, cont: _Continuation, pycg: "PyCodegen",
+                      func: types.FunctionType, temps: dict[int, str], native: Callable[[], None] | None,
+                      last: bool) -> None:
+    """``resume(<stack>, <live locals>)``, returned when ``last`` else stored as the result the
+    next enclosing level continues with; ``native`` (when given) runs the break instruction in
+    the middle, producing the slots from ``pushed_from`` on."""
+    if native is None and level.outer_grad_mode is not None:
         # The resume function re-enters the with-blocks: it must start from the outer mode.
-        _set_grad(pycg, plan.outer_grad_mode)
+        _set_grad(pycg, level.outer_grad_mode)
     start = len(pycg.instructions)
-    _load_resume_function(pycg, cont.resume, func)
+    _load_resume_function(pycg, cont.resume, level.tx, func)
     pycg.instructions[start:] = with_push_null(pycg.instructions[start:])
     for inst in pycg.instructions[start:]:
         if inst.positions is None:
@@ -334,22 +446,24 @@ def _emit_resume_call(plan: BreakPlan, cont: _Continuation, pycg: "PyCodegen", f
         slot = stack_names.get(name)
         if slot is not None:
             index = int(name[len("___stack"):])
-            if index >= cont.pushed_from:
-                if not produced_done and native is not None:
+            if index >= cont.pushed_from and native is not None:
+                if not produced_done:
                     native()
                     produced_done = True
-                nargs += 1
-                continue
-            _push_slot(slot, pycg, temps)
-        elif name in plan.cell_names:
-            pycg.call_const(types.CellType, [lambda name=name: pycg.load_local(temps[id(plan.locals[name])])])
+            else:
+                _push_slot(slot, pycg, temps)
+        elif name in level.cell_names:
+            pycg.call_const(types.CellType, [lambda name=name: pycg.load_local(temps[id(level.locals[name])])])
         else:
-            pycg.load_local(temps[id(plan.locals[name])])
+            pycg.load_local(temps[id(level.locals[name])])
         nargs += 1
     if native is not None and not produced_done:
         native()  # the instruction produced nothing (a store): run it before the call
     pycg.append(*create_call(nargs))
-    pycg.return_value()
+    if last:
+        pycg.return_value()
+    else:
+        pycg.store_local(_RESULT)
 
 
 def _push_slot(slot: _Slot, pycg: "PyCodegen", temps: dict[int, str]) -> None:
@@ -357,13 +471,16 @@ def _push_slot(slot: _Slot, pycg: "PyCodegen", temps: dict[int, str]) -> None:
         pycg.call_const(torch.enable_grad if slot.value else torch.no_grad, [])
     elif slot.kind in ("value", "iter"):
         pycg.load_local(temps[id(slot.value)])
+    elif slot.kind == "result":
+        pycg.load_local(_RESULT)
     else:
         raise AssertionError(f"cannot pass a {slot.kind} slot")
 
 
 def _push_consumed(plan: BreakPlan, pycg: "PyCodegen", temps: dict[int, str]) -> None:
     """Push the stack values the break instruction consumes (NULLs included)."""
-    for slot in plan.stack[len(plan.stack) - plan.consumed:]:
+    stack = plan.innermost.stack
+    for slot in stack[len(stack) - plan.consumed:]:
         if slot.kind == "null":
             pycg.append(create_instruction("PUSH_NULL"))
         else:
@@ -372,11 +489,10 @@ def _push_consumed(plan: BreakPlan, pycg: "PyCodegen", temps: dict[int, str]) ->
 
 def _emit_native(plan: BreakPlan, pycg: "PyCodegen", temps: dict[int, str]) -> None:
     """Push the consumed values and run the break instruction (with its exception path)."""
-    inst = plan.instruction
-    tx = plan.tx
     _push_consumed(plan, pycg, temps)
-    native = _native_instructions(inst, tx)
-    if plan.outer_grad_mode is not None and plan.outer_grad_mode != plan.grad_mode:
+    native = _native_instructions(plan.instruction, plan.innermost.tx)
+    outer = plan.innermost.outer_grad_mode
+    if outer is not None and len(plan.levels) == 1 and outer != plan.grad_mode:
         # If the instruction raises, the with-blocks around it would restore the grad mode.
         handler = pycg.new_label()
         after = pycg.new_label()
@@ -384,16 +500,29 @@ def _emit_native(plan: BreakPlan, pycg: "PyCodegen", temps: dict[int, str]) -> N
         for i in native:
             i.exn = exn
         pycg.append(*native)
-        _set_grad(pycg, plan.outer_grad_mode)
+        _set_grad(pycg, outer)
         pycg.append(create_instruction("JUMP_FORWARD", target=after))
         pycg.place(handler)
-        _set_grad(pycg, plan.outer_grad_mode)
+        _set_grad(pycg, outer)
         pycg.append(create_instruction("RERAISE", arg=0))
         pycg.place(after)
     else:
         pycg.append(*native)
-        if plan.outer_grad_mode is not None:
-            _set_grad(pycg, plan.outer_grad_mode)
+        if outer is not None:
+            _set_grad(pycg, outer)
+
+
+def _protect(pycg: "PyCodegen", start: int, mode: bool) -> None:
+    """Cover the instructions from ``start`` on with a handler that restores ``mode`` and
+    re-raises (they have no handler of their own)."""
+    handler = pycg.new_label()
+    exn = ExnHandler(handler, 0, False)
+    for inst in pycg.instructions[start:]:
+        if inst.exn is None and inst.opname not in ("NOP",):
+            inst.exn = exn
+    pycg.place(handler)
+    _set_grad(pycg, mode)
+    pycg.append(create_instruction("RERAISE", arg=0))
 
 
 def _native_instructions(inst: Instruction, tx: "Translator") -> list[Instruction]:
@@ -418,12 +547,20 @@ def _set_grad(pycg: "PyCodegen", mode: bool) -> None:
     pycg.append(create_instruction("POP_TOP"))
 
 
-def _load_resume_function(pycg: "PyCodegen", resume: types.CodeType, func: types.FunctionType) -> None:
-    """Push the resume function: prebuilt when the frame has no closure, else made here with
-    the running frame's own cells (the replacement serves every closure of this code)."""
+def _load_resume_function(pycg: "PyCodegen", resume: types.CodeType, tx: "Translator",
+                          func: types.FunctionType) -> None:
+    """Push the resume function of ``tx``'s frame. The root frame's is made here with the
+    running frame's own cells when it has a closure (the replacement serves every closure of
+    this code); an inlined frame's is prebuilt with its globals (and class cell, the only
+    closure allowed there)."""
+    if tx.parent is not None:
+        closure = None
+        if resume.co_freevars:
+            closure = (tx.cells["__class__"].real_cell,)  # checked by _check_level
+        pycg.load_const(types.FunctionType(resume, tx.f_globals, resume.co_name, None, closure))
+        return
     if not resume.co_freevars:
-        fn = types.FunctionType(resume, func.__globals__, resume.co_name)
-        pycg.load_const(fn)
+        pycg.load_const(types.FunctionType(resume, func.__globals__, resume.co_name))
         return
     for name in resume.co_freevars:
         pycg.append(create_load_closure(name))

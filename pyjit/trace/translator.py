@@ -73,7 +73,12 @@ def decode_for_trace(code: types.CodeType) -> DecodedCode:
 
 
 class StopAtBreak(Exception):
-    """Raised by the root translator when a restarted trace reaches its planned break point."""
+    """Raised when a restarted trace reaches its planned break point; ``frames`` lists the
+    translators from the one that stopped (innermost) out to the root."""
+
+    def __init__(self, innermost: "Translator") -> None:
+        super().__init__()
+        self.frames: list[Translator] = [innermost]
 
 
 class Translator:
@@ -109,10 +114,12 @@ class Translator:
         self.kw_names: tuple[str, ...] | None = None
         self.yielded: list[VariableTracker] | None = None  # set when inlining a generator body
         self.steps = parent.steps if parent is not None else [0]
-        # Root frame only: how often each instruction ran (a break point is "the n-th run of
-        # instruction i"), and the break point at which a restarted trace stops.
-        self.visits: list[int] = [0] * len(self.instructions) if parent is None else []
-        self.stop_at: tuple[int, int] | None = None
+        # A break point is a step number (all frames of the trace count steps together, so a
+        # trace run again from scratch reaches the same point at the same step); a restarted
+        # trace stops when it is about to run step ``stop_step[0]``, in whichever frame.
+        self.stop_step: list[int | None] = parent.stop_step if parent is not None else [None]
+        self.step_at_start = -1   # the step at which ``current`` started
+        self.depth_at_start = 0   # the stack depth when ``current`` started
 
     # -- stack helpers -----------------------------------------------------------------------
     def push(self, v: "VariableTracker") -> None:
@@ -142,27 +149,30 @@ class Translator:
                 raise AssertionError(f"fell off the end of {self.code.co_name}")
             inst = insts[self.ip]
             self.current_index = self.ip
-            if self.parent is None:
-                self.visits[self.ip] += 1
-                if self.stop_at is not None and self.stop_at == (self.ip, self.visits[self.ip]):
-                    # A restarted trace reached its break point: the state is as before `inst`.
-                    self.current = inst
-                    raise StopAtBreak()
-            self.ip += 1
             self.current = inst
             self.steps[0] += 1
-            if self.steps[0] > _MAX_STEPS:
-                unsupported("loop_limit", f"more than {_MAX_STEPS} instructions")
-            handler = OPCODES.get(inst.opname)
-            if handler is None:
-                unsupported("unsupported_opcode", inst.opname)
+            step = self.steps[0]
+            if step == self.stop_step[0]:
+                # A restarted trace reached its break point: the state is as before `inst`.
+                raise StopAtBreak(self)
+            self.step_at_start = step
+            self.depth_at_start = len(self.stack)
+            self.ip += 1
             try:
+                if step > _MAX_STEPS:
+                    unsupported("loop_limit", f"more than {_MAX_STEPS} instructions")
+                handler = OPCODES.get(inst.opname)
+                if handler is None:
+                    unsupported("unsupported_opcode", inst.opname)
                 handler(self, inst)
+            except StopAtBreak as stop:
+                stop.frames.append(self)  # a frame that was inlining the one that stopped
+                raise
             except Unsupported as e:
                 located = self._locate(e)
-                if self.parent is None:
-                    # Where the root frame can break for it: before this run of this instruction.
-                    located.break_at = (self.current_index, self.visits[self.current_index])
+                if located.break_at is None:
+                    # The innermost frame that ran an instruction for it: break before that step.
+                    located.break_at = step
                 raise located from None
         return self.return_value
 
@@ -177,6 +187,7 @@ class Translator:
             t = t.parent
         located = GraphBreak(gb.kind, gb.explanation, self.location(), tuple(chain), gb.hint)
         new = type(e)(located)
+        new.break_at = e.break_at
         return new
 
     # -- locations ---------------------------------------------------------------------------
