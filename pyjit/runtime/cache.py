@@ -280,11 +280,11 @@ def put_file(ns: str, key: str, src: str, suffix: str = "", overwrite: bool = Fa
 def _read_verified(path: str) -> tuple[bytes | None, str | None]:
     """(payload, None) when the entry at ``path`` is intact, else (None, reason)."""
     try:
-        with open(path + META_SUFFIX, "rb") as f:
+        nofollow = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)  # a symlink fails to open (ELOOP)
+        with os.fdopen(os.open(path + META_SUFFIX, nofollow), "rb") as f:
             meta_st = os.fstat(f.fileno())
             meta = json.loads(f.read())
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        with os.fdopen(fd, "rb") as f:
+        with os.fdopen(os.open(path, nofollow), "rb") as f:
             st = os.fstat(f.fileno())
             data = f.read()
     except FileNotFoundError:
@@ -316,7 +316,7 @@ def _verified(path: str, ns: str, key: str, quiet: bool = False) -> bytes | None
     if reason.startswith("untrusted") and quiet:
         return None
     stats["corrupt"] += 1
-    log.warning("pyjit: cache entry %s/%s is %s; removing it, it will be rebuilt", ns, key, reason)
+    log.warning("pyjit: cache entry %s/%s failed its check (%s); removing it, it will be rebuilt", ns, key, reason)
     _remove_paths(path)
     return None
 

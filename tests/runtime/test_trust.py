@@ -85,3 +85,14 @@ def test_unusable_root_disables_only_the_cache(tmp_path, caplog, monkeypatch) ->
         key, path, hit = cache.write_module("x = 1\n")  # generated modules still get a file
         assert os.path.exists(path) and not hit
     assert any("no disk cache" in r.getMessage() for r in caplog.records)
+
+
+def test_symlinked_entry_is_not_followed(cache_dir, tmp_path) -> None:
+    path = cache.put_bytes("blobs", "abcdef05", b"payload")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_bytes(b"payload")
+    os.chmod(elsewhere, 0o600)
+    os.unlink(path)
+    os.symlink(elsewhere, path)
+    assert cache.get_bytes("blobs", "abcdef05") is None
+    assert not os.path.lexists(path) and elsewhere.exists()  # the link is removed, not its target
