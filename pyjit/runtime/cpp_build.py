@@ -31,7 +31,9 @@ from ..logs import get_logger
 log = get_logger("fallbacks")
 cache_log = get_logger("cache")
 
-_BASE_FLAGS = ["-shared", "-fPIC", "-std=c++17", "-fno-math-errno", "-ffp-contract=off", "-w"]
+# No -ffast-math (NaN/inf semantics stay eager's); no FP contraction (pointwise chains stay
+# bit-identical to eager); no errno/trap bookkeeping (lets floor/round/sqrt vectorize).
+_BASE_FLAGS = ["-shared", "-fPIC", "-std=c++17", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off", "-w"]
 _PROBE = (
     "#include <cstdint>\n"
     'extern "C" void pyjit_probe(float* x, int64_t n) {\n'

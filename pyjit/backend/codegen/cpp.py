@@ -95,6 +95,51 @@ template <typename T> static inline T pyjit_mod(T a, T b) {
     T r = pyjit_fmod(a, b);
     return (r != 0 && ((r < 0) != (b < 0))) ? (T)(r + b) : r;
 }
+// Vectorizable fp32 exp/tanh/erf (within 2 ulp of eager's): libm calls would stop `omp simd`.
+static inline float pyjit_bits_f32(int32_t i) { float f; __builtin_memcpy(&f, &i, 4); return f; }
+static inline float pyjit_expf(float x) {
+    // Cephes-style: exp(x) = 2^n * exp(r), |r| <= ln2/2; 2^n applied in two steps (subnormal results).
+    float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+    float n = __builtin_floorf(xc * 1.44269504088896341f + 0.5f);
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * r * r + r + 1.0f;
+    int32_t ni = (int32_t)n;
+    int32_t h = ni >> 1;
+    y = y * pyjit_bits_f32((h + 127) << 23) * pyjit_bits_f32((ni - h + 127) << 23);
+    y = x > 88.72283935546875f ? INFINITY : y;
+    return x != x ? x : y;
+}
+static inline float pyjit_tanhf(float x) {
+    float a = x < 0 ? -x : x;
+    float z = x * x;
+    float s = (((( -5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z
+               + 1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
+    float e = pyjit_expf(2.0f * (a > 9.0f ? 9.0f : a));
+    float l = 1.0f - 2.0f / (e + 1.0f);
+    l = x < 0 ? -l : l;
+    return a < 0.625f ? s : (a > 9.0f ? (x < 0 ? -1.0f : 1.0f) : (x != x ? x : l));
+}
+static inline float pyjit_erff(float x) {
+    float a = x < 0 ? -x : x;
+    float z = x * x;
+    float s = ((((((7.853861353153693e-5f * z - 8.010193625184903e-4f) * z + 5.188327685732524e-3f) * z
+                 - 2.685381193529856e-2f) * z + 1.128358514861418e-1f) * z - 3.761262582423300e-1f) * z
+               + 1.128379165726710e+0f) * x;
+    float t = 1.0f / (1.0f + 0.5f * a);
+    float c = t * pyjit_expf(-a * a - 1.26551223f + t * (1.00002368f + t * (0.37409196f + t * (0.09678418f
+              + t * (-0.18628806f + t * (0.27886807f + t * (-1.13520398f + t * (1.48851587f
+              + t * (-0.82215223f + t * 0.17087277f)))))))));
+    float l = 1.0f - c;
+    l = x < 0 ? -l : l;
+    return a < 1.0f ? s : (x != x ? x : l);
+}
 static inline double pyjit_erfinv(double y) {
     if (!(y > -1.0 && y < 1.0)) return y == 1.0 ? INFINITY : (y == -1.0 ? -INFINITY : NAN);
     double w = -__builtin_log((1.0 - y) * (1.0 + y)), x;
@@ -182,10 +227,14 @@ _UNARY_FP = {op: op for op in ("exp", "exp2", "expm1", "log", "log2", "log10", "
                                "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
                                "erf", "erfc", "floor", "ceil", "trunc", "lgamma")}
 _UNARY_FP.update({"round": "nearbyint", "abs": "fabs"})
+_VECTOR_FP32 = {"exp": "pyjit_expf", "tanh": "pyjit_tanhf", "erf": "pyjit_erff"}
 
 
 def _math(fn: str, dtype: torch.dtype) -> str:
-    """The libm builtin ``fn`` for ``dtype`` (``__builtin_expf`` for float, ``__builtin_exp`` for double)."""
+    """The function computing ``fn`` for ``dtype``: a vectorizable helper for fp32 exp/tanh/erf,
+    else the libm builtin (``__builtin_expf`` for float, ``__builtin_exp`` for double)."""
+    if dtype == torch.float32 and fn in _VECTOR_FP32:
+        return _VECTOR_FP32[fn]
     return f"__builtin_{fn}{'f' if dtype != torch.float64 else ''}"
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "bitwise_and": "&", "bitwise_or": "|",
           "bitwise_xor": "^", "lshift": "<<", "rshift": ">>", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
