@@ -27,6 +27,7 @@ from ..guards.guards import GuardKind, GuardSet, TensorSpec
 from ..guards.source import Source, sources_as_tokens
 from .graph_breaks import unsupported
 from .pycodegen import PyCodegen
+from .side_effects import SideEffects
 
 if TYPE_CHECKING:
     from ..variables.base import VariableTracker
@@ -72,6 +73,7 @@ class OutputGraph:
         # Real autocast/inference-mode contexts entered while tracing (exited if tracing stops).
         self.entered_contexts: list[Any] = []
         self._last_placeholder: fx.Node | None = None
+        self.side_effects = SideEffects()  # mutations of outside objects, replayed after the graph
 
     # -- inputs --------------------------------------------------------------------------
     def add_input(self, value: torch.Tensor, source: Source) -> "TensorVariable":
@@ -316,6 +318,7 @@ class OutputCodegen:
         ``return <rebuilt value>``."""
         assert self._return is not None, "capture_return() first"
         self.emit_graph_call(cg, compiled, call_line)
+        self.emit_side_effects(cg)
         cg.set_line(return_line)
         self._emit_expression(cg, self._return)
         cg.return_value()
@@ -331,6 +334,28 @@ class OutputCodegen:
             return
         cg.call_const(compiled, [functools.partial(gi.source.reconstruct, cg) for gi in self.output.inputs])
         cg.store_local(self._out_local)
+
+    def capture_side_effects(self) -> None:
+        """Record the replay of the trace's side effects so far (pyjit/trace/side_effects.py):
+        one call expression per mutated place, built through the reconstruct protocol."""
+        self.output.side_effects.replay = self.output.side_effects.capture(self)
+
+    def emit_side_effects(self, cg: PyCodegen) -> None:
+        """Append the replay captured by :meth:`capture_side_effects`: new objects and every
+        argument into locals first (values as of before the first mutation), then each call,
+        in program order, its result popped."""
+        from ..bytecode import create_instruction
+
+        replay = self.output.side_effects.replay
+        if replay is None:
+            return
+        replay.check_complete(self.output.side_effects)
+        for local, expr in replay.blanks + replay.values:
+            self._emit_expression(cg, expr)
+            cg.store_local(local)
+        for expr in replay.calls:
+            self._emit_expression(cg, expr)
+            cg.append(create_instruction("POP_TOP"))
 
     def emit_value(self, cg: PyCodegen, expr: ast.expr) -> None:
         """Push the value an expression from :meth:`capture` describes."""

@@ -2,7 +2,8 @@
 
 A dict read from the frame gets a DICT_KEYS guard (key order matters for iteration); its values
 are wrapped with ``ItemSource`` so each one guards itself. Dicts built inside the trace are
-mutable; mutating a dict that came from outside is a side effect (graph break in this issue).
+mutable; mutating a dict that came from outside is recorded and replayed on the caller's dict
+after the graph (pyjit/trace/side_effects.py).
 """
 from __future__ import annotations
 
@@ -78,7 +79,8 @@ class DictVariable(VariableTracker):
             # stay guarded, its values keep their own sources).
             self.source = None
         if self.source is not None:
-            unsupported("side_effect", f"mutating the dict {self.source.name()} that came from outside the frame")
+            # side-effect replay (pyjit/trace/side_effects.py): the caller's dict gets these items
+            tx.output.side_effects.mutate_container(tx, self)
 
     def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         items = self.items

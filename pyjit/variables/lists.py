@@ -1,8 +1,8 @@
 """Trackers of sequences: lists, tuples, named tuples, and iterators over trackers.
 
-Lists created inside the traced code are mutable trackers; a list that came from outside
-(has a source) may be read but not mutated (that would be a side effect to replay: a graph
-break kind in this issue). Iterators (``iter``, ``enumerate``, ``zip``, ``map``, ``reversed``)
+Lists created inside the traced code are mutable trackers. Mutating a list that came from outside
+(has a source) changes the tracker's items and records the list in the trace's side effects: the
+replay gives the caller's list object the final items (pyjit/trace/side_effects.py). Iterators (``iter``, ``enumerate``, ``zip``, ``map``, ``reversed``)
 are materialised eagerly into a list of trackers plus a position, which is how loops over
 constant-length iterables unroll.
 """
@@ -114,14 +114,13 @@ class ListVariable(BaseListVariable):
     def _build(self, cg: "OutputCodegen", parts: list[str]) -> str:
         return "[" + ", ".join(parts) + "]"
 
-    def _check_mutable(self) -> None:
-        if self.source is not None:
-            unsupported("side_effect", f"mutating the list {self.source.name()} that came from outside the frame")
-
     def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         mutating = {"append", "extend", "insert", "pop", "reverse", "clear", "__setitem__", "__delitem__", "sort", "remove"}
-        if name in mutating:
-            self._check_mutable()
+        if name in mutating and self.source is not None:
+            if name == "sort" and not self.is_python_constant():
+                return super().call_method(tx, name, args, kwargs)  # not modelled: nothing recorded
+            # A list from outside: the replay gives the caller's list these items afterwards.
+            tx.output.side_effects.mutate_container(tx, self)
         if name == "append":
             self.items.append(args[0])
         elif name == "extend":

@@ -69,7 +69,8 @@ class UserDefinedClassVariable(KnownValueVariable):
             return PartialVariable(args[0], list(args[1:]), dict(kwargs))
         if BuiltinVariable.can_handle(cls):
             return BuiltinVariable(cls).call_function(tx, args, kwargs)
-        unsupported("unsupported_call", f"constructing {cls.__name__} inside the traced code")
+        from .objects import construct  # a new object of a user class (pyjit/variables/objects.py)
+        return construct(tx, self, args, kwargs)
 
     def reconstruct(self, cg: Any) -> str:
         if self.source is not None:

@@ -101,14 +101,24 @@ def load_global(tx: "Translator", inst: "Instruction") -> None:
     push_null = bool(inst.arg & 1) if inst.arg is not None else False
     if push_null and PY < (3, 13):
         tx.push(NULL)
-    tx.push(tx.load_global(inst.argval))
+    stored = tx.output.side_effects.pending_global(tx, inst.argval)  # assigned earlier in the trace
+    tx.push(stored if stored is not None else tx.load_global(inst.argval))
     if push_null and PY >= (3, 13):
         tx.push(NULL)
 
 
-@register("STORE_GLOBAL", "DELETE_GLOBAL")
+@register("STORE_GLOBAL")
 def store_global(tx: "Translator", inst: "Instruction") -> None:
-    unsupported("side_effect", f"assigning the global {inst.argval!r}")
+    # applied to the symbolic state, replayed after the graph (pyjit/trace/side_effects.py)
+    tx.output.side_effects.store_global(tx, inst.argval, tx.pop())
+
+
+@register("DELETE_GLOBAL")
+def delete_global(tx: "Translator", inst: "Instruction") -> None:
+    from ..side_effects import DELETED
+
+    tx.load_global(inst.argval)  # NameError (and its guard) when it does not exist
+    tx.output.side_effects.store_global(tx, inst.argval, DELETED)
 
 
 @register("LOAD_DEREF", "LOAD_CLASSDEREF")
@@ -143,7 +153,9 @@ def load_closure(tx: "Translator", inst: "Instruction") -> None:
 def load_attr(tx: "Translator", inst: "Instruction") -> None:
     obj = tx.pop()
     method = PY >= (3, 12) and bool(inst.arg & 1)
-    value = obj.var_getattr(tx, inst.argval)
+    value = tx.output.side_effects.pending_attr(obj, inst.argval)  # assigned earlier in the trace
+    if value is None:
+        value = obj.var_getattr(tx, inst.argval)
     if method:
         _push_bound_method(tx, value)
     else:
@@ -164,7 +176,8 @@ def _push_bound_method(tx: "Translator", value: "VariableTracker") -> None:
 def load_method(tx: "Translator", inst: "Instruction") -> None:  # 3.11
     obj = tx.pop()
     tx.push(NULL)
-    tx.push(obj.var_getattr(tx, inst.argval))
+    value = tx.output.side_effects.pending_attr(obj, inst.argval)
+    tx.push(value if value is not None else obj.var_getattr(tx, inst.argval))
 
 
 @register("LOAD_SUPER_ATTR")
@@ -182,9 +195,23 @@ def load_super_attr(tx: "Translator", inst: "Instruction") -> None:  # 3.12+: su
         tx.push(value)
 
 
-@register("STORE_ATTR", "DELETE_ATTR")
+@register("STORE_ATTR")
 def store_attr(tx: "Translator", inst: "Instruction") -> None:
-    unsupported("side_effect", f"assigning the attribute {inst.argval!r}")
+    """``TOS.name = TOS1``: applied to the symbolic state; on an outside object also recorded and
+    replayed after the graph (pyjit/variables/objects.py, pyjit/trace/side_effects.py)."""
+    from ...variables.objects import store_attribute
+
+    obj = tx.pop()
+    value = tx.pop()
+    store_attribute(tx, obj, inst.argval, value)
+
+
+@register("DELETE_ATTR")
+def delete_attr(tx: "Translator", inst: "Instruction") -> None:
+    from ...variables.objects import store_attribute
+    from ..side_effects import DELETED
+
+    store_attribute(tx, tx.pop(), inst.argval, DELETED)
 
 
 @register("POP_TOP")

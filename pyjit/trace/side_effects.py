@@ -1,0 +1,347 @@
+"""Side effects of a trace on Python objects that outlive the frame, and their replay.
+
+One :class:`SideEffects` per trace (``output.side_effects``). Mutations are applied to the
+symbolic state at once (the mutated tracker's items, a pending attribute / global value read back
+by later loads) and recorded here, one entry per mutated *place*, in the order of its first
+mutation:
+
+- the contents of a list or dict that came from outside (``xs.append(v)``, ``d[k] = v``);
+- an attribute of an outside object or ``nn.Module`` (``self.x = v``, ``setattr``, ``del``);
+- a global (``global g; g = v``) of the root frame's module or of an inlined function's module;
+- a closure cell of an outside function (``nonlocal n; n += 1``).
+
+Each entry is replayed after the graph runs (or before a graph break) as the *final* value of its
+place: only the end state is observable to the caller, so a list mutated five times is replayed
+once, as ``xs[:] = [...]`` on the caller's own list object (identity is kept). Objects created
+inside the trace that escape (:class:`pyjit.variables.objects.ObjectVariable`) are materialised by
+the same replay: a blank ``object.__new__(cls)`` first (so objects can refer to each other), then
+their state.
+
+Replay protocol (see :class:`~pyjit.trace.output_graph.OutputCodegen`): every value and target is
+an expression of the reconstruct protocol. All of them are evaluated and kept in locals of the
+replacement code *before* the first mutation is applied, because they may read the caller's state
+through sources (``L['t'].y``) as it was before the call: ``t.x, t.y = t.y, t.x`` must swap.
+
+Aliasing: lists, dicts and objects reached from the frame are remembered by identity (the builder
+asks :meth:`SideEffects.known` before wrapping one), so the same object reached twice is one
+tracker (with a ``SAME_OBJECT`` guard); a mutated outside object gets ``DISTINCT`` guards against
+every other remembered object, so a later call where they alias traces again.
+"""
+from __future__ import annotations
+
+import ast
+import collections
+from typing import TYPE_CHECKING, Any
+
+from ..guards.guards import GuardKind
+from ..guards.source import AttrSource, ClosureSource, Source, sources_as_tokens
+from .graph_breaks import unsupported
+
+if TYPE_CHECKING:
+    from ..variables.base import VariableTracker
+    from .output_graph import OutputCodegen
+    from .pycodegen import PyCodegen
+    from .translator import Translator
+
+
+class _Deleted:
+    """The value of a place after ``del`` in the trace."""
+
+    def __repr__(self) -> str:
+        return "<deleted>"
+
+
+DELETED: Any = _Deleted()
+
+
+# -- replay helpers: called by the replacement code ---------------------------------------------
+def replace_list(target: list, items: list) -> None:
+    """The caller's list gets the traced final contents (same object)."""
+    target[:] = items
+
+
+def replace_dict(target: dict, items: dict) -> None:
+    """The caller's dict gets the traced final contents in the traced order (same object). The
+    base type's own methods: the trace modelled dict's (or OrderedDict's) behaviour."""
+    base = collections.OrderedDict if isinstance(target, collections.OrderedDict) else dict
+    base.clear(target)
+    for k, v in items.items():
+        base.__setitem__(target, k, v)
+
+
+def store_attr(target: Any, name: str, value: Any) -> None:
+    if value is DELETED:
+        delattr(target, name)
+    else:
+        setattr(target, name, value)  # the class's own __setattr__ (nn.Module routes buffers)
+
+
+def store_global(namespace: dict, name: str, value: Any) -> None:
+    if value is DELETED:
+        del namespace[name]
+    else:
+        namespace[name] = value
+
+
+def store_cell(cell: Any, value: Any) -> None:
+    cell.cell_contents = value
+
+
+def new_object(cls: type) -> Any:
+    """A blank instance of a class built by the traced code (its state is set afterwards)."""
+    return cls.__new__(cls)
+
+
+def set_object_state(obj: Any, attrs: dict, items: dict | None) -> None:
+    """The state of an object built by the traced code: its ``__dict__`` and, for a dict
+    subclass, its items (set with the base type's methods, like the trace did)."""
+    if items is not None:
+        replace_dict(obj, items)
+    obj.__dict__.update(attrs)
+
+
+class _Entry:
+    __slots__ = ("helper", "target", "args")
+
+    def __init__(self, helper: Any, target: Any, args: tuple[Any, ...]) -> None:
+        self.helper = helper
+        self.target = target  # tracker, or a callable ``(cg) -> expression text``
+        self.args = args      # trackers, or plain constants
+
+
+class SideEffects:
+    """The recorded mutations of one trace (see module docstring)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[Any, _Entry] = {}  # key of the place -> entry, in first-mutation order
+        self._attrs: dict[int, dict[str, "VariableTracker"]] = {}  # id(real obj) -> name -> value
+        self._globals: dict[tuple[int, str], "VariableTracker"] = {}
+        self._known: dict[int, tuple[Any, "VariableTracker"]] = {}  # id(real obj) -> (obj, tracker)
+        self._mutated_outside: list["VariableTracker"] = []
+        self.new_objects: list[Any] = []  # ObjectVariables referenced by reconstruct, in order
+        self._keep: list[Any] = []  # real objects whose ids are keys above
+        self.replay: "Replay | None" = None  # set by OutputCodegen.capture_side_effects
+
+    def __bool__(self) -> bool:
+        return bool(self._entries)
+
+    # -- identity of outside objects --------------------------------------------------------
+    def known(self, tx: "Translator", value: Any, source: Source | None) -> "VariableTracker | None":
+        """The tracker already standing for ``value`` (reached through another source), if any."""
+        if source is None:
+            return None
+        hit = self._known.get(id(value))
+        if hit is None:
+            return None
+        tracker = hit[1]
+        if tracker.source is not None and tracker.source != source:
+            tx.output.guards.add(GuardKind.SAME_OBJECT, source, extra=tracker.source)
+        return tracker
+
+    def remember(self, value: Any, tracker: "VariableTracker") -> "VariableTracker":
+        if tracker.source is not None:
+            self._known[id(value)] = (value, tracker)
+        return tracker
+
+    def _outside_mutated(self, tracker: "VariableTracker") -> None:
+        if all(t is not tracker for t in self._mutated_outside):
+            self._mutated_outside.append(tracker)
+
+    # -- containers ---------------------------------------------------------------------------
+    def mutate_container(self, tx: "Translator", container: "VariableTracker") -> None:
+        """A list/dict tracker that came from outside is about to change (its items are the truth)."""
+        from ..variables.dicts import DictVariable
+
+        if container.source is None:
+            return
+        key = ("container", id(container))
+        if key not in self._entries:
+            helper = replace_dict if isinstance(container, DictVariable) else replace_list
+            self._entries[key] = _Entry(helper, container, ("items",))
+            self._outside_mutated(container)
+
+    # -- attributes ---------------------------------------------------------------------------
+    def pending_attr(self, obj: "VariableTracker", name: str) -> "VariableTracker | None":
+        """The value the trace stored into ``obj.name`` (an outside object), or None."""
+        real = getattr(obj, "value", None)
+        if real is None or not self._attrs:
+            return None
+        value = self._attrs.get(id(real), {}).get(name)
+        if value is DELETED:
+            unsupported("exception", f"AttributeError: {type(real).__name__!r} object has no attribute {name!r}")
+        return value
+
+    def store_attr(self, tx: "Translator", obj: "VariableTracker", name: str, value: Any) -> None:
+        """``obj.name = value`` (``value`` is DELETED for ``del obj.name``) on an outside object
+        whose class uses the generic ``__setattr__`` (checked by the caller)."""
+        real = getattr(obj, "value", None)
+        if obj.source is None or real is None:
+            unsupported("side_effect", f"assigning the attribute {name!r} of {obj} (not reachable after the call)")
+        self._keep.append(real)
+        self._attrs.setdefault(id(real), {})[name] = value
+        key = ("attr", id(real), name)
+        if key not in self._entries:
+            self._entries[key] = _Entry(store_attr, obj, (name, ("attr", id(real), name)))
+        self._outside_mutated(obj)
+
+    # -- globals ------------------------------------------------------------------------------
+    def pending_global(self, tx: "Translator", name: str) -> "VariableTracker | None":
+        if not self._globals:
+            return None
+        value = self._globals.get((id(tx.f_globals), name))
+        if value is DELETED:
+            unsupported("exception", f"NameError: name {name!r} is not defined")
+        return value
+
+    def store_global(self, tx: "Translator", name: str, value: Any) -> None:
+        namespace = tx.f_globals
+        key = (id(namespace), name)
+        self._globals[key] = value
+        if ("global",) + key in self._entries:
+            return
+        if namespace is tx.root_globals:
+            # The replacement code runs with the frame's globals: ``globals()`` called there.
+            def target(cg: "OutputCodegen") -> str:
+                return f"{cg.ref(globals, 'globals')}()"
+        else:
+            # An inlined function's module: its __globals__ dict is fixed for the function
+            # object, whose identity the trace guarded where it was read.
+            def target(cg: "OutputCodegen") -> str:
+                return cg.ref(namespace, "globals")
+        self._entries[("global",) + key] = _Entry(store_global, target, (name, ("global",) + key))
+
+    # -- closure cells ------------------------------------------------------------------------
+    def store_cell(self, tx: "Translator", cell: Any, value: "VariableTracker", name: str) -> None:
+        """``nonlocal name; name = value`` on a cell of an outside function (a CellVariable)."""
+        source = cell.source
+        if isinstance(source, ClosureSource):
+            var = source.var
+
+            def target(cg: "OutputCodegen") -> str:
+                from ..bytecode import create_load_closure
+
+                # the replacement code keeps the frame's free variables: push the cell itself
+                return cg._token(("cell", var), lambda pcg: pcg.append(create_load_closure(var)), f"cell_{var}")
+        elif isinstance(source, AttrSource) and source.attr == "cell_contents":
+            cell_source = source.base
+
+            def target(cg: "OutputCodegen") -> str:
+                return cell_source.expr()
+        else:
+            unsupported("side_effect", f"assigning the outer variable {name!r} (nonlocal) of a cell pyjit cannot reach")
+        key = ("cell", id(cell))
+        self._entries.pop(key, None)
+        self._entries[key] = _Entry(store_cell, target, (("cell", cell),))
+
+    # -- replay -------------------------------------------------------------------------------
+    def _value(self, arg: Any) -> Any:
+        """The tracker (or constant) an entry argument stands for at capture time."""
+        if isinstance(arg, tuple) and arg and arg[0] == "attr":
+            return self._attrs[arg[1]][arg[2]]
+        if isinstance(arg, tuple) and arg and arg[0] == "global":
+            return self._globals[(arg[1], arg[2])]
+        if isinstance(arg, tuple) and arg and arg[0] == "cell":
+            return arg[1].contents
+        return arg
+
+    def capture(self, cg: "OutputCodegen") -> "Replay":
+        """The replay of everything recorded so far, as expressions of the reconstruct protocol
+        (registers the graph outputs it needs); see :meth:`OutputCodegen.capture_side_effects`."""
+        from ..variables.base import VariableTracker
+
+        def text(v: Any) -> str:
+            if isinstance(v, VariableTracker):
+                return v.reconstruct(cg)
+            if v is DELETED:
+                return cg.ref(DELETED, "deleted")
+            return cg.constant(v)
+
+        self._install_distinct_guards(cg)
+        steps: list[tuple[Any, list[str]]] = []
+        with sources_as_tokens(cg._source_token):
+            for entry in self._entries.values():
+                if isinstance(entry.target, VariableTracker):
+                    target = entry.target.reconstruct(cg)  # an outside object: its source
+                else:
+                    target = entry.target(cg)
+                args = [target]
+                for a in entry.args:
+                    args.append(_items_text(cg, entry.target, text) if a == "items" else text(self._value(a)))
+                steps.append((entry.helper, args))
+            # Objects built by the trace and referenced so far (by the return value, a break's
+            # stack, the mutations above), then those their state refers to.
+            states: list[tuple[Any, list[str]]] = []
+            done = 0
+            while done < len(self.new_objects):
+                obj = self.new_objects[done]
+                done += 1
+                states.append((set_object_state, [obj.reconstruct(cg), *obj.state_texts(cg, text)]))
+        replay = Replay()
+        for obj in self.new_objects:
+            cls_text = obj.class_text(cg)
+            replay.blanks.append((object_local(self, obj), parse(f"{cg.ref(new_object, 'new_object')}({cls_text})")))
+        # Every argument is evaluated before the first mutation (see module docstring).
+        for helper, args in states + steps:
+            names = []
+            for a in args:
+                local = f"___se_arg_{len(replay.values)}"
+                replay.values.append((local, parse(a)))
+                names.append(cg._token(("se_arg", local), _loader(local), "se_arg"))
+            replay.calls.append(parse(f"{cg.ref(helper, helper.__name__)}({', '.join(names)})"))
+        replay.objects = list(self.new_objects)
+        return replay
+
+    def _install_distinct_guards(self, cg: "OutputCodegen") -> None:
+        """The trace assumed each mutated outside object is no other object it read."""
+        guards = cg.output.guards
+        for t in self._mutated_outside:
+            for _, other in self._known.values():
+                if other is not t and other.source is not None and t.source is not None:
+                    guards.add(GuardKind.DISTINCT, None, extra=(t.source, other.source))
+
+
+class Replay:
+    """What :meth:`OutputCodegen.emit_side_effects` emits, in order: ``local = expr`` for each
+    blank new object and each argument, then each call (its result popped)."""
+
+    def __init__(self) -> None:
+        self.blanks: list[tuple[str, ast.expr]] = []
+        self.values: list[tuple[str, ast.expr]] = []
+        self.calls: list[ast.expr] = []
+        self.objects: list[Any] = []
+
+    def check_complete(self, se: SideEffects) -> None:
+        """Every object built by the trace that something rebuilds was captured (a rebuild
+        captured after the replay would read a local nobody set)."""
+        if len(se.new_objects) != len(self.objects):
+            raise AssertionError("an object built by the trace was referenced after capture_side_effects()")
+
+
+def _loader(local: str) -> Any:
+    return lambda pcg: pcg.load_local(local)
+
+
+def _items_text(cg: "OutputCodegen", container: Any, text: Any) -> str:
+    from ..variables.dicts import DictVariable
+
+    if isinstance(container, DictVariable):
+        return "{" + ", ".join(f"{cg.constant(k)}: {text(v)}" for k, v in container.items.items()) + "}"
+    return "[" + ", ".join(text(v) for v in container.items) + "]"
+
+
+def object_token(cg: "OutputCodegen", obj: Any) -> str:
+    """The name under which the replay keeps an object built by the trace (a local of the
+    replacement code, created by :meth:`OutputCodegen.emit_side_effects`)."""
+    se: SideEffects = cg.output.side_effects
+    if all(o is not obj for o in se.new_objects):
+        se.new_objects.append(obj)
+    return cg._token(("newobj", id(obj)), _loader(object_local(se, obj)), f"new_{obj.python_type().__name__}")
+
+
+def object_local(se: SideEffects, obj: Any) -> str:
+    index = next(i for i, o in enumerate(se.new_objects) if o is obj)
+    return f"___new_object_{index}"
+
+
+def parse(text: str) -> ast.expr:
+    return ast.parse(text, mode="eval").body

@@ -1,0 +1,324 @@
+"""Attribute stores, and objects created by the traced code.
+
+:func:`store_attribute` is ``obj.name = value`` / ``setattr`` / ``del obj.name`` for every
+tracker: a Python ``__setattr__`` or property setter of the class is inlined; otherwise the
+generic store is applied to the symbolic state and, for an object that came from outside (a user
+object, an ``nn.Module``), recorded for replay (:mod:`pyjit.trace.side_effects`).
+
+:class:`ObjectVariable` is an instance of a user class constructed inside the trace
+(``Cls(...)``: ``__init__`` runs symbolically, ``super().__init__`` and dataclass-generated
+``__init__``/``__post_init__`` included). It holds its ``__dict__`` as trackers and, for a
+``dict``/``OrderedDict`` subclass such as transformers' ``ModelOutput``, its items as a dict
+tracker. ``value`` is a blank instance of the class made at trace time, used only for class
+lookups (type, MRO, descriptors); it never escapes. When the object escapes (returned, stored into
+an outside object, live at a graph break) the replay rebuilds it: ``cls.__new__(cls)``, then its
+``__dict__`` and items (``set_object_state``), so what the caller gets equals what eager built.
+Class members are read through the class's source (guarded like ``Cls.name``).
+"""
+from __future__ import annotations
+
+import collections
+import types
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..guards.guards import GuardKind
+from ..guards.source import AttrSource, Source
+from ..trace.graph_breaks import unsupported
+from ..trace.side_effects import DELETED, object_token
+from .base import VariableTracker
+from .class_members import MISSING, lookup_class_attr
+from .constant import ConstantVariable
+
+if TYPE_CHECKING:
+    from ..trace.output_graph import OutputCodegen
+    from ..trace.translator import Translator
+
+# __new__ implementations that make a blank instance and ignore the constructor's arguments.
+_PLAIN_NEW = (object.__new__, dict.__new__)
+# __init__ implementations of builtin bases that the trace models.
+_PLAIN_INIT = (object.__init__, dict.__init__, collections.OrderedDict.__init__)
+_GENERIC_SETATTR = (object.__setattr__, torch.nn.Module.__setattr__)
+_DICT_BASES = (dict, collections.OrderedDict)
+
+
+def _is_python_function(fn: Any) -> bool:
+    return isinstance(fn, types.FunctionType)
+
+
+# -- attribute stores ------------------------------------------------------------------------
+def store_attribute(tx: "Translator", obj: VariableTracker, name: str, value: Any, *, generic: bool = False) -> None:
+    """``obj.name = value`` (``value`` is DELETED for ``del obj.name``). ``generic``: the store of
+    ``object.__setattr__`` (skips a Python ``__setattr__`` of the class)."""
+    from .nn_module import NNModuleVariable
+    from .user_defined import UserDefinedObjectVariable
+
+    if isinstance(obj, ObjectVariable):
+        obj.store_attr(tx, name, value, generic=generic)
+        return
+    if not isinstance(obj, (UserDefinedObjectVariable, NNModuleVariable)):
+        what = "deleting" if value is DELETED else "assigning"
+        unsupported("side_effect", f"{what} the attribute {name!r} of {obj}")
+    cls = type(obj.value)
+    if not generic and _run_python_setattr(tx, obj, cls, name, value):
+        return
+    if isinstance(obj, NNModuleVariable):
+        params = obj.value.__dict__.get("_parameters", {})
+        if name in params:
+            unsupported("side_effect", f"assigning the parameter {name!r} of a {cls.__name__} inside the traced code")
+    tx.output.side_effects.store_attr(tx, obj, name, value)
+
+
+def _run_python_setattr(tx: "Translator", obj: VariableTracker, cls: type, name: str, value: Any) -> bool:
+    """Inline the class's Python ``__setattr__``/``__delattr__`` or a property setter; True when
+    done. Also guards that the class keeps the generic store the replay relies on."""
+    from .functions import UserFunctionVariable
+
+    hook = "__delattr__" if value is DELETED else "__setattr__"
+    setattr_fn = lookup_class_attr(cls, hook)
+    cls_src = _class_source(obj)
+    if _is_python_function(setattr_fn) and setattr_fn is not torch.nn.Module.__setattr__ \
+            and setattr_fn is not torch.nn.Module.__delattr__:
+        from .class_members import call_type_method
+
+        args = [ConstantVariable(name)] if value is DELETED else [ConstantVariable(name), value]
+        call_type_method(tx, obj, hook, setattr_fn, args, {})
+        return True
+    if hook == "__setattr__" and setattr_fn not in _GENERIC_SETATTR or \
+            hook == "__delattr__" and setattr_fn not in (object.__delattr__, torch.nn.Module.__delattr__):
+        unsupported("side_effect", f"{cls.__name__}.{hook} is implemented in C")
+    if cls_src is not None and not _is_library_class(cls):
+        # The replay calls setattr(): the class must keep the store the trace modelled.
+        tx.output.guards.add(GuardKind.ID_MATCH, AttrSource(cls_src, hook), setattr_fn)
+    attr = lookup_class_attr(cls, name)
+    if isinstance(attr, property):
+        fn = attr.fdel if value is DELETED else attr.fset
+        if not _is_python_function(fn):
+            unsupported("exception", f"AttributeError: property {name!r} of {cls.__name__!r} cannot be set")
+        if cls_src is not None:
+            tx.output.guards.add(GuardKind.ID_MATCH, AttrSource(cls_src, name), attr)
+        args = [obj] if value is DELETED else [obj, value]
+        UserFunctionVariable(fn, None).call_function(tx, args, {})
+        return True
+    if attr is not MISSING and (hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__")):
+        unsupported("side_effect", f"assigning {cls.__name__}.{name}, a {type(attr).__name__} descriptor")
+    if attr is MISSING and cls_src is not None and not _is_library_class(cls):
+        # A data descriptor added to the class later would take the store over.
+        tx.output.guards.add(GuardKind.HASATTR, cls_src, False, extra=name)
+    return False
+
+
+def _class_source(obj: VariableTracker) -> Source | None:
+    if isinstance(obj, ObjectVariable):
+        return obj.cls_source
+    return AttrSource(obj.source, "__class__") if obj.source is not None else None
+
+
+def _is_library_class(cls: type) -> bool:
+    mod = getattr(cls, "__module__", "") or ""
+    return mod in ("builtins", "collections") or mod == "torch" or mod.startswith("torch.")
+
+
+# -- construction ----------------------------------------------------------------------------
+def construct(tx: "Translator", cls_var: VariableTracker, args: list[VariableTracker],
+              kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    """``cls(*args, **kwargs)`` for a user class: a new :class:`ObjectVariable` whose
+    ``__init__`` runs symbolically."""
+    cls: type = cls_var.value  # type: ignore[attr-defined]
+    if type(cls) not in (type, __import__("abc").ABCMeta):
+        unsupported("unsupported_call", f"constructing {cls.__name__}, whose metaclass is {type(cls).__name__}")
+    if issubclass(cls, torch.nn.Module):
+        unsupported("unsupported_call", f"constructing the module {cls.__name__} inside the traced code")
+    new = lookup_class_attr(cls, "__new__")
+    new = getattr(new, "__func__", new)  # staticmethod wrapper
+    if new not in _PLAIN_NEW:
+        unsupported("unsupported_call", f"constructing {cls.__name__} (its own __new__)")
+    if cls.__dict__.get("__slots__") is not None or not hasattr(cls, "__dict__"):
+        unsupported("unsupported_call", f"constructing {cls.__name__} (__slots__)")
+    for base in cls.__mro__[1:]:
+        if base not in (object, dict, collections.OrderedDict) and base.__module__ == "builtins":
+            unsupported("unsupported_call", f"constructing {cls.__name__}, a subclass of {base.__name__}")
+    obj = ObjectVariable(cls, cls_var.source)
+    init = lookup_class_attr(cls, "__init__")
+    if _is_python_function(init):
+        obj.call_method(tx, "__init__", args, kwargs)
+    elif init in _PLAIN_INIT:
+        if init is object.__init__:
+            if args or kwargs:
+                unsupported("exception", f"TypeError: {cls.__name__}() takes no arguments")
+        else:
+            obj.dict_view().call_method(tx, "update", args, kwargs)
+    else:
+        unsupported("unsupported_call", f"constructing {cls.__name__} (__init__ implemented in C)")
+    return obj
+
+
+class ObjectVariable(VariableTracker):
+    """An instance of a user class created inside the trace (see module docstring)."""
+
+    __slots__ = ("cls", "cls_source", "value", "attrs", "items")
+
+    def __init__(self, cls: type, cls_source: Source | None) -> None:
+        super().__init__(None)
+        self.cls = cls
+        self.cls_source = cls_source
+        self.value = cls.__new__(cls)  # blank, for class lookups only (never escapes)
+        self.attrs: dict[str, VariableTracker] = {}
+        self.items: Any = None  # DictVariable for dict subclasses (created on first use)
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def dict_view(self) -> Any:
+        from .dicts import DictVariable
+
+        if not issubclass(self.cls, dict):
+            unsupported("unsupported_call", f"dict methods on a {self.cls.__name__}")
+        if self.items is None:
+            self.items = DictVariable({}, None, dict_type=dict)
+        return self.items
+
+    def builtin_base_view(self, tx: "Translator", base: type) -> VariableTracker:
+        if base is object:
+            return self
+        return self.dict_view()
+
+    # -- attributes -----------------------------------------------------------------------
+    def _class_var(self, tx: "Translator") -> VariableTracker:
+        from .user_defined import UserDefinedClassVariable
+
+        return UserDefinedClassVariable(self.cls, self.cls_source)
+
+    def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
+        getattribute = lookup_class_attr(self.cls, "__getattribute__")
+        if _is_python_function(getattribute):
+            return self._with_getattr_fallback(tx, name, lambda: self.call_method(
+                tx, "__getattribute__", [ConstantVariable(name)], {}))
+        return self._with_getattr_fallback(tx, name, lambda: self.generic_getattr(tx, name))
+
+    def _with_getattr_fallback(self, tx: "Translator", name: str, lookup: Any) -> VariableTracker:
+        from ..errors import Unsupported
+
+        if not _is_python_function(lookup_class_attr(self.cls, "__getattr__")):
+            return lookup()
+        try:
+            return lookup()
+        except Unsupported as e:
+            gb = e.graph_break
+            if not (gb.kind == "exception" and gb.explanation.startswith("AttributeError")):
+                raise
+        return self.call_method(tx, "__getattr__", [ConstantVariable(name)], {})
+
+    def generic_getattr(self, tx: "Translator", name: str) -> VariableTracker:
+        """``object.__getattribute__``: data descriptors, the instance ``__dict__``, the class."""
+        from .builder import wrap
+        from .functions import UserFunctionVariable, UserMethodVariable
+
+        attr = lookup_class_attr(self.cls, name)
+        if name == "__dict__":
+            from .dicts import DictVariable
+
+            return DictVariable(dict(self.attrs))  # a snapshot: stores through it are not seen
+        if name == "__class__":
+            return self._class_var(tx)
+        if isinstance(attr, property):
+            src = self._guard_member(tx, name, attr)
+            if not _is_python_function(attr.fget):
+                unsupported("unsupported_attr", f"property {name} implemented in C")
+            return UserFunctionVariable(attr.fget, AttrSource(src, "fget") if src else None).call_function(tx, [self], {})
+        if name in self.attrs and not (hasattr(type(attr), "__set__") and attr is not MISSING):
+            value = self.attrs[name]
+            if value is DELETED:
+                unsupported("exception", f"AttributeError: {self.cls.__name__!r} object has no attribute {name!r}")
+            return value
+        if _is_python_function(attr):
+            return UserMethodVariable(attr, self, fn_source=self._guard_member(tx, name, attr))
+        if isinstance(attr, classmethod) and _is_python_function(attr.__func__):
+            src = None
+            if self.cls_source is not None and not _is_library_class(self.cls):
+                src = AttrSource(AttrSource(self.cls_source, name), "__func__")
+                tx.output.guards.add(GuardKind.ID_MATCH, src, attr.__func__)
+            return UserMethodVariable(attr.__func__, self._class_var(tx), fn_source=src)
+        if isinstance(attr, staticmethod):
+            src = self.cls_source and AttrSource(self.cls_source, name)
+            return wrap(tx, attr.__func__, src)
+        if attr is MISSING:
+            unsupported("exception", f"AttributeError: {self.cls.__name__!r} object has no attribute {name!r}")
+        if isinstance(attr, (types.MethodDescriptorType, types.WrapperDescriptorType)):
+            from .base import BoundMethodVariable
+
+            return BoundMethodVariable(self, name)  # a C method of dict/object: call_method answers
+        return wrap(tx, getattr(self.cls, name), AttrSource(self.cls_source, name) if self.cls_source else None)
+
+    def _guard_member(self, tx: "Translator", name: str, attr: Any) -> Source | None:
+        """The class member the trace used stays that object (``Cls.name is attr``)."""
+        if self.cls_source is None or _is_library_class(self.cls):
+            return None
+        src = AttrSource(self.cls_source, name)
+        raw = getattr(self.cls, name, None)
+        tx.output.guards.add(GuardKind.ID_MATCH, src, raw)
+        return src
+
+    def store_attr(self, tx: "Translator", name: str, value: Any, *, generic: bool = False) -> None:
+        if not generic and _run_python_setattr(tx, self, self.cls, name, value):
+            return
+        if value is DELETED and name not in self.attrs:
+            unsupported("exception", f"AttributeError: {name}")
+        self.attrs[name] = value
+
+    # -- calls ----------------------------------------------------------------------------
+    def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        attr = lookup_class_attr(self.cls, name)
+        if _is_python_function(attr):
+            from .functions import UserMethodVariable
+
+            return UserMethodVariable(attr, self, fn_source=self._guard_member(tx, name, attr)).call_function(tx, args, kwargs)
+        if name in ("__setattr__", "__delattr__") and attr in (object.__setattr__, object.__delattr__):
+            store_attribute(tx, self, args[0].as_python_constant(), args[1] if name == "__setattr__" else DELETED, generic=True)
+            return ConstantVariable(None)
+        if name == "__init__" and attr is object.__init__:
+            return ConstantVariable(None)
+        if issubclass(self.cls, dict) and getattr(attr, "__objclass__", None) in _DICT_BASES:
+            return self.dict_view().call_method(tx, name, args, kwargs)
+        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+    def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        if not _is_python_function(lookup_class_attr(self.cls, "__call__")):
+            unsupported("exception", f"TypeError: {self.cls.__name__!r} object is not callable")
+        return self.call_method(tx, "__call__", args, kwargs)
+
+    def unpack(self, tx: "Translator") -> list[VariableTracker]:
+        if _is_python_function(lookup_class_attr(self.cls, "__iter__")):
+            return self.call_method(tx, "__iter__", [], {}).unpack(tx)
+        if issubclass(self.cls, dict):
+            return self.dict_view().unpack(tx)
+        unsupported("exception", f"TypeError: {self.cls.__name__!r} object is not iterable")
+
+    def truth(self, tx: "Translator") -> bool:
+        for hook in ("__bool__", "__len__"):
+            fn = lookup_class_attr(self.cls, hook)
+            if _is_python_function(fn):
+                result = self.call_method(tx, hook, [], {})
+                return bool(result.as_python_constant())
+        if issubclass(self.cls, dict):
+            return self.dict_view().truth(tx)
+        return True
+
+    # -- replay ---------------------------------------------------------------------------
+    def reconstruct(self, cg: "OutputCodegen") -> str:
+        return object_token(cg, self)
+
+    def class_text(self, cg: "OutputCodegen") -> str:
+        return cg.ref(self.cls, self.cls.__name__)  # its identity was guarded where the trace read it
+
+    def state_texts(self, cg: "OutputCodegen", text: Any) -> list[str]:
+        """The ``__dict__`` display and the items display (or None) for ``set_object_state``."""
+        attrs = "{" + ", ".join(f"{cg.constant(k)}: {text(v)}" for k, v in self.attrs.items() if v is not DELETED) + "}"
+        if self.items is None:
+            return [attrs, cg.constant(None) if issubclass(self.cls, dict) is False else "{}"]
+        items = "{" + ", ".join(f"{cg.constant(k)}: {text(v)}" for k, v in self.items.items.items()) + "}"
+        return [attrs, items]
+
+    def __repr__(self) -> str:
+        return f"ObjectVariable({self.cls.__name__})"
