@@ -66,6 +66,11 @@ def test_reductions_over_every_dim(cpp: Any, dim: Any, kind: str) -> None:
         check(lambda t: getattr(t, kind)(dim) if dim is not None else getattr(t, kind)(), x)
 
 
+def test_var_of_offset_data(cpp: Any) -> None:
+    x = make((4, 5000), "cpu") + 1000.0
+    check(lambda t: (t.var(1), t.std(0)), x)
+
+
 def test_nan_and_inf_in_reductions(cpp: Any) -> None:
     x = make((6, 40), "cpu")
     x[1, 3] = float("nan")
