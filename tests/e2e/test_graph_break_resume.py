@@ -109,14 +109,35 @@ def foo(x):
 
 
 def test_nested_foo_bar_baz_tensor_branch_deep_inside():
-    be = _run_both(foo, lambda i: (_rand(i, 6) * (1 if i % 2 else -1),), calls=4)
-    # foo: the break two calls deep stops inlining at foo's call of bar, which runs as its own
-    # frame (compiled as a callee: it breaks at its call of baz, which breaks on its branch).
-    assert be.frame_count >= 4, be.graph_listing()
-    e = pyjit.explain(foo)(torch.randn(6))
-    assert e.graph_break is not None and e.graph_break.kind == "data_dependent"
+    e = pyjit.explain(foo)(torch.ones(6))
+    assert e.graph_count == 4 and e.break_count == 1
+    assert e.graph_break.kind == "data_dependent"
     assert e.graph_break.location.function == "baz"
     assert [loc.function for loc in e.graph_break.inline_chain] == ["bar", "foo"]
+    assert sorted(name.split(".")[-1].split("__resume")[0] for name in e.resume_functions) == ["bar", "baz", "baz", "foo"]  # baz: one per branch
+    pyjit.reset()
+    be = _run_both(foo, lambda i: (torch.ones(6) * (1 if i % 2 else -1),), calls=4)
+    # Resumed inside the nested frames: the prefix through foo, bar and baz; one resume per
+    # branch of baz; bar's and foo's resume functions (shared by both branches).
+    assert be.frame_count == 5, be.graph_listing()
+
+
+def test_nested_break_in_inlined_closure_breaks_one_level_out():
+    def make_inner(k):
+        def inner(x):  # a closure: its resume function would need its cells
+            print("inner", k)
+            return x * k
+        return inner
+
+    inner = make_inner(3.0)
+
+    def outer(x):
+        y = x + 1
+        z = inner(y)
+        return z - 1
+
+    be = _run_both(outer, lambda i: (_rand(i, 4),))
+    assert be.frame_count >= 2
 
 
 # -- each kind of break, in loops, under no_grad, deep in calls, before an exception ------------
