@@ -64,6 +64,7 @@ class CodeState:
     frames: list[Any] = dataclasses.field(default_factory=list)  # CompiledFrame, newest last
     compiles: int = 0
     broke: bool = False
+    callee: bool = False  # registered as a compiled callee (not by pyjit.jit/enable): reset forgets it
 
 
 # Keyed by id(code): equal-but-distinct code objects (a clone made for a second backend) are
@@ -87,6 +88,8 @@ def register_target(code: types.CodeType, options: JitOptions) -> CodeState:
 
 
 def reset() -> None:
+    for key in [k for k, state in _targets.items() if state.callee]:
+        del _targets[key]  # the next jitted call that reaches them registers them with its options
     for state in _targets.values():
         state.frames.clear()
         state.compiles = 0
@@ -192,6 +195,7 @@ def callback(target: CodeState | None, func: types.FunctionType, args: tuple[Any
             if options.fullgraph:
                 options = JitOptions(options.backend, False, options.dynamic)
             state = register_target(code, options)
+            state.callee = True
     if _C.get_entry_limit() != config.entry_limit:
         _C.set_entry_limit(config.entry_limit)
     frame = compile_for(func, args, state, fullgraph=state.options.fullgraph and fullgraph_ok)
