@@ -24,10 +24,12 @@ variables that already exist, so every name is defined on every path; depth <= 2
 
     S := T = T op T | T op C | torch.<unary>(T) | T - T.mean(dim, keepdim=True) | cat of slices
        | T = T.clone(); T.mul_(C).add_(C)                      (in-place on a fresh tensor)
+       | y.add_(C) | y.mul_(C)                                 (in-place on an input)
        | F = T.sum().item() ...; F = F * C + n                 (.item() then Python arithmetic)
        | K = (K * 3 + n) % 5
        | for i in range(n) / range(C): S+        | for j, v in enumerate(lst): S+
        | for u, w in zip([T, T], [C, C]): S+     | w = 0; while w < n: S+; w += 1
+       | w = 0; while w < 3 and T.abs().sum() > C: w += 1; S+
        | if <python condition>: S+ else: S+      (flag, n, len(lst), key in d, K, F)
        | if <tensor condition>: S+ else: S+      (T.sum() > 0, (T*T).mean() < C, T.max() > C)
        | lists/tuples/dicts built, indexed, unpacked; list and dict comprehensions;
@@ -129,7 +131,11 @@ class _Gen:
     def s_tensor(self, ind: int, depth: int, top: bool) -> None:
         r, out = self.r, self.target(self.tensors, "t", top)
         a, b = self.t(), self.t()
-        choice = r.randrange(7)
+        choice = r.randrange(8)
+        if choice == 7 and r.random() < 0.5:
+            self.tags.add("inplace_input")
+            self.emit(ind, f"y.{r.choice(['add_', 'mul_'])}({self.c()})")
+            return
         if choice == 0:
             self.emit(ind, f"{out} = {a} {r.choice(_BINARY)} {b}")
         elif choice == 1:
@@ -327,7 +333,9 @@ class _Gen:
     def s_while(self, ind: int, depth: int, top: bool) -> None:
         self.tags.add("loop")
         w = self.fresh("w")
-        bound = self.r.choice(["n", "3", f"{self.k()} % 3"])
+        bound = self.r.choice(["n", "3", f"{self.k()} % 3", f"3 and {self.t()}.abs().sum() > {self.c()}"])
+        if "sum()" in bound:
+            self.tags.add("tensor_branch")
         self.emit(ind, f"{w} = 0\nwhile {w} < {bound}:")
         self.emit(ind + 1, f"{w} += 1")
         self.block(ind + 1, depth + 1)

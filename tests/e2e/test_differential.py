@@ -7,7 +7,7 @@ and inputs (``make_inputs(call)``). The jitted function is called three times (c
 take opposite tensor-sign/flag branches; call 2 may change shape or ``n``), and after every call
 these must equal eager's:
 
-- the result, or the exception's type and message when one is raised;
+- the result (and which returned tensors are input tensors themselves), or the exception's type and message when one is raised;
 - everything printed (``redirect_stdout``);
 - the arguments afterwards (the list, dict and ``Box`` object passed in, the tensors);
 - the module globals ``G_*`` and the closure cells (``peek()``).
@@ -37,7 +37,7 @@ import torch
 import pyjit
 
 from .diff_programs import feature_tags, generate_program
-from .support import CountingBackend
+from .support import CountingBackend, tensor_leaves
 
 COUNT = 300
 CALLS = 3
@@ -74,6 +74,12 @@ def _snapshot_value(value: Any) -> Any:
     return value
 
 
+def _aliases(args: Any, result: Any) -> list[int]:
+    """For each tensor in the result: the index of the input tensor it *is* (-1 when none)."""
+    inputs = {id(t): i for i, t in enumerate(tensor_leaves(args))}
+    return [inputs.get(id(t), -1) for t in tensor_leaves(result)]
+
+
 def run_side(module: Any, fn: Any, peek: Any, call: int) -> dict[str, Any]:
     """One call of ``fn`` on fresh inputs; everything the caller can observe afterwards."""
     args = module.make_inputs(call)
@@ -81,7 +87,9 @@ def run_side(module: Any, fn: Any, peek: Any, call: int) -> dict[str, Any]:
     outcome: dict[str, Any] = {}
     with contextlib.redirect_stdout(out):
         try:
-            outcome["result"] = _snapshot_value(fn(*args))
+            result = fn(*args)
+            outcome["result"] = _snapshot_value(result)
+            outcome["aliases"] = _aliases(args, result)
         except pyjit.PyjitError:
             raise  # internal errors (raise_on_internal_error) fail the test with their traceback
         except Exception as e:  # noqa: BLE001 - the program's own exceptions are compared
@@ -135,7 +143,7 @@ def compare_program(seed: int, directory: Path, backend: Any) -> None:
                 f"jit traceback:\n{actual.get('traceback', '-')}\neager traceback:\n{expected.get('traceback', '-')}")
             assert actual["stdout"] == expected["stdout"], (
                 f"printed output differs\n--- eager:\n{expected['stdout']}--- jit:\n{actual['stdout']}")
-            for key in ("result", "args", "globals", "cells"):
+            for key in ("result", "aliases", "args", "globals", "cells"):
                 if key in expected:
                     assert_equal(expected[key], actual[key], key)
         except AssertionError as e:
@@ -167,7 +175,7 @@ def test_generator_is_deterministic_and_covers_the_grammar():
     seen = set().union(*(feature_tags(s) for s in range(COUNT)))
     wanted = {"print", "print_shape", "item", "tensor_branch", "py_branch", "loop", "container", "helper",
               "mut_list", "mut_dict", "mut_attr", "mut_global", "mut_nonlocal", "closure", "no_grad", "try",
-              "raise", "inplace", "requires_grad"}
+              "raise", "inplace", "inplace_input", "requires_grad"}
     assert wanted <= seen, f"never generated: {wanted - seen}"
 
 
