@@ -157,6 +157,10 @@ def plan_break(frames: list["Translator"], cg: "OutputCodegen", entry_grad_mode:
     innermost about to run its current instruction, each other one inside its call."""
     innermost = frames[0]
     inst = innermost.instructions[innermost.current_index]
+    for child in frames[:-1]:
+        if not child.direct_return:
+            # e.g. __init__ run by a class call: its return value is not the call's result.
+            raise BreakUnsupported(f"{child.code.co_qualname} was not inlined as the callee of a call instruction")
     levels = [_parent_level(tx) for tx in reversed(frames[1:])]
     level, consumed = _innermost_level(innermost)
     levels.append(level)

@@ -118,6 +118,8 @@ class Translator:
         # trace run again from scratch reaches the same point at the same step); a restarted
         # trace stops when it is about to run step ``stop_step[0]``, in whichever frame.
         self.stop_step: list[int | None] = parent.stop_step if parent is not None else [None]
+        self.direct_call_pending = False  # see call_instruction
+        self.direct_return = False  # this frame's return value is its caller's call result
         self.step_at_start = -1   # the step at which ``current`` started
         self.depth_at_start = 0   # the stack depth when ``current`` started
 
@@ -240,6 +242,21 @@ class Translator:
     def call(self, fn: "VariableTracker", args: list["VariableTracker"], kwargs: dict[str, "VariableTracker"]) -> "VariableTracker":
         return fn.call_function(self, args, kwargs)
 
+    def call_instruction(self, fn: "VariableTracker", args: list["VariableTracker"],
+                         kwargs: dict[str, "VariableTracker"]) -> "VariableTracker":
+        """The call of a CALL/CALL_FUNCTION_EX instruction. When ``fn`` is a Python function,
+        method or module, the frame inlined for it returns the instruction's result (a graph
+        break inside it can resume there: see pyjit.trace.breaks); other callables (a class
+        running ``__init__``, map/filter...) may inline frames whose return value is not it."""
+        from ..variables.functions import UserFunctionVariable, UserMethodVariable
+        from ..variables.nn_module import NNModuleVariable
+
+        self.direct_call_pending = isinstance(fn, (UserFunctionVariable, UserMethodVariable, NNModuleVariable))
+        try:
+            return fn.call_function(self, args, kwargs)
+        finally:
+            self.direct_call_pending = False
+
     def inline(
         self,
         code: types.CodeType,
@@ -269,6 +286,8 @@ class Translator:
             cellmap[name] = cell
         child = Translator(code, f_locals, cellmap, f_globals, self.output, parent=self,
                            fn_source=fn_source, root_globals=self.root_globals)
+        child.direct_return = self.direct_call_pending  # only the first frame a call inlines
+        self.direct_call_pending = False
         if is_gen:
             # A generator (e.g. a generator expression): run it to exhaustion, collecting yields.
             child.yielded = []

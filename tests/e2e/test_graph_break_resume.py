@@ -441,3 +441,34 @@ def test_break_with_cell_variables_of_comprehensions_and_closures():
 
     _run_both(uses_cells, lambda i: (_rand(i, 3), {"a": 1.5, "b": float(i)}))
     _run_both(closure_live, lambda i: (_rand(i, 3), 2.0))
+
+
+class _Scaler:
+    def __init__(self, x):
+        self.scale = float(x.abs().max().item())  # a break inside __init__
+        print("made scaler")
+
+    def apply(self, x):
+        return x / (self.scale + 1)
+
+
+def test_break_inside_init_of_a_class_constructed_in_the_trace():
+    # __init__'s return value is not the call's result: the break moves out to the constructor call.
+    def f(x):
+        y = x * 2
+        s = _Scaler(y)
+        return s.apply(y) + 1, s.scale
+
+    _run_both(f, lambda i: (_rand(i, 4),))
+
+
+def test_break_in_map_callback_is_not_resumed_as_the_call_result():
+    def cb(t):
+        print("cb", t.shape)
+        return t * 2
+
+    def f(x):
+        parts = list(map(cb, [x, x + 1]))
+        return parts[0] + parts[1]
+
+    _run_both(f, lambda i: (_rand(i, 3),))

@@ -42,7 +42,7 @@ def _do_call(tx: "Translator", argc: int, kwnames: tuple[str, ...]) -> None:
         kwargs = dict(zip(kwnames, kwvals))
     if self_arg is not None:
         args = [self_arg, *args]
-    tx.push(tx.call(fn, args, kwargs))
+    tx.push(tx.call_instruction(fn, args, kwargs))
 
 
 @register("CALL")
@@ -77,7 +77,7 @@ def call_function_ex(tx: "Translator", inst: "Instruction") -> None:
         if not isinstance(kwargs_v, DictVariable):
             unsupported("unsupported_call", f"**{kwargs_v}")
         kwargs = {str(k): v for k, v in kwargs_v.items.items()}
-    tx.push(tx.call(fn, args, kwargs))
+    tx.push(tx.call_instruction(fn, args, kwargs))
 
 
 @register("MAKE_FUNCTION")
