@@ -170,3 +170,33 @@ def test_eight_processes_compile_one_graph(cache_dir) -> None:
         folder = os.path.join(str(cache_dir), cache.version_tag(), ns)
         names = [f for _, _, files in os.walk(folder) for f in files if f.endswith(suffix)]
         assert len(names) == 1 and cache.get_path(ns, names[0][: -len(suffix)], suffix) is not None
+
+
+@pytest.mark.skipif(not any(__import__("shutil").which(c) for c in ("c++", "g++", "clang++")),
+                    reason="no C++ compiler")
+def test_garbled_kernel_binary_is_rebuilt_in_the_next_process(cache_dir, tmp_path) -> None:
+    env = {**os.environ, "PYJIT_CACHE_DIR": str(cache_dir), "PYJIT_LOGS": "cache", "PYJIT_CPU_BACKEND": "cpp",
+           "PYTHONPATH": REPO}
+
+    def run(i: int) -> tuple[str, tuple]:
+        out = tmp_path / f"out{i}.pt"
+        p = subprocess.run([sys.executable, "-c", _PROGRAM, str(out)], cwd=REPO, env=env, capture_output=True,
+                           text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        return p.stderr, torch.load(out)
+
+    first_log, first = run(0)
+    sos = [os.path.join(d, f) for d, _, fs in os.walk(cache_dir) for f in fs if f.endswith(".so")]
+    if not sos:
+        pytest.skip("the cpp backend compiled no kernel binary here: " + first_log[-500:])
+    for so in sos:
+        data = bytearray(open(so, "rb").read())
+        data[len(data) // 2] ^= 0xFF
+        open(so, "wb").write(bytes(data))
+    second_log, second = run(1)
+    assert "failed its check (content hash mismatch)" in second_log and "compiled C++ kernels" in second_log
+    third_log, third = run(2)
+    assert "compiled C++ kernels" not in third_log and "failed its check" not in third_log, third_log
+    assert "loaded from the cache" in third_log
+    for a, b, c in zip(first, second, third):
+        assert torch.equal(a, b) and torch.equal(a, c)
