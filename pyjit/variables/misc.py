@@ -2,6 +2,7 @@
 functions pyjit must not trace (``pyjit.disable``d functions, ``pyjit.graph_break``)."""
 from __future__ import annotations
 
+import collections
 import types
 from typing import TYPE_CHECKING, Any
 
@@ -86,7 +87,7 @@ class SuperVariable(VariableTracker):
 
 # Builtin types whose C methods pyjit answers on trackers (the type's own tracker, or the
 # builtin-base view of an instance of a user subclass, see UserDefinedObjectVariable).
-_BUILTIN_BASES = (dict, list, tuple, set, frozenset, str, int, float, bool, object)
+_BUILTIN_BASES = (dict, collections.OrderedDict, list, tuple, set, frozenset, str, int, float, bool, object)
 
 
 class BuiltinMethodVariable(VariableTracker):
@@ -125,6 +126,71 @@ class BuiltinMethodVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"BuiltinMethodVariable({self.descr.__qualname__})"
+
+
+class ExceptionVariable(VariableTracker):
+    """An exception object built by the traced code (``IndexError("...")``) before ``raise``:
+    raising it stops the trace with its type and message, so callers that model Python's
+    ``except`` (attribute fallbacks, the sequence iteration protocol) can tell which one it was."""
+
+    __slots__ = ("cls", "args")
+
+    def __init__(self, cls: type, args: list[VariableTracker]) -> None:
+        super().__init__(None)
+        self.cls = cls
+        self.args = args
+
+    @staticmethod
+    def can_construct(cls: type) -> bool:
+        """Exceptions whose construction runs no Python code (builtin ones and plain subclasses)."""
+        if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+            return False
+        for name in ("__new__", "__init__"):
+            for klass in cls.__mro__:
+                if name in klass.__dict__:
+                    if isinstance(klass.__dict__[name], (types.FunctionType, staticmethod, classmethod)):
+                        return False
+                    break
+        return True
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def raise_text(self) -> str:
+        """``IndexError: list index out of range``, as Python prints it."""
+        parts = [repr(a.as_python_constant()) if a.is_python_constant() else "..." for a in self.args]
+        msg = self.args[0].as_python_constant() if len(self.args) == 1 and self.args[0].is_python_constant() else ", ".join(parts)
+        return f"{self.cls.__name__}: {msg}" if self.args else self.cls.__name__
+
+    def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
+        from .lists import TupleVariable
+
+        if name == "args":
+            return TupleVariable(list(self.args))
+        unsupported("unsupported_attr", f"attribute {name} of an exception object")
+
+    def __repr__(self) -> str:
+        return f"ExceptionVariable({self.cls.__name__})"
+
+
+def raised_exception_text(v: VariableTracker) -> str | None:
+    """What ``raise v`` raises, in Python's words, when pyjit knows it (else None)."""
+    if isinstance(v, ExceptionVariable):
+        return v.raise_text()
+    value = getattr(v, "value", None)
+    if isinstance(value, type) and issubclass(value, BaseException):
+        return value.__name__
+    return None
+
+
+def raised_exception_type(e: Any) -> str:
+    """The exception type name a structured ``exception`` break stands for ("" when unknown)."""
+    gb = e.graph_break
+    if gb.kind != "exception":
+        return ""
+    detail = gb.explanation.split(": ", 1)[-1]  # "<kind explanation>: <detail>"
+    head = detail.split(":", 1)[0].strip()
+    return head if head.isidentifier() else ""
 
 
 class DisabledCallVariable(VariableTracker):

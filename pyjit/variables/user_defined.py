@@ -69,6 +69,10 @@ class UserDefinedClassVariable(KnownValueVariable):
             return PartialVariable(args[0], list(args[1:]), dict(kwargs))
         if BuiltinVariable.can_handle(cls):
             return BuiltinVariable(cls).call_function(tx, args, kwargs)
+        from .misc import ExceptionVariable
+
+        if ExceptionVariable.can_construct(cls) and not kwargs:
+            return ExceptionVariable(cls, list(args))
         from .objects import construct  # a new object of a user class (pyjit/variables/objects.py)
         return construct(tx, self, args, kwargs)
 
@@ -215,6 +219,8 @@ class UserDefinedObjectVariable(VariableTracker):
         from .misc import BuiltinMethodVariable
 
         it = _class_attr(type(self.value), "__iter__")
+        if iterates_by_index(type(self.value)):
+            return iterate_by_index(tx, self)
         if isinstance(it, types.FunctionType):
             return call_type_method(tx, self, "__iter__", it, [], {}).unpack(tx)
         if BuiltinMethodVariable.can_handle(it) and it.__objclass__ is not object:
@@ -232,8 +238,37 @@ class UserDefinedObjectVariable(VariableTracker):
         return f"UserDefinedObjectVariable({type(self.value).__name__})"
 
 
+import collections.abc as _abc  # noqa: E402
+
+_SEQUENCE_ITER = _abc.Sequence.__iter__
+
+
+def iterates_by_index(cls: type) -> bool:
+    """``for x in obj`` follows Python's sequence protocol: ``collections.abc.Sequence.__iter__``,
+    or no ``__iter__`` but a Python ``__getitem__``."""
+    it = _class_attr(cls, "__iter__")
+    return it is _SEQUENCE_ITER or (it is _MISSING and isinstance(_class_attr(cls, "__getitem__"), types.FunctionType))
+
+
+def iterate_by_index(tx: "Translator", obj: VariableTracker) -> list[VariableTracker]:
+    """The items of that protocol: ``obj[0], obj[1], ...`` (each ``__getitem__`` traced) until
+    one raises IndexError, as Python's iterator does (so no ``try``/``except`` is traced)."""
+    from .misc import raised_exception_type
+
+    items: list[VariableTracker] = []
+    while True:
+        if len(items) > 10_000:
+            unsupported("loop_limit", f"iterating over a {obj.python_type().__name__} by index")
+        try:
+            items.append(obj.call_method(tx, "__getitem__", [ConstantVariable(len(items))], {}))
+        except Unsupported as e:
+            if raised_exception_type(e) == "IndexError":
+                return items
+            raise
+
+
 def _is_attribute_error(e: Unsupported) -> bool:
     """The structured break stands for an AttributeError raised by the traced lookup."""
-    gb = e.graph_break
-    detail = gb.explanation.split(": ", 1)[-1]  # "<kind explanation>: <detail>"
-    return gb.kind == "exception" and detail.startswith("AttributeError")
+    from .misc import raised_exception_type
+
+    return raised_exception_type(e) == "AttributeError"

@@ -329,3 +329,50 @@ def test_logging_enabled_later_is_seen():
     log.setLevel(logging.INFO)
     jf(X)
     assert records == ["value 3"]
+
+
+# -- exceptions the trace models -----------------------------------------------------------------
+
+
+class Layers(__import__("collections.abc").abc.Sequence):
+    """Iterated through Sequence.__iter__: obj[0], obj[1], ... until IndexError."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __getitem__(self, i):
+        if i >= self.n:
+            raise IndexError("list index out of range")
+        return i * 10
+
+    def __len__(self):
+        return self.n
+
+
+class OldStyle:
+    def __getitem__(self, i):
+        if i >= 3:
+            raise IndexError
+        return i + 1
+
+
+def test_sequence_protocol_iteration_ends_at_index_error():
+    layers, old = Layers(3), OldStyle()
+    _one_graph(lambda x: [x * v for v in layers] + [x + v for v in old], X)
+
+
+def test_getattr_fallback_raising_attribute_error_gives_default():
+    class Strict:
+        def __getattr__(self, name):
+            raise AttributeError(name)
+
+    s = Strict()
+    _one_graph(lambda x: x + getattr(s, "nope", 2), X)
+
+
+def test_raise_reports_the_exception():
+    def f(x):
+        raise ValueError("bad value here")
+
+    with pytest.raises(pyjit.GraphBreakError, match="ValueError: bad value here"):
+        pyjit.jit(f, backend=CompileCounter(), fullgraph=True)(X)

@@ -137,7 +137,10 @@ def send(tx: "Translator", inst: "Instruction") -> None:
 @register("RAISE_VARARGS", "RERAISE", "LOAD_ASSERTION_ERROR", "PUSH_EXC_INFO", "POP_EXCEPT", "WITH_EXCEPT_START",
           "CHECK_EXC_MATCH", "CLEANUP_THROW")
 def raise_(tx: "Translator", inst: "Instruction") -> None:
-    unsupported("exception", f"{inst.opname} (raise/assert/except reached while tracing)")
+    from ...variables.misc import raised_exception_text  # `raise IndexError(...)`: say which
+
+    text = raised_exception_text(tx.stack[-1]) if inst.opname == "RAISE_VARARGS" and inst.arg and tx.stack else None
+    unsupported("exception", text or f"{inst.opname} (raise/assert/except reached while tracing)")
 
 
 @register("SETUP_ANNOTATIONS", "IMPORT_STAR", "LOAD_BUILD_CLASS", "LOAD_NAME",
