@@ -35,8 +35,10 @@ variables that already exist, so every name is defined on every path; depth <= 2
        | lists/tuples/dicts built, indexed, unpacked; list and dict comprehensions;
          iteration over dict.items()
        | print(<python values>) | print(T.shape) | print(f"...")
-       | lst.append/extend/item store/pop | d[key] = ... / d.get / d.setdefault(...).append
-       | box.count += 1 | box.t = T | box.hist.append(K) | T = T * box.scale
+       | lst.append/extend/insert/item store/pop/del | d[key] = ... / d.get / d.pop / d.update
+       | d.setdefault(...).append | o = Box(); o.t = T; d["box"] = o   (object created inside)
+       | box.count += 1 | box.t = T | box.hist.append(K) | box.hist = box.hist + [K]
+       | setattr(box, "extra", ...) | T = T * box.scale
        | G_COUNT += 1 | G_T = T | G_LOG.append(K) | T = T * G_SCALE
        | calls += 1 | acc = acc + K                (nonlocal, when fn is a closure)
        | K = bump(n)                               (nested closure with its own nonlocal)
@@ -192,8 +194,10 @@ class _Gen:
 
     def s_mut_list(self, ind: int, depth: int, top: bool) -> None:
         self.tags.add("mut_list")
-        choice = 2 if self.iterating_lst else self.r.randrange(4)
-        if choice == 0:
+        choice = 2 if self.iterating_lst else self.r.randrange(5)
+        if choice == 4:
+            self.emit(ind, f"if len(lst) > 1:\n    del lst[0]\nlst.insert(0, {self.k()} * 0.5)")
+        elif choice == 0:
             self.emit(ind, f"lst.append({self.k()})")
         elif choice == 1:
             self.emit(ind, f"lst.extend([n, {self.c()}])")
@@ -204,8 +208,14 @@ class _Gen:
 
     def s_mut_dict(self, ind: int, depth: int, top: bool) -> None:
         self.tags.add("mut_dict")
-        choice = self.r.randrange(4)
-        if choice == 0:
+        choice = self.r.randrange(6)
+        if choice == 4:
+            self.tags.add("new_object")
+            nb = self.fresh("nb")
+            self.emit(ind, f'{nb} = Box()\n{nb}.count = {self.k()}\n{nb}.t = {self.t()} * 2\nd["box"] = {nb}')
+        elif choice == 5:
+            self.emit(ind, f'{self.k()} = len(d.pop("name", "xy"))\nd.update(extra=n)')
+        elif choice == 0:
             self.emit(ind, f'd["t"] = {self.t()} * {self.c()}')
         elif choice == 1:
             self.emit(ind, f'd["n"] = d.get("n", 0) + {self.k()}')
@@ -218,8 +228,10 @@ class _Gen:
 
     def s_mut_box(self, ind: int, depth: int, top: bool) -> None:
         self.tags.add("mut_attr")
-        choice = self.r.randrange(4)
-        if choice == 0:
+        choice = self.r.randrange(5)
+        if choice == 4:
+            self.emit(ind, f"box.hist = box.hist + [{self.k()}]\nsetattr(box, 'extra', len(box.hist))")
+        elif choice == 0:
             self.emit(ind, "box.count += 1")
         elif choice == 1:
             self.emit(ind, f"box.t = {self.t()} + {self.c()}")

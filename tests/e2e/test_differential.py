@@ -17,7 +17,8 @@ Tensors are compared in dtype, shape, requires_grad and value with tight toleran
 difference beyond rounding is a frontend bug. Python floats use the same tolerance.
 
 ``python -m tests.e2e.test_differential --stats`` prints how many programs compiled at least
-one graph and how many ran fully eagerly (never fails). ``--show SEED`` prints one program.
+one graph and how many ran fully eagerly (never fails); ``--seeds A:B`` explores other seeds.
+``--show SEED`` prints one program.
 """
 from __future__ import annotations
 
@@ -175,18 +176,18 @@ def test_generator_is_deterministic_and_covers_the_grammar():
     seen = set().union(*(feature_tags(s) for s in range(COUNT)))
     wanted = {"print", "print_shape", "item", "tensor_branch", "py_branch", "loop", "container", "helper",
               "mut_list", "mut_dict", "mut_attr", "mut_global", "mut_nonlocal", "closure", "no_grad", "try",
-              "raise", "inplace", "inplace_input", "requires_grad"}
+              "raise", "inplace", "inplace_input", "requires_grad", "new_object"}
     assert wanted <= seen, f"never generated: {wanted - seen}"
 
 
 # -- statistics (not a test) ------------------------------------------------------------------------
 
-def stats(count: int = COUNT) -> None:
+def stats(seeds: range = range(COUNT)) -> None:
     """Print how many programs compiled at least one graph vs ran fully eagerly, and failures."""
     directory = Path(tempfile.mkdtemp(prefix="pyjit_differential_"))
     compiled, eager_only, failed = [], [], []
     by_tag: dict[str, list[int]] = {}
-    for seed in range(count):
+    for seed in seeds:
         pyjit.reset()
         backend = CountingBackend()
         try:
@@ -198,7 +199,7 @@ def stats(count: int = COUNT) -> None:
         for tag in feature_tags(seed):
             by_tag.setdefault(tag, [0, 0])[0 if backend.frame_count else 1] += 1
     pyjit.reset()
-    print(f"{count} programs: {len(compiled)} compiled at least one graph, {len(eager_only)} ran fully eagerly, "
+    print(f"{len(seeds)} programs (seeds {seeds.start}..{seeds.stop - 1}): {len(compiled)} compiled at least one graph, {len(eager_only)} ran fully eagerly, "
           f"{len(failed)} differ from eager")
     print("per construct (programs using it: compiled / fully eager):")
     for tag in sorted(by_tag):
@@ -212,4 +213,7 @@ if __name__ == "__main__":
     if "--show" in sys.argv:
         print(generate_program(int(sys.argv[sys.argv.index("--show") + 1])))
     else:
-        stats(int(sys.argv[sys.argv.index("--count") + 1]) if "--count" in sys.argv else COUNT)
+        # --seeds A:B explores other seeds than the test's 0..COUNT-1
+        first, last = (map(int, sys.argv[sys.argv.index("--seeds") + 1].split(":")) if "--seeds" in sys.argv
+                       else (0, COUNT))
+        stats(range(first, last))
