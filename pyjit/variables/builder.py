@@ -103,8 +103,9 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
         return side_effects.remember(value, DictVariable(items, source, dict_type=t))
     from ..api import DisabledFunction, JitFunction
 
-    if isinstance(value, DisabledFunction):
-        # pyjit.disable(fn) / pyjit.graph_break: never traced; calling one is a graph break.
+    if isinstance(value, DisabledFunction) or _is_torch_compiler_marker(value):
+        # pyjit.disable(fn) / pyjit.graph_break, and torch's own spellings of them
+        # (torch.compiler.disable(fn), torch._dynamo.graph_break): calling one is a graph break.
         from .misc import DisabledCallVariable
 
         return DisabledCallVariable(value, source)
@@ -232,3 +233,16 @@ def wrap_constant_result(tx: "Translator", value: Any) -> VariableTracker:
     if isinstance(value, torch.Tensor):
         unsupported("unsupported_object", "constant folding produced a tensor")
     return wrap(tx, value, None)
+
+
+def _is_torch_compiler_marker(value: Any) -> bool:
+    """``torch._dynamo.graph_break`` or a function wrapped by ``torch.compiler.disable`` /
+    ``torch._dynamo.disable`` (recognised by name and marker attribute; never imported here)."""
+    if getattr(value, "_torchdynamo_disable", False) is True:
+        original = getattr(value, "_torchdynamo_orig_callable", None)
+        if isinstance(original, types.FunctionType):
+            from ..frame.policy import _disabled_codes
+
+            _disabled_codes.add(original.__code__)  # its frame is never compiled as a callee
+        return True
+    return getattr(value, "__module__", None) == "torch._dynamo.decorators" and getattr(value, "__name__", None) == "graph_break"

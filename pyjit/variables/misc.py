@@ -207,9 +207,11 @@ class DisabledCallVariable(VariableTracker):
         return type(self.value)
 
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
-        if self.value.is_graph_break:
-            unsupported("user_break", "pyjit.graph_break()")
-        unsupported("disabled", f"{getattr(self.value, '__qualname__', self.value)} is wrapped by pyjit.disable")
+        name = getattr(self.value, "__qualname__", None) or repr(self.value)
+        if getattr(self.value, "is_graph_break", False) or name == "graph_break":
+            unsupported("user_break", "pyjit.graph_break()" if hasattr(self.value, "is_graph_break")
+                        else "torch._dynamo.graph_break()")
+        unsupported("disabled", f"{name} is wrapped by pyjit.disable / torch.compiler.disable")
 
     def reconstruct(self, cg: Any) -> str:
         return self.source.expr() if self.source is not None else cg.ref(self.value, "disabled")

@@ -472,3 +472,19 @@ def test_break_in_map_callback_is_not_resumed_as_the_call_result():
         return parts[0] + parts[1]
 
     _run_both(f, lambda i: (_rand(i, 3),))
+
+
+def test_torch_spellings_of_graph_break_and_disable():
+    @torch.compiler.disable
+    def helper(x):
+        return x + 1
+
+    def f(x):
+        y = x.sin()
+        torch._dynamo.graph_break()
+        return helper(y).cos()
+
+    be = _run_both(f, lambda i: (_rand(i, 3),))
+    assert be.frame_count == 2  # sin | cos; helper is never compiled
+    e = pyjit.explain(f)(torch.randn(3))
+    assert [gb.kind for gb in e.graph_breaks] == ["user_break", "disabled"]
