@@ -182,7 +182,9 @@ def callback(target: CodeState | None, func: types.FunctionType, args: tuple[Any
             return None
         state = _targets.get(id(code))
         if state is None:
-            if code in _disabled_codes:
+            from ..trace.breaks import runs_natively
+
+            if code in _disabled_codes or runs_natively(code):
                 _C.mark_skip(code)
                 return None
             # A frame called while a jitted call runs (from its replacement code, a resume

@@ -85,8 +85,19 @@ _RESULT = "___resume_result"
 _resume_codes: "weakref.WeakSet[types.CodeType]" = weakref.WeakSet()
 
 
+# Resume functions that start *at* an instruction pyjit cannot run on its own (a `with` on a
+# user context manager, a loop over an untraceable iterator...): compiling one would stop at that
+# same first instruction, so the hook runs them natively (what they call is still compiled).
+_native_resume_codes: "weakref.WeakSet[types.CodeType]" = weakref.WeakSet()
+
+
 def is_resume_code(code: types.CodeType) -> bool:
     return code in _resume_codes
+
+
+def runs_natively(code: types.CodeType) -> bool:
+    """A resume function the hook must not compile (see ``_native_resume_codes``)."""
+    return code in _native_resume_codes
 
 
 class BreakUnsupported(PyjitError):
@@ -230,14 +241,21 @@ def _innermost_level(tx: "Translator") -> tuple[_Level, int]:
     if not point.supported:
         raise BreakUnsupported(f"cannot resume at {where}: {point.unsupported_reason}")
     _check_level(tx, inst)
-    if op not in _NATIVE_OPS and op not in _COND_JUMPS and op not in _JUMP_OR_POP and op not in _RETURNS:
-        raise BreakUnsupported(f"{op} at {where} cannot be run on its own")
     stack, outer = _stack_slots(tx)
     if len(stack) != point.stack_depth:
         raise BreakUnsupported(f"stack mismatch at {where}: traced {len(stack)} values, bytecode has {point.stack_depth}")
 
     level = _Level(tx, stack, {}, set(), [], outer)
     consumed = 1
+    if op not in _NATIVE_OPS and op not in _COND_JUMPS and op not in _JUMP_OR_POP and op not in _RETURNS:
+        # Not runnable on its own (BEFORE_WITH on a user context manager, FOR_ITER over an
+        # untraceable iterator, ...): the rest of the frame, from this instruction on, runs
+        # natively in a resume function that starts here.
+        cont = _continuation(tx, inst, stack, len(stack))
+        _native_resume_codes.add(cont.resume)
+        level.continuations = [cont]
+        _collect_locals(level)
+        return level, 0
     if op in _RETURNS:
         pass
     elif op in _COND_JUMPS or op in _JUMP_OR_POP:
@@ -395,7 +413,9 @@ def emit_break(plan: BreakPlan, cg: "OutputCodegen", pycg: "PyCodegen", func: ty
     guarded_from = len(pycg.instructions)
     nested = len(plan.levels) > 1
     conts = innermost.continuations
-    if len(conts) == 1:
+    if plan.consumed == 0 and len(conts) == 1:  # resume at the instruction itself (no native step)
+        _emit_resume_call(plan, innermost, conts[0], pycg, func, temps, native=None, last=not nested)
+    elif len(conts) == 1:
         _emit_resume_call(plan, innermost, conts[0], pycg, func, temps,
                           native=lambda: _emit_native(plan, pycg, temps), last=not nested)
     else:

@@ -488,3 +488,39 @@ def test_torch_spellings_of_graph_break_and_disable():
     assert be.frame_count == 2  # sin | cos; helper is never compiled
     e = pyjit.explain(f)(torch.randn(3))
     assert [gb.kind for gb in e.graph_breaks] == ["user_break", "disabled"]
+
+
+_CTX_LOG: list = []
+
+
+class _Tag:
+    def __init__(self, name):
+        self.name = name
+
+    def __enter__(self):
+        _CTX_LOG.append(("enter", self.name))
+        return self.name
+
+    def __exit__(self, *exc):
+        _CTX_LOG.append(("exit", self.name))
+        return False
+
+
+_TAG = _Tag("outer")
+
+
+def test_with_on_user_context_manager_keeps_the_prefix_graph():
+    def f(x):
+        y = x * 2
+        with _TAG as name:
+            z = y + len(name)
+        return z.sin()
+
+    _CTX_LOG.clear()
+    expected = f(torch.ones(3))
+    eager_log = list(_CTX_LOG)
+    _CTX_LOG.clear()
+    be = CountingBackend()
+    assert_same(expected, pyjit.jit(f, backend=be)(torch.ones(3)), exact=False)
+    assert _CTX_LOG == eager_log
+    assert be.frame_count == 1 and be.call_counts == [1]  # y = x * 2; the with block runs natively
