@@ -8,8 +8,9 @@ the source, the compiler, its flags and the CPU (``-march=native``), so identica
 recompile and a warm start loads the ``.so`` without invoking the compiler. All cache calls of
 the C++ path are in :func:`_cached_so`.
 
-The outcome of the compiler check (the CPU backend pyjit will use, and why) is logged once per
-process on the ``fallbacks`` channel; every compile is logged on ``cache``.
+The outcome of the compiler check is logged once per process: on ``fallbacks`` when no compiler
+works (CPU graphs then run as captured, with the reason), else on ``compile_times`` (compiler,
+version, OpenMP); every compile and every cache load of a ``.so`` is logged on ``cache``.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from ..config import config
 from ..logs import get_logger
 
 log = get_logger("fallbacks")
+time_log = get_logger("compile_times")
 cache_log = get_logger("cache")
 
 # No -ffast-math (NaN/inf semantics stay eager's); no FP contraction (pointwise chains stay
@@ -110,7 +112,8 @@ def compiler() -> Compiler | None:
             log.info("pyjit CPU backend: graphs run as captured (eager): no working C++ compiler: %s", _reason)
         else:
             omp = "with OpenMP" if _compiler.openmp else "without OpenMP (the compiler rejected -fopenmp)"
-            log.info("pyjit CPU backend: cpp, compiling with %s (%s) %s", _compiler.path, _compiler.version, omp)
+            # Not a fallback: the choice is logged with the compile timings.
+            time_log.info("pyjit CPU backend: cpp, compiling with %s (%s) %s", _compiler.path, _compiler.version, omp)
         _checked = True
     return _compiler
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any
 
 import sympy
@@ -37,6 +38,10 @@ from .triton import XINDEX, YINDEX, CSEVar, TritonKernel
 
 RINDEX_NAME = "rindex"
 TILE = 16
+# Rows up to this many elements keep expensive per-element values for later row loops
+# (a stack buffer of at most 32 KiB per thread).
+ROW_BUFFER_MAX = 8192
+_EXPENSIVE = re.compile(r"pyjit_expf|pyjit_erff|pyjit_tanhf|__builtin_|/")
 
 CPP_TYPES = {
     torch.float32: "float", torch.float64: "double", torch.int64: "int64_t", torch.int32: "int32_t",
@@ -132,10 +137,10 @@ static inline float pyjit_erff(float x) {
     float s = ((((((7.853861353153693e-5f * z - 8.010193625184903e-4f) * z + 5.188327685732524e-3f) * z
                  - 2.685381193529856e-2f) * z + 1.128358514861418e-1f) * z - 3.761262582423300e-1f) * z
                + 1.128379165726710e+0f) * x;
-    float t = 1.0f / (1.0f + 0.5f * a);
-    float c = t * pyjit_expf(-a * a - 1.26551223f + t * (1.00002368f + t * (0.37409196f + t * (0.09678418f
-              + t * (-0.18628806f + t * (0.27886807f + t * (-1.13520398f + t * (1.48851587f
-              + t * (-0.82215223f + t * 0.17087277f)))))))));
+    // |x| >= 1: Abramowitz & Stegun 7.1.26 (absolute error 1.5e-7, i.e. within 2 ulp there).
+    float t = 1.0f / (1.0f + 0.3275911f * a);
+    float c = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))))
+              * pyjit_expf(-a * a);
     float l = 1.0f - c;
     l = x < 0 ? -l : l;
     return a < 1.0f ? s : (x != x ? x : l);
@@ -492,8 +497,46 @@ class CppKernel(TritonKernel):
         return var
 
     # ------------------------------------------------------------------ kernel assembly
+    def _reuse_row_values(self) -> list[str]:
+        """Keep expensive values of an earlier row loop in a per-row buffer for later loops.
+
+        Softmax's normalising loop needs ``exp(x - max)`` again, which the sum loop already
+        computed: the sum loop stores it to ``row_tmpN[rindex]`` (on the thread's stack) and the
+        later loop reads it instead of recomputing. Matches use the expanded expression
+        (``_canonical``), so only the same computation on the same row is shared. Returns the
+        buffer declarations for the row body.
+        """
+        if self.rnumel > ROW_BUFFER_MAX or self.num_loops < 2:
+            return []
+        assign = re.compile(r"(\s*)(\w+) (tmp\d+) = (.*);$")
+        seen: dict[str, tuple[int, str, str]] = {}
+        stored: set[str] = set()
+        decls = []
+        for i in range(self.num_loops):
+            section = self._section(f"loop{i}")
+            lines = []
+            for line in section.lines:
+                m = assign.match(line)
+                if m is not None:
+                    indent, ctype, name, expr = m.groups()
+                    canon = self._canonical(name)
+                    hit = seen.get(canon)
+                    if hit is not None and hit[0] < i and _EXPENSIVE.search(expr):
+                        loop, src, src_type = hit
+                        if src not in stored:
+                            stored.add(src)
+                            decls.append(f"{src_type} row_{src}[{self.rnumel}];")
+                            self._section(f"loop{loop}").writeline(f"row_{src}[rindex] = {src};")
+                        lines.append(f"{indent}{ctype} {name} = row_{src}[rindex];")
+                        continue
+                    seen.setdefault(canon, (i, name, ctype))
+                lines.append(line)
+            section.lines = lines
+        return decls
+
     def cpp_source(self) -> CppKernelSource:
         self.codegen_nodes()
+        row_buffers = self._reuse_row_values() if self.is_reduction else []
         name = self.kernel_name()
         params = [f"const {cpp_type(self.dtypes[n])}* __restrict__ {p}" for n, p in self.inputs.items()]
         params += [f"{cpp_type(self.dtypes[n])}* __restrict__ {p}" for n, p in self.outputs.items()]
@@ -531,6 +574,7 @@ class CppKernel(TritonKernel):
                     code.writeline(f"#pragma omp parallel for schedule(static){threads}")
                 code.writeline(f"for (int64_t xindex = 0; xindex < {self.xnumel}; ++xindex) {{")
                 with code.indent():
+                    code.writelines(row_buffers)
                     code.writelines(self.sections["pre"].lines)
                     for i in range(self.num_loops):
                         code.writelines(self._section(f"acc{i}").lines)
