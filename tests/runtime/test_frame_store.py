@@ -2,7 +2,6 @@
 format versioning, damage handling, trust, and explained misses across processes."""
 from __future__ import annotations
 
-import json
 import logging
 import os
 import subprocess
