@@ -69,11 +69,14 @@ def replace_dict(target: dict, items: dict) -> None:
         base.__setitem__(target, k, v)
 
 
-def store_attr(target: Any, name: str, value: Any) -> None:
+def store_attr(target: Any, base: type, name: str, value: Any) -> None:
+    """The store the trace modelled: ``base`` is ``object`` or ``nn.Module`` (whose ``__setattr__``
+    keeps a reassigned buffer a buffer); a Python ``__setattr__`` of the class already ran
+    symbolically, so it is not run again here."""
     if value is DELETED:
-        delattr(target, name)
+        base.__delattr__(target, name)
     else:
-        setattr(target, name, value)  # the class's own __setattr__ (nn.Module routes buffers)
+        base.__setattr__(target, name, value)
 
 
 def store_global(namespace: dict, name: str, value: Any) -> None:
@@ -171,7 +174,7 @@ class SideEffects:
             unsupported("exception", f"AttributeError: {type(real).__name__!r} object has no attribute {name!r}")
         return value
 
-    def store_attr(self, tx: "Translator", obj: "VariableTracker", name: str, value: Any) -> None:
+    def store_attr(self, tx: "Translator", obj: "VariableTracker", name: str, value: Any, base: type) -> None:
         """``obj.name = value`` (``value`` is DELETED for ``del obj.name``) on an outside object
         whose class uses the generic ``__setattr__`` (checked by the caller)."""
         real = getattr(obj, "value", None)
@@ -180,8 +183,11 @@ class SideEffects:
         self._keep.append(real)
         self._attrs.setdefault(id(real), {})[name] = value
         key = ("attr", id(real), name)
-        if key not in self._entries:
-            self._entries[key] = _Entry(store_attr, obj, (name, ("attr", id(real), name)))
+        args = (base, name, ("attr", id(real), name))
+        if key in self._entries:
+            self._entries[key].args = args  # the place keeps its position; the last store's kind
+        else:
+            self._entries[key] = _Entry(store_attr, obj, args)
         self._outside_mutated(obj)
 
     # -- globals ------------------------------------------------------------------------------
@@ -230,8 +236,8 @@ class SideEffects:
         else:
             unsupported("side_effect", f"assigning the outer variable {name!r} (nonlocal) of a cell pyjit cannot reach")
         key = ("cell", id(cell))
-        self._entries.pop(key, None)
-        self._entries[key] = _Entry(store_cell, target, (("cell", cell),))
+        if key not in self._entries:
+            self._entries[key] = _Entry(store_cell, target, (("cell", cell),))
 
     # -- replay -------------------------------------------------------------------------------
     def _value(self, arg: Any) -> Any:
@@ -293,10 +299,16 @@ class SideEffects:
 
     def _install_distinct_guards(self, cg: "OutputCodegen") -> None:
         """The trace assumed each mutated outside object is no other object it read."""
+        from ..variables.nn_module import NNModuleVariable
+
         guards = cg.output.guards
         for t in self._mutated_outside:
-            for _, other in self._known.values():
-                if other is not t and other.source is not None and t.source is not None:
+            if isinstance(t, NNModuleVariable) or t.source is None:
+                continue  # a module's identity is guarded already (ID_MATCH)
+            ptype = t.python_type()
+            for value, other in self._known.values():
+                # objects of different (guarded) types cannot be the same object
+                if other is not t and other.source is not None and type(value) is ptype:
                     guards.add(GuardKind.DISTINCT, None, extra=(t.source, other.source))
 
 

@@ -388,7 +388,12 @@ def _missing_attr(e: Unsupported) -> bool:
 @_register(getattr)
 def _getattr(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
     name = args[1].as_python_constant()
-    stored = tx.output.side_effects.pending_attr(args[0], name)  # side-effect replay: assigned in the trace
+    try:  # side-effect replay: assigned (or deleted) earlier in the trace
+        stored = tx.output.side_effects.pending_attr(args[0], name)
+    except Unsupported:
+        if len(args) == 3:
+            return args[2]
+        raise
     if stored is not None:
         return stored
     if len(args) == 3:

@@ -61,36 +61,40 @@ def store_attribute(tx: "Translator", obj: VariableTracker, name: str, value: An
         what = "deleting" if value is DELETED else "assigning"
         unsupported("side_effect", f"{what} the attribute {name!r} of {obj}")
     cls = type(obj.value)
-    if not generic and _run_python_setattr(tx, obj, cls, name, value):
+    if _run_python_setattr(tx, obj, cls, name, value, generic):
         return
     if isinstance(obj, NNModuleVariable):
         params = obj.value.__dict__.get("_parameters", {})
         if name in params:
             unsupported("side_effect", f"assigning the parameter {name!r} of a {cls.__name__} inside the traced code")
-    tx.output.side_effects.store_attr(tx, obj, name, value)
+    # The replay performs the store the trace modelled: Module's (buffers stay buffers) or object's.
+    base = torch.nn.Module if isinstance(obj, NNModuleVariable) and not generic else object
+    tx.output.side_effects.store_attr(tx, obj, name, value, base)
 
 
-def _run_python_setattr(tx: "Translator", obj: VariableTracker, cls: type, name: str, value: Any) -> bool:
-    """Inline the class's Python ``__setattr__``/``__delattr__`` or a property setter; True when
-    done. Also guards that the class keeps the generic store the replay relies on."""
+def _run_python_setattr(tx: "Translator", obj: VariableTracker, cls: type, name: str, value: Any, generic: bool) -> bool:
+    """Inline the class's Python ``__setattr__``/``__delattr__`` (unless ``generic``: the store of
+    ``object.__setattr__``) or a property setter; True when done. Also guards that the class keeps
+    the store the replay relies on."""
     from .functions import UserFunctionVariable
 
     hook = "__delattr__" if value is DELETED else "__setattr__"
     setattr_fn = lookup_class_attr(cls, hook)
     cls_src = _class_source(obj)
-    if _is_python_function(setattr_fn) and setattr_fn is not torch.nn.Module.__setattr__ \
-            and setattr_fn is not torch.nn.Module.__delattr__:
-        from .class_members import call_type_method
+    if not generic:
+        if _is_python_function(setattr_fn) and setattr_fn is not torch.nn.Module.__setattr__ \
+                and setattr_fn is not torch.nn.Module.__delattr__:
+            from .class_members import call_type_method
 
-        args = [ConstantVariable(name)] if value is DELETED else [ConstantVariable(name), value]
-        call_type_method(tx, obj, hook, setattr_fn, args, {})
-        return True
-    if hook == "__setattr__" and setattr_fn not in _GENERIC_SETATTR or \
-            hook == "__delattr__" and setattr_fn not in (object.__delattr__, torch.nn.Module.__delattr__):
-        unsupported("side_effect", f"{cls.__name__}.{hook} is implemented in C")
-    if cls_src is not None and not _is_library_class(cls):
-        # The replay calls setattr(): the class must keep the store the trace modelled.
-        tx.output.guards.add(GuardKind.ID_MATCH, AttrSource(cls_src, hook), setattr_fn)
+            args = [ConstantVariable(name)] if value is DELETED else [ConstantVariable(name), value]
+            call_type_method(tx, obj, hook, setattr_fn, args, {})
+            return True
+        if hook == "__setattr__" and setattr_fn not in _GENERIC_SETATTR or \
+                hook == "__delattr__" and setattr_fn not in (object.__delattr__, torch.nn.Module.__delattr__):
+            unsupported("side_effect", f"{cls.__name__}.{hook} is implemented in C")
+        if cls_src is not None and not _is_library_class(cls):
+            # The trace modelled this store: the class must keep it.
+            tx.output.guards.add(GuardKind.ID_MATCH, AttrSource(cls_src, hook), setattr_fn)
     attr = lookup_class_attr(cls, name)
     if isinstance(attr, property):
         fn = attr.fdel if value is DELETED else attr.fset
@@ -126,8 +130,9 @@ def construct(tx: "Translator", cls_var: VariableTracker, args: list[VariableTra
     """``cls(*args, **kwargs)`` for a user class: a new :class:`ObjectVariable` whose
     ``__init__`` runs symbolically."""
     cls: type = cls_var.value  # type: ignore[attr-defined]
-    if type(cls) not in (type, __import__("abc").ABCMeta):
-        unsupported("unsupported_call", f"constructing {cls.__name__}, whose metaclass is {type(cls).__name__}")
+    if lookup_class_attr(type(cls), "__call__") is not type.__call__:
+        # type.__call__ is what runs __new__ then __init__ below (a metaclass may override it)
+        unsupported("unsupported_call", f"constructing {cls.__name__}, whose metaclass {type(cls).__name__} defines __call__")
     if issubclass(cls, torch.nn.Module):
         unsupported("unsupported_call", f"constructing the module {cls.__name__} inside the traced code")
     new = lookup_class_attr(cls, "__new__")
@@ -261,7 +266,7 @@ class ObjectVariable(VariableTracker):
         return src
 
     def store_attr(self, tx: "Translator", name: str, value: Any, *, generic: bool = False) -> None:
-        if not generic and _run_python_setattr(tx, self, self.cls, name, value):
+        if _run_python_setattr(tx, self, self.cls, name, value, generic):
             return
         if value is DELETED and name not in self.attrs:
             unsupported("exception", f"AttributeError: {name}")

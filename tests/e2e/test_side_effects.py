@@ -10,6 +10,7 @@ the state afterwards.
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -296,3 +297,350 @@ def test_manual_sgd_update_through_data():
         assert_same(step(we, g, 0.1), jf(wj, g, 0.1), f"step {i}")
         assert_same(we, wj, f"weights after step {i}")
         assert wj.grad is None
+
+
+# -- side effects replayed in the graph's replacement code (no graph break) ---------------------
+# Each case also runs under ``fullgraph=True``: a graph break would raise GraphBreakError, so these
+# assert that the mutations are captured (they used to break with kind ``side_effect``).
+
+
+def _jit_full(fn):
+    backend = CountingBackend()
+    return pyjit.jit(fn, backend=backend, fullgraph=True), backend
+
+
+def _compare_full(fn, make_args, calls=3, state=lambda args: args):
+    """Like _compare_calls, fullgraph: eager and jitted from identical fresh arguments, then the
+    results and the arguments' state (``state(args)``) compared."""
+    jf, backend = _jit_full(fn)
+    for i in range(calls):
+        eager_args, jit_args = make_args(i), make_args(i)
+        expected, actual = fn(*eager_args), jf(*jit_args)
+        assert_same(expected, actual, f"result of call {i}")
+        assert_same(state(eager_args), state(jit_args), f"arguments after call {i}")
+    assert backend.frame_count > 0
+    return backend
+
+
+def test_list_mutations_of_input_replayed_in_place():
+    def f(x, xs):
+        xs.append(x * 2)
+        xs.insert(0, x + 1)
+        y = xs.pop(1)
+        xs[0] = xs[0] * 3
+        xs.extend([x, x])
+        xs += [x - 1]
+        del xs[-2]
+        return y + len(xs)
+
+    _compare_full(f, lambda i: (_rand(i, 3), [_rand(i + 5, 3)]))
+    jf, _ = _jit_full(f)
+    xs = [torch.zeros(3)]
+    jf(torch.ones(3), xs)
+    assert len(xs) == 4  # the caller's own list object was changed
+
+
+def test_dict_mutations_of_input_replayed_in_place():
+    def f(x, d):
+        d["y"] = x + 1
+        d.update(z=x * 2)
+        d.pop("a")
+        d.setdefault("w", 4)
+        return d["y"] + len(d)
+
+    _compare_full(f, lambda i: (_rand(i, 3), {"a": _rand(i + 1, 3), "b": 1}))
+
+
+def test_list_read_again_after_mutation_sees_it():
+    def f(x, holder):
+        holder.items.append(x)
+        return sum(holder.items) + len(holder.items)  # a second read of holder.items
+
+    class Holder:
+        def __init__(self):
+            self.items = [torch.ones(2)]
+
+    _compare_full(f, lambda i: (_rand(i, 2), Holder()), state=lambda a: a[1].items)
+
+
+def test_same_list_passed_twice_behaves_like_eager():
+    def f(a, b):
+        a.append(1)
+        b.append(2)
+        return torch.ones(1) * len(a)
+
+    jf, backend = _jit_full(f)
+    xe, xj = [], []
+    assert_same(f(xe, xe), jf(xj, xj))
+    assert xe == xj == [1, 2]
+    ye, yj = [], []
+    assert_same(f(xe, ye), jf(xj, yj))  # distinct now: a guard fails, traced again
+    assert (xe, ye) == (xj, yj)
+    assert_same(f(xe, xe), jf(xj, xj))
+    assert xe == xj
+
+
+class _Point:
+    def __init__(self):
+        self.count = 0
+        self.a = torch.ones(2)
+        self.b = torch.zeros(2)
+
+
+def _point_state(args):
+    return [vars(a) if isinstance(a, _Point) else a for a in args]
+
+
+def test_attribute_writes_read_back_and_swapped():
+    def f(x, t):
+        t.count += 1
+        t.last = x.sum()
+        t.a, t.b = t.b, t.a  # every value is read before the first store is replayed
+        return x * t.count + t.last + t.a
+
+    _compare_full(f, lambda i: (_rand(i, 2), _Point()), state=_point_state)
+
+
+def test_setattr_delattr_getattr_hasattr():
+    def f(x, t):
+        setattr(t, "z", x + 1)
+        delattr(t, "b")
+        return getattr(t, "z") * 2, hasattr(t, "b"), hasattr(t, "z"), getattr(t, "b", None)
+
+    _compare_full(f, lambda i: (_rand(i, 2), _Point()), state=_point_state)
+
+
+def test_attribute_write_through_alias_is_guarded():
+    def f(x, a, b):
+        a.count = 5
+        return x + b.count
+
+    jf, _ = _jit_full(f)
+    p, q = _Point(), _Point()
+    assert_same(f(torch.ones(1), _Point(), _Point()), jf(torch.ones(1), p, q))
+    r = _Point()
+    assert_same(jf(torch.ones(1), r, r), torch.ones(1) + 5)  # aliased: not the distinct trace
+
+
+class _Validated:
+    def __init__(self):
+        object.__setattr__(self, "log", [])
+
+    def __setattr__(self, name, value):
+        self.log.append(name)
+        super().__setattr__(name, value)
+
+    @property
+    def scaled(self):
+        return self._v * 2
+
+    @scaled.setter
+    def scaled(self, v):
+        self._v = v / 2
+
+
+def test_python_setattr_and_property_setter_are_inlined():
+    def f(x, o):
+        o.w = x + 1
+        o.scaled = x * 4
+        return o.scaled + o.w
+
+    _compare_full(f, lambda i: (_rand(i, 2), _Validated()), state=lambda a: [a[0], vars(a[1])])
+
+
+COUNTER = 0
+
+
+def _bump(x):
+    global COUNTER
+    COUNTER = COUNTER + 1
+    y = x + COUNTER  # reads the value assigned above
+    return y
+
+
+def test_global_store_read_back_and_replayed():
+    global COUNTER
+    x = torch.ones(2)
+    COUNTER = 0
+    expected = [_bump(x) for _ in range(3)]
+    COUNTER = 0
+    jf, backend = _jit_full(_bump)
+    actual = [jf(x) for _ in range(3)]
+    assert COUNTER == 3
+    assert_same(expected, actual)
+    assert backend.frame_count > 0
+
+
+def test_global_store_in_an_inlined_function_of_another_module():
+    import sys
+    import types
+
+    mod = types.ModuleType("pyjit_test_side_effects_mod")
+    exec("hits = 0\ndef hit(x):\n    global hits\n    hits += 1\n    return x * hits\n", mod.__dict__)
+    sys.modules[mod.__name__] = mod
+    try:
+        def f(x):
+            return mod.hit(x) + 1
+
+        jf, _ = _jit_full(f)
+        assert_same(jf(torch.ones(2)), torch.ones(2) * 1 + 1)
+        assert mod.hits == 1
+        jf(torch.ones(2))
+        assert mod.hits == 2
+    finally:
+        del sys.modules[mod.__name__]
+
+
+def test_nonlocal_store_root_and_inlined_closure():
+    def make():
+        n = 0
+
+        def step(x):
+            nonlocal n
+            n += 1
+            return x + n
+
+        return step, lambda: n
+
+    def outer(x, step):
+        return step(x) * 2  # the cell belongs to a function passed in
+
+    fe, ne = make()
+    fj, nj = make()
+    jf, backend = _jit_full(fj)
+    for i in range(3):
+        assert_same(fe(_rand(i, 3)), jf(_rand(i, 3)))
+    assert nj() == ne() == 3
+    ge, me = make()
+    gj, mj = make()
+    jo, _ = _jit_full(outer)
+    for i in range(2):
+        assert_same(outer(_rand(i, 3), ge), jo(_rand(i, 3), gj))
+    assert mj() == me() == 2
+
+
+class _Stats(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("avg", torch.zeros(4))
+        self.count = 0
+
+    def forward(self, x):
+        self.count += 1
+        self.avg = self.avg * 0.9 + x.mean(0) * 0.1  # buffer reassigned: stays a buffer
+        self.last = x.sum()
+        return x - self.avg + self.last  # reads see the new values
+
+
+@pytest.mark.parametrize("make", [_Stats, lambda: nn.BatchNorm1d(4)], ids=["reassigned_buffer", "batchnorm"])
+def test_module_buffer_and_attribute_updates_compile(make):
+    ref = make().train()
+    m = copy.deepcopy(ref)
+    backend = CountingBackend()
+    jm = pyjit.jit(m, backend=backend, fullgraph=True)
+    for i in range(3):
+        x = _rand(i, 5, 4)
+        assert_same(ref(x), jm(x), f"output of call {i}")
+        for k, v in ref.state_dict().items():
+            assert_same(v, m.state_dict()[k], f"{k} after call {i}")
+        assert vars(ref).get("count") == vars(m).get("count")
+        assert set(m._buffers) == set(ref._buffers)
+    assert backend.frame_count > 0
+
+
+class _Node:
+    def __init__(self, v, parent=None):
+        self.v = v
+        self.parent = parent
+        self.kids = []
+
+
+class _Leaf(_Node):
+    def __init__(self, v):
+        super().__init__(v * 2)
+        self.extra = 1
+
+
+def test_objects_created_and_returned():
+    def f(x):
+        n = _Leaf(x)
+        n.kids.append(_Node(x + 1, n))
+        return n, n.kids[0].v
+
+    jf, backend = _jit_full(f)
+    x = torch.ones(2)
+    e, a = f(x), jf(x)
+    assert type(a[0]) is _Leaf and a[0].kids[0].parent is a[0]
+    assert_same(e[0].v, a[0].v)
+    assert_same(e[1], a[1])
+    assert a[1] is a[0].kids[0].v  # the same graph output, one object
+    assert a[0].extra == 1 and backend.frame_count == 1
+    assert jf(x)[0] is not a[0]  # a new object on every call
+
+
+@dataclasses.dataclass
+class _Out:
+    a: torch.Tensor
+    b: int = 3
+
+    def __post_init__(self):
+        self.c = self.b * 2
+
+
+def test_object_created_stored_into_input_then_mutated():
+    def f(x, holder, xs):
+        o = _Out(x + 1)
+        holder.child = o
+        xs.append(o)
+        o.b = 7
+        o.a = o.a * 2
+        return o.c
+
+    jf, backend = _jit_full(f)
+    he, hj, le, lj = _Point(), _Point(), [], []
+    x = torch.ones(2)
+    assert f(x, he, le) == jf(x, hj, lj)
+    assert hj.child is lj[0] and hj.child.b == 7 and hj.child.c == 6
+    assert_same(he.child, hj.child)
+
+
+def test_model_output_built_in_the_trace():
+    modeling_outputs = pytest.importorskip("transformers.modeling_outputs")
+
+    def f(x):
+        out = modeling_outputs.BaseModelOutput(last_hidden_state=x + 1, hidden_states=None)
+        return out, out[0] + out["last_hidden_state"] + out.last_hidden_state, out.to_tuple()
+
+    jf, backend = _jit_full(f)
+    x = torch.ones(2)
+    e, a = f(x), jf(x)
+    assert type(a[0]) is type(e[0]) and list(a[0].keys()) == list(e[0].keys())
+    assert_same(dict(e[0]), dict(a[0]))
+    assert_same(e[1:], a[1:])
+    assert a[0].hidden_states is None and a[0].last_hidden_state is a[0]["last_hidden_state"]
+
+
+def test_dynamic_cache_updated_and_created():
+    transformers = pytest.importorskip("transformers")
+
+    def update(k, cache):
+        kk, vv = cache.update(k, k * 2, 0)
+        return kk.sum() + vv.sum()
+
+    def create(k):
+        cache = transformers.DynamicCache()
+        cache.update(k, k + 1, 0)
+        return cache
+
+    jf, backend = _jit_full(update)
+    ce, cj = transformers.DynamicCache(), transformers.DynamicCache()
+    for i in range(2):
+        k = _rand(i, 1, 2, 3, 4)
+        assert_same(update(k, ce), jf(k, cj))
+        assert cj.get_seq_length() == ce.get_seq_length()
+    jc, _ = _jit_full(create)
+    k = _rand(0, 1, 2, 3, 4)
+    e, a = create(k), jc(k)
+    assert type(a) is type(e) and a.get_seq_length() == e.get_seq_length() == 3
+    assert_same(e.layers[0].keys, a.layers[0].keys)
+    assert_same(e.layers[0].values, a.layers[0].values)
