@@ -7,6 +7,15 @@ Built in:
 - ``"pyjit"``: pyjit's own compiler ``pyjit.backend.compile_fx`` when that module exists; if it
   is missing or raises, the graph runs as is and the reason is logged on ``fallbacks``.
 
+- ``"aot_eager"``: the training path (joint forward/backward aten graph, min-cut partition,
+  ``torch.autograd.Function``) with both aten graphs run as captured: for debugging.
+
+``aot(fw_compiler, bw_compiler=None, *, decompositions=None, partition="min_cut")`` builds a
+backend from compilers of aten graphs (seed 004's ``aot_autograd(fw_compiler=...)`` pattern).
+No ``"inductor"`` name is registered: pyjit never imports ``torch._inductor`` (DESIGN.md);
+register one from your own code (``register("inductor", torch._inductor.compile_fx.compile_fx)``)
+to compare.
+
 ``register(name, fn)`` adds a backend; ``list()`` names them; ``lookup(name_or_callable)`` resolves
 what ``pyjit.jit(backend=...)`` was given.
 """
@@ -120,5 +129,40 @@ def _mark_skip(fn: Any) -> None:
         pass
 
 
+def aot(fw_compiler: Backend, bw_compiler: Backend | None = None, *,
+        decompositions: dict[Any, Callable[..., Any]] | None = None, partition: str = "min_cut") -> Backend:
+    """A backend that hands ``fw_compiler`` (and ``bw_compiler``, default ``fw_compiler``) aten graphs.
+
+    The captured graph is traced to one joint forward/backward aten graph (decomposed with
+    ``decompositions``, default pyjit's table; functionalized), split by ``partition``
+    (``"min_cut"`` or ``"reference"``), and run by one ``torch.autograd.Function``: the forward
+    graph is compiled at once, the backward graph on the first backward. Without grad (or no
+    input requiring grad) only a forward graph exists. Each compiler is called as
+    ``compiler(aten_gm, example_inputs) -> callable`` returning the flat outputs. Graphs the
+    training path does not support run as captured (logged on ``fallbacks``).
+    """
+    if partition not in ("min_cut", "reference"):
+        raise ValueError(f"unknown partition {partition!r}: use 'min_cut' or 'reference'")
+
+    def aot_backend(gm: Any, example_inputs: builtins.list[Any]) -> Callable[..., Any]:
+        from .backend.aot import aot_compile
+
+        try:
+            compiled = aot_compile(gm, example_inputs, fw_compiler, bw_compiler,
+                                   decompositions=decompositions, partition=partition)
+        except NotImplementedError as e:
+            _fallback_log.info("aot backend: running graph %s as captured: %s", type(gm).__name__, e)
+            return eager(gm, example_inputs)
+        _mark_skip(compiled)
+        return compiled
+
+    return aot_backend
+
+
+def _run_aten_graph(gm: Any, example_inputs: builtins.list[Any]) -> Callable[..., Any]:
+    return gm.forward
+
+
 register("eager", eager)
 register("pyjit", pyjit_backend)
+register("aot_eager", aot(_run_aten_graph))

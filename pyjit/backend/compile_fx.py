@@ -5,11 +5,13 @@ functionalization) -> loop IR (``GraphLowering``) -> ``Scheduler`` (fusion, dead
 Triton kernels + wrapper module -> on-disk cache (plus a graph-level index, ``graph_cache.py``,
 so a warm start skips all of it) -> loaded module -> callable that checks its
 inputs still match what it was compiled for, calls ``call(args)`` and rebuilds the output
-structure. Graphs that this backend does not compile run as captured (``gm.forward``), with
-the reason logged on the ``fallbacks`` channel and recorded in ``metrics.eager_graphs``:
-CPU graphs under ``PYJIT_CPU_BACKEND=eager`` (the default), training (grad enabled and an input
-requiring grad), non-tensor or dynamic-shape inputs, mixed devices, and internal errors
-(raised instead under ``config.raise_on_internal_error``).
+structure. Graphs that need autograd (grad enabled and an input requiring grad) go through
+``aot.compile_training``: joint forward/backward graph, min-cut partition, both halves compiled
+by this function, run by one ``torch.autograd.Function``. Graphs that this backend does not
+compile run as captured (``gm.forward``), with the reason logged on the ``fallbacks`` channel
+and recorded in ``metrics.eager_graphs``: CPU graphs under ``PYJIT_CPU_BACKEND=eager``,
+non-tensor or dynamic-shape inputs, mixed devices, and internal errors (raised instead
+under ``config.raise_on_internal_error``).
 """
 from __future__ import annotations
 
@@ -39,6 +41,11 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Calla
     reason = _eager_reason(example_inputs)
     if reason is not None:
         return _run_as_captured(gm, reason)
+    if torch.is_grad_enabled() and (any(t.requires_grad for t in example_inputs)
+                                    or any(p.requires_grad for p in gm.parameters())):
+        # Training (or inference with grad enabled): joint graph, partition, autograd.Function.
+        from .aot import compile_training
+        return compile_training(gm, list(example_inputs))
     try:
         return _compile(gm, list(example_inputs))
     except _data_dependent_errors() as e:
@@ -81,8 +88,6 @@ def _eager_reason(example_inputs: Sequence[Any]) -> str | None:
     devices = {t.device.type for t in tensors}
     if len(devices) > 1:
         return f"inputs on several devices {sorted(devices)}"
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return "grad is enabled and an input requires grad (training is not compiled yet)"
     device = devices.pop() if devices else "cpu"
     if device == "cpu" and config.cpu_backend == "eager":
         return "CPU graph with PYJIT_CPU_BACKEND=eager (no CPU code generator)"

@@ -1,0 +1,280 @@
+"""The joint forward/backward aten graph of a captured FX graph (AOTAutograd's first half).
+
+Two traces on fake tensors, both with ``make_fx`` and the decomposition table:
+
+1. **Forward**: the captured graph, functionalized (``torch.func.functionalize``) under
+   ``no_grad``. The ``copy_`` nodes functionalization appends for mutated graph inputs
+   (``running_mean`` of a training batch norm, ``x.add_(1)`` on an input) are taken out of the
+   graph and become extra outputs; the runtime copies them into the real inputs.
+2. **Joint**: that functional graph replayed with autograd on fake inputs that require grad as
+   the real ones do, followed by ``torch.autograd.grad`` of the outputs that require grad, with
+   one *tangent* input per such output. The result is one aten graph
+   ``(primals..., tangents...) -> (outputs..., mutation values..., grads...)``; a grad is
+   ``None`` where eager's would be (the input does not require grad or is unused).
+
+Outputs that alias a graph input (``x.view(-1)``, ``x[0]``) are not outputs of the joint graph:
+the runtime rebuilds them as ``as_strided`` views of the real input (so aliasing and the
+gradient through them behave as in eager). Outputs that do not require grad get no tangent.
+What this module does not handle raises ``NotImplementedError`` (the caller runs the graph as
+captured and logs why): grad-mode changes inside the graph, mutated inputs that require grad,
+non-tensor inputs or outputs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import operator
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx
+from torch.utils import _pytree as pytree
+
+aten = torch.ops.aten
+
+
+@dataclasses.dataclass
+class AliasedOutput:
+    """A user output that is a view of graph input ``input_index`` (rebuilt with as_strided)."""
+    input_index: int
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset_delta: int  # storage offset relative to the input's
+
+
+@dataclasses.dataclass
+class JointGraph:
+    """The traced joint graph and what the runtime needs to know about its signature.
+
+    ``gm`` inputs: ``num_primals`` primals then ``len(tangent_outputs)`` tangents. Its flat
+    outputs: ``fw_outputs`` computed user outputs, ``len(mutated_inputs)`` new values of mutated
+    inputs, then the grads of the primals with ``has_grad`` (the others' grads are ``None``).
+    """
+    gm: torch.fx.GraphModule
+    num_primals: int
+    out_spec: Any
+    # Per user output (flattened): an index into the computed outputs, or an AliasedOutput.
+    user_outputs: list[int | AliasedOutput]
+    fw_outputs: int
+    fw_requires_grad: list[bool]  # per computed output
+    mutated_inputs: list[int]
+    tangent_outputs: list[int]  # indices of computed outputs that get a tangent
+    primal_requires_grad: list[bool]
+    # Per primal: whether the joint graph outputs a grad for it (eager's would be None otherwise).
+    has_grad: list[bool]
+
+    @property
+    def num_fw_outputs(self) -> int:
+        return self.fw_outputs + len(self.mutated_inputs)
+
+
+def module_state(gm: torch.nn.Module) -> list[str]:
+    """Names of ``gm``'s parameters and buffers: they become trailing primals of the joint graph.
+
+    pyjit's frontend passes parameters as graph inputs (none here); ``fx.symbolic_trace`` graphs
+    and user graphs keep them on (sub)modules, and the joint graph must see them as inputs to
+    differentiate them and to write buffer updates (batch-norm running stats) back.
+    """
+    return [name for name, _ in gm.named_parameters()] + [name for name, _ in gm.named_buffers()]
+
+
+def fetch_attributes(gm: torch.nn.Module, names: Sequence[str]) -> list[torch.Tensor]:
+    out: list[torch.Tensor] = []
+    for name in names:
+        obj: Any = gm
+        for part in name.split("."):
+            obj = getattr(obj, part)
+        out.append(obj)
+    return out
+
+
+def as_function(gm: torch.fx.GraphModule, names: Sequence[str]) -> Callable[..., Any]:
+    """``gm`` as a function of its inputs followed by the tensors ``names`` on it."""
+    if not names:
+        return torch.fx.Interpreter(gm).run
+    n_state = len(names)
+
+    def run(*args: Any) -> Any:
+        state = dict(zip(names, args[len(args) - n_state:]))
+        return torch.func.functional_call(gm, state, tuple(args[:len(args) - n_state]), strict=True)
+
+    return run
+
+
+_GRAD_MODE_FNS = {torch._C._set_grad_enabled, torch.set_grad_enabled, torch.autograd.grad,
+                  torch.autograd.backward, torch.Tensor.backward, torch.Tensor.requires_grad_}
+
+
+def check_supported(gm: torch.fx.GraphModule) -> None:
+    for n in gm.graph.nodes:
+        if n.op in ("call_function", "call_method") and (
+                n.target in _GRAD_MODE_FNS or n.target in ("requires_grad_", "backward")):
+            raise NotImplementedError(f"the graph changes grad mode or calls autograd ({n.format_node()})")
+
+
+def make_fake_inputs(example_inputs: Sequence[Any]) -> tuple[Any, list[torch.Tensor]]:
+    """A fake tensor mode and fake copies of ``example_inputs`` (keeping requires_grad)."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    if any(not isinstance(t, torch.Tensor) for t in example_inputs):
+        raise NotImplementedError("non-tensor graph inputs are not supported by the training path")
+    modes = {id(t.fake_mode): t.fake_mode for t in example_inputs if isinstance(t, FakeTensor)}
+    if len(modes) > 1:
+        raise NotImplementedError("example inputs come from several fake tensor modes")
+    mode = next(iter(modes.values())) if modes else FakeTensorMode(allow_non_fake_inputs=True)
+    fakes = [t if isinstance(t, FakeTensor) else mode.from_tensor(t, static_shapes=True) for t in example_inputs]
+    return mode, fakes
+
+
+def trace_forward(forward: Callable[..., Any], fake_mode: Any, fakes: Sequence[torch.Tensor],
+                  decompositions: dict[Any, Callable[..., Any]]
+                  ) -> tuple[torch.fx.GraphModule, Any, list[int]]:
+    """The functional forward aten graph: outputs are the flat user outputs then the new
+    values of mutated inputs (whose indices are returned), and the output tree spec."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    spec_box: list[Any] = []
+
+    def flat_forward(*args: Any) -> list[Any]:
+        with torch.fx.traceback.preserve_node_meta():
+            out = forward(*args)
+        leaves, spec = pytree.tree_flatten(out)
+        spec_box.append(spec)
+        if any(not isinstance(leaf, torch.Tensor) for leaf in leaves):
+            raise NotImplementedError("non-tensor graph outputs are not supported by the training path")
+        return leaves
+
+    fn = torch.func.functionalize(flat_forward, remove="mutations")
+    inputs = [t.detach() for t in fakes]
+    with fake_mode, torch.no_grad():
+        fw = make_fx(fn, decomposition_table=decompositions, tracing_mode="real", record_stack_traces=True)(*inputs)
+    placeholders = [n for n in fw.graph.nodes if n.op == "placeholder"]
+    output = next(n for n in fw.graph.nodes if n.op == "output")
+    mutated: list[int] = []
+    values: list[torch.fx.Node] = []
+    for n in list(fw.graph.nodes):
+        if n.op == "call_function" and n.target is aten.copy_.default and n.args[0] in placeholders:
+            index = placeholders.index(n.args[0])
+            if index in mutated:  # mutated twice: the last write wins
+                values[mutated.index(index)] = n.args[1]
+            else:
+                mutated.append(index)
+                values.append(n.args[1])
+            fw.graph.erase_node(n)
+    output.args = (list(output.args[0]) + values,)
+    fw.graph.eliminate_dead_code()
+    fw.recompile()
+    return fw, spec_box[-1], mutated
+
+
+def _is_alias(out: torch.Tensor, inp: torch.Tensor) -> bool:
+    from torch.multiprocessing.reductions import StorageWeakRef
+    return StorageWeakRef(out.untyped_storage()) == StorageWeakRef(inp.untyped_storage())
+
+
+def trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_inputs: Sequence[Any],
+                decompositions: dict[Any, Callable[..., Any]]) -> JointGraph:
+    """Trace the joint forward/backward graph of ``gm`` for inputs like ``example_inputs``
+    (the graph's inputs followed by its parameters and buffers ``state_names``)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    check_supported(gm)
+    fake_mode, fakes = make_fake_inputs(example_inputs)
+    grad = torch.is_grad_enabled()
+    requires_grad = [grad and bool(t.requires_grad) for t in example_inputs]
+    fw, out_spec, mutated = trace_forward(as_function(gm, state_names), fake_mode, fakes, decompositions)
+    for i in mutated:
+        if requires_grad[i]:
+            raise NotImplementedError(f"graph input {i} requires grad and is mutated in place")
+    out_node = next(n for n in fw.graph.nodes if n.op == "output")
+    n_user = len(out_node.args[0]) - len(mutated)
+
+    # Outputs aliasing an input leave the graph: the runtime rebuilds them as views.
+    fw_placeholders = [n for n in fw.graph.nodes if n.op == "placeholder"]
+    user_outputs: list[int | AliasedOutput] = []
+    kept: list[torch.fx.Node] = []
+    for node in out_node.args[0][:n_user]:
+        val = node.meta["val"]
+        alias = next((i for i, p in enumerate(fw_placeholders) if _is_alias(val, p.meta["val"])), None)
+        if alias is not None and alias not in mutated:
+            base = fw_placeholders[alias].meta["val"]
+            user_outputs.append(AliasedOutput(alias, tuple(val.shape), tuple(val.stride()),
+                                              val.storage_offset() - base.storage_offset()))
+        else:
+            user_outputs.append(len(kept))
+            kept.append(node)
+    out_node.args = (kept + list(out_node.args[0][n_user:]),)
+    fw.graph.eliminate_dead_code()
+    fw.recompile()
+    n_fw = len(kept)
+
+    # Which computed outputs require grad: one autograd-enabled replay on fake tensors.
+    with fake_mode:
+        probe_inputs = [t.detach().requires_grad_(r) for t, r in zip(fakes, requires_grad)]
+        with torch.enable_grad():
+            probe = torch.fx.Interpreter(fw).run(*probe_inputs)
+    fw_requires_grad = [bool(t.requires_grad) for t in probe[:n_fw]]
+    tangent_outputs = [i for i, r in enumerate(fw_requires_grad) if r]
+
+    grad_box: list[list[bool]] = []
+
+    def joint(primals: list[torch.Tensor], tangents: list[torch.Tensor]) -> list[Any]:
+        primals = [p.detach().requires_grad_(r) for p, r in zip(primals, requires_grad)]
+        with torch.enable_grad():
+            outs = torch.fx.Interpreter(fw).run(*primals)
+        wrt = [p for p in primals if p.requires_grad]
+        diff = [outs[i] for i in tangent_outputs]
+        grads: Sequence[Any] = ()
+        if wrt and diff:
+            grads = torch.autograd.grad(diff, wrt, tangents, allow_unused=True)
+        it = iter(grads)
+        all_grads = [next(it) if r else None for r in requires_grad] if grads else [None] * len(primals)
+        grad_box.append([g is not None for g in all_grads])
+        return [o.detach() for o in outs] + [g for g in all_grads if g is not None]
+
+    with fake_mode:
+        primal_fakes = [t.detach() for t in fakes]
+        tangent_fakes = [torch.empty_like(probe[i], memory_format=torch.contiguous_format).detach()
+                         for i in tangent_outputs]
+        joint_gm = make_fx(joint, decomposition_table=decompositions, tracing_mode="real",
+                           record_stack_traces=True)(primal_fakes, tangent_fakes)
+    _strip_detach(joint_gm)
+    if _has_mutation(joint_gm):
+        joint_gm = _functionalize(joint_gm, fake_mode, primal_fakes + tangent_fakes, decompositions)
+    return JointGraph(joint_gm, len(fakes), out_spec, user_outputs, n_fw, fw_requires_grad, mutated,
+                      tangent_outputs, requires_grad, grad_box[-1])
+
+
+def _strip_detach(gm: torch.fx.GraphModule) -> None:
+    """``detach``/``alias`` are identities once autograd is gone; removing them exposes reuse."""
+    for n in list(gm.graph.nodes):
+        if n.op == "call_function" and n.target in (aten.detach.default, aten.alias.default):
+            n.replace_all_uses_with(n.args[0])
+            gm.graph.erase_node(n)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+
+
+def _has_mutation(gm: torch.fx.GraphModule) -> bool:
+    return any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+               and n.target._schema.is_mutable for n in gm.graph.nodes)
+
+
+def _functionalize(gm: torch.fx.GraphModule, fake_mode: Any, inputs: list[torch.Tensor],
+                   decompositions: dict[Any, Callable[..., Any]]) -> torch.fx.GraphModule:
+    """Re-trace a joint graph whose backward formulas used in-place ops, functionalized."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def replay(*args: torch.Tensor) -> Any:
+        return list(torch.fx.Interpreter(gm).run(*args))
+
+    fn = torch.func.functionalize(replay, remove="mutations")
+    with fake_mode, torch.no_grad():
+        new = make_fx(fn, decomposition_table=decompositions, tracing_mode="real")(*inputs)
+    if any(n.op == "call_function" and n.target is aten.copy_.default for n in new.graph.nodes):
+        raise NotImplementedError("the backward mutates a graph input")
+    _strip_detach(new)
+    return new
+
+
+def is_getitem(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and node.target is operator.getitem

@@ -1,0 +1,207 @@
+"""Split a joint forward/backward graph into a forward and a backward graph.
+
+The forward graph computes the user outputs, the new values of mutated inputs and the *saved*
+values; the backward graph takes the saved values and the tangents and returns the grads,
+recomputing whatever else it needs from the saved values.
+
+Two partitioners choose what to save:
+
+- ``"reference"`` (save what the backward uses): every value computed without tangents is
+  computed in the forward, and every such value the backward reads is saved. This is what
+  eager autograd does.
+- ``"min_cut"``: a max-flow/min-cut (``networkx``) over the data-flow graph. Each value is an
+  edge ``in -> out`` of capacity its size in bytes; primals and values that must not be
+  recomputed (anything but cheap pointwise, view and constant ops; random ops never) hang from
+  the source; values the backward reads hang from the sink. The cut edges are the values to
+  save, so the bytes saved are minimal among partitions that only recompute cheap ops. Since
+  the reference partition is one such cut, min-cut never saves more bytes than it.
+
+``partition_joint`` returns both graphs and a :class:`PartitionReport` with the bytes each
+partitioner would save (``last_report`` keeps the latest one, for tests and benchmarks).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+from typing import Any, Iterable
+
+import torch
+import torch.fx
+
+from ...logs import get_logger
+from .joint import JointGraph
+
+aten = torch.ops.aten
+log = get_logger("compile_times")
+
+# Ops the min-cut partitioner may recompute in the backward besides pointwise ones: views
+# (free) and constants without inputs.
+_VIEW_OPS = {
+    aten.t.default, aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.expand.default,
+    aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.unsqueeze.default, aten.permute.default,
+    aten.transpose.int, aten.select.int, aten.slice.Tensor, aten.as_strided.default, aten.alias.default,
+    aten.detach.default, aten._to_copy.default, aten.clone.default,
+}
+_CONSTANT_OPS = {aten.full.default, aten.scalar_tensor.default, aten.zeros.default, aten.ones.default}
+
+
+@dataclasses.dataclass
+class PartitionReport:
+    """Bytes of saved values under each partitioner, and what the chosen one saved/recomputed."""
+    partition: str
+    saved_bytes: int
+    reference_bytes: int
+    min_cut_bytes: int
+    saved: list[str]
+    recomputed: list[str]  # targets of forward values the backward recomputes
+
+
+@dataclasses.dataclass
+class Partitioned:
+    fw_gm: torch.fx.GraphModule
+    bw_gm: torch.fx.GraphModule
+    num_saved: int
+    saved_primals: list[int]  # per saved value: the primal index it is, or -1
+    report: PartitionReport
+
+
+last_report: PartitionReport | None = None
+
+
+def recomputable(node: torch.fx.Node) -> bool:
+    """Cheap to recompute in the backward: pointwise, view or constant; never random."""
+    if node.op == "placeholder":
+        return False
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem:
+        return True
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    if torch.Tag.nondeterministic_seeded in target.tags:
+        return False
+    return torch.Tag.pointwise in target.tags or target in _VIEW_OPS or target in _CONSTANT_OPS
+
+
+def node_bytes(node: torch.fx.Node) -> float:
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return float(val.numel() * val.element_size())
+    return math.inf
+
+
+class _Roles:
+    """Which joint-graph nodes are primals, tangents, tangent-dependent, and the outputs."""
+
+    def __init__(self, joint: JointGraph) -> None:
+        graph = joint.gm.graph
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        self.primals = placeholders[:joint.num_primals]
+        self.tangents = placeholders[joint.num_primals:]
+        self.output = next(n for n in graph.nodes if n.op == "output")
+        outs = list(self.output.args[0])
+        self.fw_outputs: list[torch.fx.Node] = outs[:joint.num_fw_outputs]
+        self.bw_outputs: list[torch.fx.Node] = outs[joint.num_fw_outputs:]
+        self.backward: set[torch.fx.Node] = set(self.tangents)
+        for n in graph.nodes:
+            if n.op != "output" and any(a in self.backward for a in n.all_input_nodes):
+                self.backward.add(n)
+        self.order = {n: i for i, n in enumerate(graph.nodes)}
+
+    def forward_nodes(self) -> list[torch.fx.Node]:
+        return [n for n in self.order if n.op != "output" and n not in self.backward]
+
+    def read_by_backward(self, n: torch.fx.Node) -> bool:
+        return any(u in self.backward for u in n.users) or n in self.bw_outputs
+
+
+def reference_saved(roles: _Roles) -> list[torch.fx.Node]:
+    return [n for n in roles.forward_nodes() if roles.read_by_backward(n)]
+
+
+def min_cut_saved(roles: _Roles) -> list[torch.fx.Node]:
+    import networkx as nx
+
+    flow = nx.DiGraph()
+    flow.add_node("source")
+    flow.add_node("sink")
+    for n in roles.forward_nodes():
+        name = n.name
+        if n in roles.primals or not recomputable(n):
+            flow.add_edge("source", name + "_in")  # no capacity attribute: infinite
+        weight = node_bytes(n)
+        if math.isinf(weight):
+            flow.add_edge(name + "_in", name + "_out")
+        else:
+            flow.add_edge(name + "_in", name + "_out", capacity=weight)
+        if roles.read_by_backward(n):
+            flow.add_edge(name + "_out", "sink")
+        for user in n.users:
+            if user.op != "output" and user not in roles.backward:
+                flow.add_edge(name + "_out", user.name + "_in")
+    value, (reachable, _) = nx.minimum_cut(flow, "source", "sink")
+    if math.isinf(value):
+        raise NotImplementedError("min-cut partition found no finite cut")
+    return [n for n in roles.forward_nodes()
+            if n.name + "_in" in reachable and n.name + "_out" not in reachable]
+
+
+def _ancestors(outputs: Iterable[torch.fx.Node], stop: set[torch.fx.Node]) -> set[torch.fx.Node]:
+    seen: set[torch.fx.Node] = set()
+    stack = [n for n in outputs if isinstance(n, torch.fx.Node)]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n not in stop:
+            stack.extend(n.all_input_nodes)
+    return seen
+
+
+def _extract(joint_gm: torch.fx.GraphModule, roles: _Roles, inputs: list[torch.fx.Node],
+             outputs: list[Any], name: str) -> tuple[torch.fx.GraphModule, list[torch.fx.Node]]:
+    """A graph with ``inputs`` as placeholders computing ``outputs``; also the copied nodes."""
+    stop = set(inputs)
+    needed = _ancestors(outputs, stop)
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    for n in inputs:
+        env[n] = graph.placeholder(n.name)
+        env[n].meta = dict(n.meta)
+    copied: list[torch.fx.Node] = []
+    for n in roles.order:
+        if n not in needed or n in env:
+            continue
+        if n.op == "placeholder":
+            raise NotImplementedError(f"partition error: {name} graph needs {n.name}, which it does not receive")
+        env[n] = graph.node_copy(n, lambda a: env[a])
+        copied.append(n)
+    graph.output([env[o] if isinstance(o, torch.fx.Node) else o for o in outputs])
+    gm = torch.fx.GraphModule(joint_gm, graph, class_name=name)
+    return gm, copied
+
+
+def partition_joint(joint: JointGraph, partition: str = "min_cut") -> Partitioned:
+    """Forward and backward graphs of ``joint`` with the values ``partition`` chooses saved."""
+    global last_report
+    if partition not in ("min_cut", "reference"):
+        raise ValueError(f"unknown partition {partition!r}: use 'min_cut' or 'reference'")
+    roles = _Roles(joint)
+    reference = reference_saved(roles)
+    cut = min_cut_saved(roles) if roles.bw_outputs else []
+    saved = cut if partition == "min_cut" else reference
+    saved.sort(key=roles.order.__getitem__)
+    fw_gm, fw_nodes = _extract(joint.gm, roles, roles.primals, roles.fw_outputs + saved, "pyjit_forward")
+    bw_gm, bw_nodes = _extract(joint.gm, roles, saved + roles.tangents, roles.bw_outputs, "pyjit_backward")
+    recomputed = [n for n in bw_nodes if n not in roles.backward]
+    report = PartitionReport(partition, int(sum(node_bytes(n) for n in saved)),
+                             int(sum(node_bytes(n) for n in reference)), int(sum(node_bytes(n) for n in cut)),
+                             [n.name for n in saved], [str(n.target) for n in recomputed])
+    last_report = report
+    log.info("partition %s: saved %d bytes (reference %d, min-cut %d), recomputed %d ops", partition,
+             report.saved_bytes, report.reference_bytes, report.min_cut_bytes, len(recomputed))
+    saved_primals = [roles.primals.index(n) if n in roles.primals else -1 for n in saved]
+    return Partitioned(fw_gm, bw_gm, len(saved), saved_primals, report)

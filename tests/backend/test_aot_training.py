@@ -1,0 +1,218 @@
+"""Training through pyjit's backend (issue 10): outputs and every gradient equal eager autograd.
+
+Graphs are compiled by ``compile_fx`` (the joint graph, min-cut partition and
+``torch.autograd.Function`` of ``pyjit/backend/aot``) on CPU with generated Triton kernels run by
+Triton's interpreter (the ``device`` fixture), and on CUDA when available.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable, Sequence
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import pyjit.backend as backend
+from pyjit.backend.aot import partition as aot_partition
+
+from .conftest import compile_graph
+
+
+def _leaf(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().clone().requires_grad_(t.requires_grad)
+
+
+def check_training(fn: Callable[..., Any], inputs: Sequence[torch.Tensor], *, loss: Callable[[Any], torch.Tensor]
+                   | None = None, seed: int | None = None, atol: float = 1e-4, rtol: float = 1e-4) -> Any:
+    """Compile ``fn`` (a function or module) and compare outputs, input grads, parameter grads
+    and mutated inputs with eager; returns the compiled callable."""
+    ref_fn = copy.deepcopy(fn) if isinstance(fn, nn.Module) else fn
+    ref_inputs = [_leaf(t) for t in inputs]
+    gm = torch.fx.symbolic_trace(fn) if not isinstance(fn, torch.fx.GraphModule) else fn
+    compiled = compile_graph(gm, list(inputs))
+    loss = loss or (lambda out: sum(o.float().sum() for o in torch.utils._pytree.tree_leaves(out)
+                                    if isinstance(o, torch.Tensor) and o.requires_grad))
+    if seed is not None:
+        torch.manual_seed(seed)
+    expected = ref_fn(*ref_inputs)
+    if seed is not None:
+        torch.manual_seed(seed)
+    actual = compiled(*inputs)
+    for e, a in zip(torch.utils._pytree.tree_leaves(expected), torch.utils._pytree.tree_leaves(actual)):
+        torch.testing.assert_close(a, e, atol=atol, rtol=rtol)
+        assert a.requires_grad == e.requires_grad
+    loss(expected).backward()
+    loss(actual).backward()
+    for e, a in zip(ref_inputs, inputs):
+        torch.testing.assert_close(a, e, atol=atol, rtol=rtol)  # mutated inputs
+        if e.grad is None:
+            assert a.grad is None
+        else:
+            torch.testing.assert_close(a.grad, e.grad, atol=atol, rtol=rtol)
+    if isinstance(fn, nn.Module):
+        ref_params = dict(ref_fn.named_parameters())
+        for name, p in gm.named_parameters():
+            q = ref_params[name]
+            assert (p.grad is None) == (q.grad is None), name
+            if q.grad is not None:
+                torch.testing.assert_close(p.grad, q.grad, atol=atol, rtol=rtol, msg=name)
+        ref_buffers = dict(ref_fn.named_buffers())
+        for name, b in gm.named_buffers():
+            if name in ref_buffers:  # batch-norm running stats updated as eager
+                torch.testing.assert_close(b, ref_buffers[name], atol=atol, rtol=rtol, msg=name)
+    assert aot_partition.last_report is not None
+    report = aot_partition.last_report
+    assert report.min_cut_bytes <= report.reference_bytes
+    return compiled
+
+
+class MLP(nn.Module):
+    """Residual MLP with layer norm and GELU."""
+
+    def __init__(self, d: int = 16) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(d, 2 * d)
+        self.fc2 = nn.Linear(2 * d, d)
+        self.ln = nn.LayerNorm(d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ln(x + self.fc2(F.gelu(self.fc1(x))))
+
+
+class Block(nn.Module):
+    """A GPT-2 style block: pre-norm causal self-attention and a GELU MLP, dropout."""
+
+    def __init__(self, d: int = 16, heads: int = 2, p: float = 0.0, t: int = 8) -> None:
+        super().__init__()
+        self.heads, self.d = heads, d
+        self.register_buffer("mask", torch.ones(t, t, dtype=torch.bool).tril())
+        self.ln1 = nn.LayerNorm(d)
+        self.attn = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.fc = nn.Linear(d, 4 * d)
+        self.out = nn.Linear(4 * d, d)
+        self.drop = nn.Dropout(p)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape[0], self.mask.shape[0], self.d
+        q, k, v = self.attn(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (d // self.heads) ** 0.5)
+        att = torch.softmax(att.masked_fill(~self.mask, float("-inf")), dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.drop(self.proj(y))
+        return x + self.drop(self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh")))
+
+
+def test_mlp_residual_layer_norm(device: str) -> None:
+    model = MLP().to(device)
+    check_training(model, [torch.randn(4, 16, device=device, requires_grad=True)])
+    assert backend.metrics.compiled_graphs >= 2  # forward and (lazily) backward
+
+
+def test_gpt2_block(device: str) -> None:
+    torch.manual_seed(0)
+    check_training(Block().to(device), [torch.randn(2, 8, 16, device=device)])
+
+
+def test_dropout_same_mask_forward_and_backward(device: str) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 16), nn.Dropout(0.5), nn.GELU(), nn.Dropout(0.3)).to(device)
+    x = torch.randn(8, 16, device=device, requires_grad=True)
+    check_training(model, [x], seed=123)
+    report = aot_partition.last_report
+    assert report is not None and not any("bernoulli" in r or "dropout" in r for r in report.recomputed)
+
+
+def test_conv_batch_norm_relu_train_mode(device: str) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU()).to(device).train()
+    check_training(model, [torch.randn(2, 3, 6, 6, device=device)])
+
+
+def test_cross_entropy_loss(device: str) -> None:
+    logits = torch.randn(6, 5, device=device, requires_grad=True)
+    target = torch.randint(0, 5, (6,), device=device)
+    check_training(lambda lg, t: F.cross_entropy(lg, t), [logits, target])
+
+
+def test_outputs_not_requiring_grad_and_none_grads(device: str) -> None:
+    def fn(x: torch.Tensor, unused: torch.Tensor, w: torch.Tensor) -> Any:
+        y = x * w
+        return y.sum(), y.detach() * 2, y.argmax(dim=1), (w > 0)
+
+    x = torch.randn(4, 5, device=device, requires_grad=True)
+    unused = torch.randn(3, device=device, requires_grad=True)
+    w = torch.randn(5, device=device)  # no grad
+    compiled = check_training(fn, [x, unused, w])
+    out = compiled(x, unused, w)
+    assert [o.requires_grad for o in out] == [True, False, False, False]
+    assert unused.grad is None and w.grad is None
+
+
+def test_in_place_ops_on_activations(device: str) -> None:
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        y = x @ w
+        y.mul_(2).add_(1)
+        y[0].zero_()  # in place on a view of an activation
+        z = torch.sin(y)
+        z.add_(y)
+        return z
+
+    check_training(fn, [torch.randn(4, 6, device=device, requires_grad=True),
+                        torch.randn(6, 3, device=device, requires_grad=True)])
+
+
+def test_mutated_input_not_requiring_grad(device: str) -> None:
+    def fn(x: torch.Tensor, counter: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        counter.add_(1)
+        return (x * w * counter).tanh()
+
+    check_training(fn, [torch.randn(4, 3, device=device, requires_grad=True), torch.zeros(3, device=device),
+                        torch.randn(3, device=device, requires_grad=True)])
+
+
+def test_inputs_that_are_views_and_aliased_outputs(device: str) -> None:
+    def fn(x: torch.Tensor, w: torch.Tensor) -> Any:
+        return (x * w).sin(), x[0], x.view(-1)
+
+    base = torch.randn(5, 4, device=device, requires_grad=True)
+    w = torch.randn(4, device=device, requires_grad=True)
+    x = base[1:]  # a non-leaf view input
+    ref_base, ref_w = _leaf(base), _leaf(w)
+    compiled = compile_graph(torch.fx.symbolic_trace(fn), [x, w])
+    out = compiled(x, w)
+    exp = fn(ref_base[1:], ref_w)
+    for a, e in zip(out, exp):
+        torch.testing.assert_close(a, e)
+    assert out[1].data_ptr() == x[0].data_ptr() and out[2].data_ptr() == x.data_ptr()  # aliases as eager
+    (out[0].sum() + 2 * out[1].sum() + 3 * out[2].sum()).backward()
+    (exp[0].sum() + 2 * exp[1].sum() + 3 * exp[2].sum()).backward()
+    torch.testing.assert_close(base.grad, ref_base.grad)
+    torch.testing.assert_close(w.grad, ref_w.grad)
+
+
+def test_grad_enabled_inference_and_no_grad_call(device: str) -> None:
+    model = MLP().to(device).eval()
+    x = torch.randn(3, 16, device=device)
+    compiled = compile_graph(torch.fx.symbolic_trace(model), [x])
+    compiled_bw = backend.metrics.compiled_graphs
+    with torch.no_grad():
+        expected = model(x)
+        torch.testing.assert_close(compiled(x), expected)
+    out = compiled(x)
+    torch.testing.assert_close(out, expected)
+    assert out.requires_grad
+    assert backend.metrics.compiled_graphs == compiled_bw  # the backward is never compiled
+
+
+def test_double_backward_raises_clear_error(device: str) -> None:
+    x = torch.randn(4, device=device, requires_grad=True)
+    compiled = compile_graph(torch.fx.symbolic_trace(lambda a: (a * a).sin()), [x])
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(compiled(x).sum(), x, create_graph=True)
+    (g,) = torch.autograd.grad(compiled(x).sum(), x)  # first order still works
+    torch.testing.assert_close(g, 2 * x.detach() * torch.cos(x.detach() * x.detach()))
