@@ -17,7 +17,8 @@ Module layout (every program)::
 
 ``fn(x, y, n, flag, lst, d, box)``: ``x``, ``y`` float tensors of one shape (``x`` requires
 grad in some programs; call 2 may use another shape), ``n`` a small int, ``flag`` a bool,
-``lst`` a list of floats, ``d`` a dict, ``box`` a ``Box``.
+``lst`` a list of floats, ``d`` a dict, ``box`` a ``Box``. Some programs alias inputs:
+``y is x``, or ``d["lst"] is lst``.
 
 Grammar of the body of ``fn`` (``S`` = statement; nested bodies hold 1-3 ``S`` and only rebind
 variables that already exist, so every name is defined on every path; depth <= 2)::
@@ -26,7 +27,7 @@ variables that already exist, so every name is defined on every path; depth <= 2
        | T = T.clone(); T.mul_(C).add_(C)                      (in-place on a fresh tensor)
        | y.add_(C) | y.mul_(C)                                 (in-place on an input)
        | F = T.sum().item() ...; F = F * C + n                 (.item() then Python arithmetic)
-       | K = (K * 3 + n) % 5
+       | K = (K * 3 + n) % 5 | K = T.shape[0] * 2 - T.size(1) ... | max/min/divmod/abs/isinstance
        | for i in range(n) / range(C): S+        | for j, v in enumerate(lst): S+
        | for u, w in zip([T, T], [C, C]): S+     | w = 0; while w < n: S+; w += 1
        | w = 0; while w < 3 and T.abs().sum() > C: w += 1; S+
@@ -49,7 +50,7 @@ variables that already exist, so every name is defined on every path; depth <= 2
        | try: d["missing"] except KeyError: K = K + 1
        | if <condition true on some calls>: raise ValueError/RuntimeError(f"...")
        | v = lst[n + 10]                            (IndexError)
-    return (T..., K, F) | {"out": T, ...} | [T, K]
+    return (T..., K, F) | {"out": T, ...} | [T, K] | T, lst, d, box   (inputs returned themselves)
 
 Numbers printed are ints, bools, shapes or ``round(F, 3)``; exception messages hold Python
 values only. ``feature_tags(seed)`` lists the constructs a program uses (for statistics).
@@ -172,8 +173,13 @@ class _Gen:
     def s_int(self, ind: int, depth: int, top: bool) -> None:
         out = self.target(self.ints, "k", top)
         src = self.k()
+        t = self.t()
         self.emit(ind, self.r.choice([f"{out} = ({src} * 3 + n) % 5", f"{out} = {src} + len(lst)",
-                                      f"{out} = int({self.f()} > 0) + {src}"]))
+                                      f"{out} = int({self.f()} > 0) + {src}",
+                                      f"{out} = {t}.shape[0] * 2 - {t}.size(1) + {src} % 3",
+                                      f"{out} = max({src}, n) - min(len(G_LOG), 3)",
+                                      f"{out}, rem_{out} = divmod(abs({src}) + {t}.numel(), 4)",
+                                      f"{out} = {src} + (1 if isinstance({self.f()}, float) else 2)"]))
         self.add(self.ints, out)
 
     def s_print(self, ind: int, depth: int, top: bool) -> None:
@@ -190,7 +196,8 @@ class _Gen:
         elif choice == 3:
             self.emit(ind, f'print(f"k={{{self.k()}}} f={{round({self.f()}, 3)}}")')
         else:
-            self.emit(ind, f'print("lst", lst, box.count)')
+            self.emit(ind, self.r.choice(['print("lst", lst, box.count)', 'print(*lst, sep=", ", end=";\\n")',
+                                          f'print(f"{{{self.f()}:.2f}}|{{n:>3}}|{{flag!r}}")']))
 
     def s_mut_list(self, ind: int, depth: int, top: bool) -> None:
         self.tags.add("mut_list")
@@ -235,6 +242,8 @@ class _Gen:
             self.emit(ind, "box.count += 1")
         elif choice == 1:
             self.emit(ind, f"box.t = {self.t()} + {self.c()}")
+            if self.r.random() < 0.5:
+                self.emit(ind, f"box.t.mul_({self.c()})")
         elif choice == 2:
             self.emit(ind, f"box.hist.append({self.k()})\nbox.scale = box.scale * 0.5")
         else:
@@ -383,7 +392,7 @@ class _Gen:
         r, out = self.r, []
         for m in range(self.n_helpers):
             inner = [f"def inner_{m}(a, k):", f"    a = a * {self.c()} + k"]
-            extra = r.randrange(6)
+            extra = r.randrange(7)
             if extra == 0:
                 inner.append('    print("inner", k, tuple(a.shape))')
                 self.tags.add("print")
@@ -398,6 +407,9 @@ class _Gen:
                 self.tags.add("mut_global")
             elif extra == 4:
                 inner += ["    if k > 4:", '        raise ValueError(f"inner_%d: k={k}")' % m]
+            elif extra == 5:
+                inner += ["    global G_COUNT", "    G_COUNT = G_COUNT + k"]
+                self.tags.add("mut_global")
             inner.append(f"    return {r.choice(_UNARY)}(a)")
             outer = [f"def outer_{m}(a, b, k):"]
             if r.random() < 0.3:
@@ -419,6 +431,10 @@ class _Gen:
         grad = r.random() < 0.3
         if grad:
             self.tags.add("requires_grad")
+        alias_y = not grad and r.random() < 0.1      # y is x: in-place updates of y change x
+        alias_lst = r.random() < 0.3                 # d["lst"] is lst: mutations seen through both
+        if alias_y or alias_lst:
+            self.tags.add("aliased_inputs")
         return [
             "def make_inputs(call):",
             f"    g = torch.Generator().manual_seed({self.seed} * 7 + call)",
@@ -430,6 +446,8 @@ class _Gen:
             f"    flag = {flags}[call]",
             f"    lst = [1.0, -2.5, 0.5][:{lens}[call]]",
             '    d = {"scale": 0.5, "name": "d"}',
+            *(["    y = x"] if alias_y else []),
+            *(['    d["lst"] = lst'] if alias_lst else []),
             "    return x, y, n, flag, lst, d, Box()",
         ]
 
@@ -449,8 +467,10 @@ class _Gen:
             self.stmt(ind, 0, top=True)
         r = self.r
         ts = r.sample(self.tensors, min(len(self.tensors), r.randrange(1, 4)))
-        choice = r.randrange(3)
-        if choice == 0:
+        choice = r.randrange(4)
+        if choice == 3:
+            self.emit(ind, f"return {ts[0]}, lst, d, box")
+        elif choice == 0:
             self.emit(ind, f"return ({', '.join(ts)}, {self.k()}, {self.f()})")
         elif choice == 1:
             self.emit(ind, f'return {{"out": {ts[0]}, "k": {self.k()}, "all": [{", ".join(ts)}]}}')

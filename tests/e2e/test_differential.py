@@ -75,10 +75,13 @@ def _snapshot_value(value: Any) -> Any:
     return value
 
 
-def _aliases(args: Any, result: Any) -> list[int]:
-    """For each tensor in the result: the index of the input tensor it *is* (-1 when none)."""
+def _aliases(args: Any, result: Any) -> tuple[list[int], list[int]]:
+    """For each tensor in the result: the index of the input tensor it *is* (-1 when none); for
+    each top-level item of a returned tuple/list: the index of the argument it is (-1 when none)."""
     inputs = {id(t): i for i, t in enumerate(tensor_leaves(args))}
-    return [inputs.get(id(t), -1) for t in tensor_leaves(result)]
+    items = result if isinstance(result, (tuple, list)) else ()
+    return ([inputs.get(id(t), -1) for t in tensor_leaves(result)],
+            [next((i for i, a in enumerate(args) if a is item), -1) for item in items])
 
 
 def run_side(module: Any, fn: Any, peek: Any, call: int) -> dict[str, Any]:
@@ -176,7 +179,7 @@ def test_generator_is_deterministic_and_covers_the_grammar():
     seen = set().union(*(feature_tags(s) for s in range(COUNT)))
     wanted = {"print", "print_shape", "item", "tensor_branch", "py_branch", "loop", "container", "helper",
               "mut_list", "mut_dict", "mut_attr", "mut_global", "mut_nonlocal", "closure", "no_grad", "try",
-              "raise", "inplace", "inplace_input", "requires_grad", "new_object"}
+              "raise", "inplace", "inplace_input", "requires_grad", "new_object", "aliased_inputs"}
     assert wanted <= seen, f"never generated: {wanted - seen}"
 
 
