@@ -54,7 +54,7 @@ class PartitionReport:
     reference_bytes: int
     min_cut_bytes: int
     saved: list[str]
-    recomputed: list[str]  # targets of forward values the backward recomputes
+    recomputed: list[Any]  # targets (OpOverloads) of forward values the backward recomputes
 
 
 @dataclasses.dataclass
@@ -199,7 +199,11 @@ def partition_joint(joint: JointGraph, partition: str = "min_cut") -> Partitione
     recomputed = [n for n in bw_nodes if n not in roles.backward]
     report = PartitionReport(partition, int(sum(node_bytes(n) for n in saved)),
                              int(sum(node_bytes(n) for n in reference)), int(sum(node_bytes(n) for n in cut)),
-                             [n.name for n in saved], [str(n.target) for n in recomputed])
+                             [n.name for n in saved], [n.target for n in recomputed])
+    if partition == "min_cut":
+        bad = [n.format_node() for n in recomputed if not recomputable(n)]
+        if bad:  # the cut guarantees this; a violation is a pyjit bug
+            raise AssertionError(f"min-cut partition recomputes expensive ops: {bad}")
     last_report = report
     log.info("partition %s: saved %d bytes (reference %d, min-cut %d), recomputed %d ops", partition,
              report.saved_bytes, report.reference_bytes, report.min_cut_bytes, len(recomputed))
