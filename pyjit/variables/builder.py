@@ -238,11 +238,13 @@ def wrap_constant_result(tx: "Translator", value: Any) -> VariableTracker:
 def _is_torch_compiler_marker(value: Any) -> bool:
     """``torch._dynamo.graph_break`` or a function wrapped by ``torch.compiler.disable`` /
     ``torch._dynamo.disable`` (recognised by name and marker attribute; never imported here)."""
-    if getattr(value, "_torchdynamo_disable", False) is True:
-        original = getattr(value, "_torchdynamo_orig_callable", None)
+    if not isinstance(value, types.FunctionType):
+        return False  # (never probe attributes of arbitrary objects: __getattr__ would run)
+    if value.__dict__.get("_torchdynamo_disable", False) is True:
+        original = value.__dict__.get("_torchdynamo_orig_callable")
         if isinstance(original, types.FunctionType):
             from ..frame.policy import _disabled_codes
 
             _disabled_codes.add(original.__code__)  # its frame is never compiled as a callee
         return True
-    return getattr(value, "__module__", None) == "torch._dynamo.decorators" and getattr(value, "__name__", None) == "graph_break"
+    return value.__module__ == "torch._dynamo.decorators" and value.__name__ == "graph_break"
