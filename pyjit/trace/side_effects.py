@@ -122,6 +122,8 @@ class SideEffects:
         self._known: dict[int, tuple[Any, "VariableTracker"]] = {}  # id(real obj) -> (obj, tracker)
         self._mutated_outside: list["VariableTracker"] = []
         self.new_objects: list[Any] = []  # ObjectVariables referenced by reconstruct, in order
+        self.created: list[Any] = []  # every ObjectVariable the trace constructed
+        self._shared: tuple[tuple[int, int], set[int]] | None = None
         self._keep: list[Any] = []  # real objects whose ids are keys above
         self.replay: "Replay | None" = None  # set by OutputCodegen.capture_side_effects
 
@@ -239,6 +241,48 @@ class SideEffects:
         if key not in self._entries:
             self._entries[key] = _Entry(store_cell, target, (("cell", cell),))
 
+    # -- lists and dicts of the trace reachable from two places -------------------------------
+    def shared_container_token(self, cg: "OutputCodegen", container: "VariableTracker") -> str | None:
+        """A list/dict built by the trace that a replayed store or an object built by the trace
+        holds is rebuilt once, in a local, so every place that holds it gets the same object
+        (``self.cache = []; return self.cache``); None for the others (rebuilt as a display)."""
+        if container.source is not None or not (self._entries or self.created):
+            return None
+        key = (len(self._entries), len(self.created))
+        if self._shared is None or self._shared[0] != key:
+            self._shared = (key, self._reachable())
+        if id(container) not in self._shared[1]:
+            return None
+        return object_token(cg, container)
+
+    def _reachable(self) -> set[int]:
+        """ids of the source-less lists/dicts reachable from recorded values and built objects."""
+        from ..variables.dicts import DictVariable
+        from ..variables.lists import BaseListVariable, ListVariable
+        from ..variables.objects import ObjectVariable
+
+        found: set[int] = set()
+        seen: set[int] = set()
+        stack: list[Any] = [self._value(a) for e in self._entries.values() for a in e.args if a != "items"]
+        stack += [e.target for e in self._entries.values() if isinstance(e.target, (BaseListVariable, DictVariable))]
+        stack += self.created
+        while stack:
+            v = stack.pop()
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
+            if isinstance(v, (ListVariable, DictVariable)) and v.source is None:
+                found.add(id(v))
+            if isinstance(v, BaseListVariable):
+                stack.extend(v.items)
+            elif isinstance(v, DictVariable):
+                stack.extend(v.items.values())
+            elif isinstance(v, ObjectVariable):
+                stack.extend(v.attrs.values())
+                if v.items is not None:
+                    stack.append(v.items)
+        return found
+
     # -- replay -------------------------------------------------------------------------------
     def _value(self, arg: Any) -> Any:
         """The tracker (or constant) an entry argument stands for at capture time."""
@@ -254,6 +298,8 @@ class SideEffects:
         """The replay of everything recorded so far, as expressions of the reconstruct protocol
         (registers the graph outputs it needs); see :meth:`OutputCodegen.capture_side_effects`."""
         from ..variables.base import VariableTracker
+        from ..variables.dicts import DictVariable
+        from ..variables.objects import ObjectVariable
 
         def text(v: Any) -> str:
             if isinstance(v, VariableTracker):
@@ -281,10 +327,14 @@ class SideEffects:
             while done < len(self.new_objects):
                 obj = self.new_objects[done]
                 done += 1
-                states.append((set_object_state, [obj.reconstruct(cg), *obj.state_texts(cg, text)]))
+                if isinstance(obj, ObjectVariable):
+                    states.append((set_object_state, [object_token(cg, obj), *obj.state_texts(cg, text)]))
+                else:  # a list/dict of the trace that two places share
+                    helper = replace_dict if isinstance(obj, DictVariable) else replace_list
+                    states.append((helper, [object_token(cg, obj), _items_text(cg, obj, text)]))
         replay = Replay()
         for obj in self.new_objects:
-            cls_text = obj.class_text(cg)
+            cls_text = cg.ref(obj.python_type(), obj.python_type().__name__)  # guarded where it was read
             replay.blanks.append((object_local(self, obj), parse(f"{cg.ref(new_object, 'new_object')}({cls_text})")))
         # Every argument is evaluated before the first mutation (see module docstring).
         for helper, args in states + steps:

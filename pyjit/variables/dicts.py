@@ -142,7 +142,10 @@ class DictVariable(VariableTracker):
 
     def reconstruct(self, cg: "OutputCodegen") -> str:
         if self.source is not None:
-            return self.source.expr()  # read from the frame, never mutated: the same object
+            return self.source.expr()  # read from the frame (mutations are replayed on it): the same object
+        shared = cg.output.side_effects.shared_container_token(cg, self)  # side-effect replay
+        if shared is not None:  # also held by a replayed store or a built object: one object
+            return shared
         body = ", ".join(f"{cg.constant(k)}: {v.reconstruct(cg)}" for k, v in self.items.items())
         if self.dict_type is dict:
             return "{" + body + "}"

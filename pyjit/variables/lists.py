@@ -83,8 +83,12 @@ class BaseListVariable(VariableTracker):
 
     def reconstruct(self, cg: "OutputCodegen") -> str:
         if self.source is not None:
-            # Read from the frame and never mutated (that is a graph break): the same object.
+            # Read from the frame (mutations are replayed on it): the same object.
             return self.source.expr()
+        if isinstance(self, ListVariable):
+            shared = cg.output.side_effects.shared_container_token(cg, self)
+            if shared is not None:  # also held by a replayed store or a built object: one object
+                return shared
         parts = [i.reconstruct(cg) for i in self.items]
         return self._build(cg, parts)
 

@@ -139,12 +139,16 @@ def construct(tx: "Translator", cls_var: VariableTracker, args: list[VariableTra
     new = getattr(new, "__func__", new)  # staticmethod wrapper
     if new not in _PLAIN_NEW:
         unsupported("unsupported_call", f"constructing {cls.__name__} (its own __new__)")
+    if lookup_class_attr(cls, "__del__") is not MISSING:
+        # the blank instance made for class lookups would run it when collected
+        unsupported("unsupported_call", f"constructing {cls.__name__} (it defines __del__)")
     if cls.__dict__.get("__slots__") is not None or not hasattr(cls, "__dict__"):
         unsupported("unsupported_call", f"constructing {cls.__name__} (__slots__)")
     for base in cls.__mro__[1:]:
         if base not in (object, dict, collections.OrderedDict) and base.__module__ == "builtins":
             unsupported("unsupported_call", f"constructing {cls.__name__}, a subclass of {base.__name__}")
     obj = ObjectVariable(cls, cls_var.source)
+    tx.output.side_effects.created.append(obj)
     init = lookup_class_attr(cls, "__init__")
     if _is_python_function(init):
         obj.call_method(tx, "__init__", args, kwargs)
@@ -224,7 +228,9 @@ class ObjectVariable(VariableTracker):
         if name == "__dict__":
             from .dicts import DictVariable
 
-            return DictVariable(dict(self.attrs))  # a snapshot: stores through it are not seen
+            view = DictVariable({})
+            view.items = self.attrs  # the same dict: ``self.__dict__.update(...)`` sets attributes
+            return view
         if name == "__class__":
             return self._class_var(tx)
         if isinstance(attr, property):
@@ -313,9 +319,6 @@ class ObjectVariable(VariableTracker):
     # -- replay ---------------------------------------------------------------------------
     def reconstruct(self, cg: "OutputCodegen") -> str:
         return object_token(cg, self)
-
-    def class_text(self, cg: "OutputCodegen") -> str:
-        return cg.ref(self.cls, self.cls.__name__)  # its identity was guarded where the trace read it
 
     def state_texts(self, cg: "OutputCodegen", text: Any) -> list[str]:
         """The ``__dict__`` display and the items display (or None) for ``set_object_state``."""

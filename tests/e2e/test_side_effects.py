@@ -644,3 +644,22 @@ def test_dynamic_cache_updated_and_created():
     assert type(a) is type(e) and a.get_seq_length() == e.get_seq_length() == 3
     assert_same(e.layers[0].keys, a.layers[0].keys)
     assert_same(e.layers[0].values, a.layers[0].values)
+
+
+def test_list_built_in_trace_stored_and_returned_is_one_object():
+    class Keeper:
+        pass
+
+    def f(x, k):
+        k.cache = []
+        k.cache.append(x + 1)
+        k.index = {"a": k.cache}
+        n = _Node(x)
+        n.kids = k.cache
+        return k.cache, n
+
+    jf, _ = _jit_full(f)
+    k = Keeper()
+    out, n = jf(torch.ones(2), k)
+    assert out is k.cache and k.index["a"] is out and n.kids is out
+    assert_same(out, [torch.ones(2) + 1])
