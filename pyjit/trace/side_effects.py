@@ -95,6 +95,11 @@ def new_object(cls: type) -> Any:
     return cls.__new__(cls)
 
 
+def build_module(cls: type, args: tuple, kwargs: dict) -> Any:
+    """A parameter-free ``torch.nn`` module the traced code built, built again the same way."""
+    return cls(*args, **kwargs)
+
+
 def set_object_state(obj: Any, attrs: dict, items: dict | None) -> None:
     """The state of an object built by the traced code: its ``__dict__`` and, for a dict
     subclass, its items (set with the base type's methods, like the trace did)."""
@@ -299,7 +304,7 @@ class SideEffects:
         (registers the graph outputs it needs); see :meth:`OutputCodegen.capture_side_effects`."""
         from ..variables.base import VariableTracker
         from ..variables.dicts import DictVariable
-        from ..variables.objects import ObjectVariable
+        from ..variables.objects import NewModuleVariable, ObjectVariable
 
         def text(v: Any) -> str:
             if isinstance(v, VariableTracker):
@@ -329,19 +334,31 @@ class SideEffects:
                 done += 1
                 if isinstance(obj, ObjectVariable):
                     states.append((set_object_state, [object_token(cg, obj), *obj.state_texts(cg, text)]))
+                elif isinstance(obj, NewModuleVariable):
+                    pass  # built whole by its constructor below
                 else:  # a list/dict of the trace that two places share
                     helper = replace_dict if isinstance(obj, DictVariable) else replace_list
                     states.append((helper, [object_token(cg, obj), _items_text(cg, obj, text)]))
         replay = Replay()
         for obj in self.new_objects:
             cls_text = cg.ref(obj.python_type(), obj.python_type().__name__)  # guarded where it was read
-            replay.blanks.append((object_local(self, obj), parse(f"{cg.ref(new_object, 'new_object')}({cls_text})")))
-        # Every argument is evaluated before the first mutation (see module docstring).
+            if isinstance(obj, NewModuleVariable):
+                call = f"{cg.ref(build_module, 'build_module')}({cls_text}, {cg.constant(obj.args)}, {cg.constant(obj.kwargs)})"
+            else:
+                call = f"{cg.ref(new_object, 'new_object')}({cls_text})"
+            replay.blanks.append((object_local(self, obj), parse(call)))
+        # Every argument that reads the caller's state is evaluated before the first mutation (see
+        # module docstring); constants, graph outputs and argument slots are read where used.
+        keys = {token: key for key, token in cg._token_by_key.items()}
         for helper, args in states + steps:
             names = []
             for a in args:
+                expr = parse(a)
+                if not _reads_state(expr, keys):
+                    names.append(a)
+                    continue
                 local = f"___se_arg_{len(replay.values)}"
-                replay.values.append((local, parse(a)))
+                replay.values.append((local, expr))
                 names.append(cg._token(("se_arg", local), _loader(local), "se_arg"))
             replay.calls.append(parse(f"{cg.ref(helper, helper.__name__)}({', '.join(names)})"))
         replay.objects = list(self.new_objects)
@@ -377,6 +394,19 @@ class Replay:
         captured after the replay would read a local nobody set)."""
         if len(se.new_objects) != len(self.objects):
             raise AssertionError("an object built by the trace was referenced after capture_side_effects()")
+
+
+def _reads_state(expr: ast.expr, keys: dict[str, Any]) -> bool:
+    """The expression reads a value through a source the replay could change (an attribute, an
+    item, a global, a cell's contents); an argument slot itself cannot change."""
+    from ..guards.source import LocalSource
+
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Name):
+            key = keys.get(node.id)
+            if key is not None and key[0] == "source" and not isinstance(key[1], LocalSource):
+                return True
+    return False
 
 
 def _loader(local: str) -> Any:

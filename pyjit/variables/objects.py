@@ -134,7 +134,7 @@ def construct(tx: "Translator", cls_var: VariableTracker, args: list[VariableTra
         # type.__call__ is what runs __new__ then __init__ below (a metaclass may override it)
         unsupported("unsupported_call", f"constructing {cls.__name__}, whose metaclass {type(cls).__name__} defines __call__")
     if issubclass(cls, torch.nn.Module):
-        unsupported("unsupported_call", f"constructing the module {cls.__name__} inside the traced code")
+        return _construct_module(tx, cls, args, kwargs)
     new = lookup_class_attr(cls, "__new__")
     new = getattr(new, "__func__", new)  # staticmethod wrapper
     if new not in _PLAIN_NEW:
@@ -161,6 +161,52 @@ def construct(tx: "Translator", cls_var: VariableTracker, args: list[VariableTra
     else:
         unsupported("unsupported_call", f"constructing {cls.__name__} (__init__ implemented in C)")
     return obj
+
+
+def _construct_module(tx: "Translator", cls: type, args: list[VariableTracker],
+                      kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    """``nn.ReLU()``, ``nn.Dropout(p)`` in ``forward``: a torch.nn module without parameters or
+    buffers, from constant arguments, is built for real now (its constructor is torch's and
+    deterministic) and, if it escapes, built again by the replay with the same arguments."""
+    from .nn_module import NNModuleVariable
+
+    if not (cls.__module__ or "").startswith("torch.nn."):
+        unsupported("unsupported_call", f"constructing the module {cls.__name__} inside the traced code")
+    if not all(a.is_python_constant() for a in [*args, *kwargs.values()]):
+        unsupported("unsupported_call", f"constructing {cls.__name__} from values that are not constants")
+    const_args = tuple(a.as_python_constant() for a in args)
+    const_kwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
+    rng = torch.get_rng_state()  # tracing must not consume random numbers (parameter init)
+    try:
+        module = cls(*const_args, **const_kwargs)
+    except Exception as e:
+        unsupported("exception", f"{type(e).__name__} constructing {cls.__name__}: {e}")
+    finally:
+        torch.set_rng_state(rng)
+    if any(True for _ in module.parameters()) or any(True for _ in module.buffers()):
+        # eager makes new (randomly initialised) tensors on every call
+        unsupported("unsupported_call", f"constructing {cls.__name__}, which has parameters or buffers, inside the traced code")
+    var = NewModuleVariable(module, None)
+    var.args, var.kwargs = const_args, const_kwargs
+    return var
+
+
+def _new_module_variable_class() -> type:
+    from .nn_module import NNModuleVariable
+
+    class NewModuleVariable(NNModuleVariable):
+        """A module built by :func:`_construct_module` (no source: its attributes are constants of
+        the trace; storing into it is a ``side_effect`` break)."""
+
+        __slots__ = ("args", "kwargs")
+
+        def reconstruct(self, cg: "OutputCodegen") -> str:
+            return object_token(cg, self)
+
+        def __repr__(self) -> str:
+            return f"NewModuleVariable({type(self.value).__name__})"
+
+    return NewModuleVariable
 
 
 class ObjectVariable(VariableTracker):
@@ -330,3 +376,6 @@ class ObjectVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"ObjectVariable({self.cls.__name__})"
+
+
+NewModuleVariable = _new_module_variable_class()

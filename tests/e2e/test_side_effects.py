@@ -663,3 +663,27 @@ def test_list_built_in_trace_stored_and_returned_is_one_object():
     out, n = jf(torch.ones(2), k)
     assert out is k.cache and k.index["a"] is out and n.kids is out
     assert_same(out, [torch.ones(2) + 1])
+
+
+def test_parameter_free_torch_modules_built_in_forward():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            act = nn.LeakyReLU(0.2)
+            self.last_act = act  # escapes: built again by the replay
+            return nn.Dropout(p=0.0)(act(self.fc(x))), act
+
+    ref = Net()
+    m = copy.deepcopy(ref)
+    backend = CountingBackend()
+    jm = pyjit.jit(m, backend=backend, fullgraph=True)
+    torch.manual_seed(0)
+    x = _rand(0, 2, 4)
+    (ye, ae), (yj, aj) = ref(x), jm(x)
+    assert_same(ye, yj)
+    assert type(aj) is nn.LeakyReLU and aj.negative_slope == 0.2 and m.last_act is aj
+    assert "last_act" in m._modules  # Module.__setattr__ registered it, as in eager
+    assert backend.frame_count == 1
