@@ -186,7 +186,8 @@ class SideEffects:
         whose class uses the generic ``__setattr__`` (checked by the caller)."""
         real = getattr(obj, "value", None)
         if obj.source is None or real is None:
-            unsupported("side_effect", f"assigning the attribute {name!r} of {obj} (not reachable after the call)")
+            unsupported("side_effect", f"assigning the attribute {name!r} of a {type(real).__name__} object that "
+                        "pyjit cannot reach from the frame (a library object or one built by torch)")
         self._keep.append(real)
         self._attrs.setdefault(id(real), {})[name] = value
         key = ("attr", id(real), name)

@@ -59,7 +59,7 @@ def store_attribute(tx: "Translator", obj: VariableTracker, name: str, value: An
         return
     if not isinstance(obj, (UserDefinedObjectVariable, NNModuleVariable)):
         what = "deleting" if value is DELETED else "assigning"
-        unsupported("side_effect", f"{what} the attribute {name!r} of {obj}")
+        unsupported("side_effect", f"{what} the attribute {name!r} of a {_type_name(obj)}")
     cls = type(obj.value)
     if _run_python_setattr(tx, obj, cls, name, value, generic):
         return
@@ -111,6 +111,14 @@ def _run_python_setattr(tx: "Translator", obj: VariableTracker, cls: type, name:
         # A data descriptor added to the class later would take the store over.
         tx.output.guards.add(GuardKind.HASATTR, cls_src, False, extra=name)
     return False
+
+
+def _type_name(obj: VariableTracker) -> str:
+    """What the user calls the value (``Tensor``, ``module``), not the tracker class."""
+    try:
+        return obj.python_type().__name__
+    except Exception:
+        return "value"
 
 
 def _class_source(obj: VariableTracker) -> Source | None:

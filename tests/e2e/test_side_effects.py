@@ -687,3 +687,43 @@ def test_parameter_free_torch_modules_built_in_forward():
     assert type(aj) is nn.LeakyReLU and aj.negative_slope == 0.2 and m.last_act is aj
     assert "last_act" in m._modules  # Module.__setattr__ registered it, as in eager
     assert backend.frame_count == 1
+
+
+BREAK_LOG: list = []
+
+
+def test_mutations_before_and_after_a_graph_break_equal_eager():
+    class State:
+        def __init__(self):
+            self.n = 0
+            self.seen = []
+
+    def f(x, s, xs, d):
+        s.n += 1
+        xs.append(x + 1)
+        d["before"] = x * 2
+        box = _Node(x * 3)
+        s.box = box
+        BREAK_LOG.append(len(xs))
+        pyjit.graph_break()  # the replay runs before the break: the native code sees the state
+        BREAK_LOG.append(len(xs))
+        s.seen.append(s.n)
+        d["after"] = box.v + 1
+        box.v = box.v - 1
+        return box, x + s.n
+
+    jf = _jit(f)
+    se, sj, xe, xj, de, dj = State(), State(), [], [], {}, {}
+    for i in range(3):
+        x = _rand(i, 2)
+        BREAK_LOG.clear()
+        be, re = f(x, se, xe, de)
+        log_e = list(BREAK_LOG)
+        BREAK_LOG.clear()
+        bj, rj = jf(x, sj, xj, dj)
+        assert BREAK_LOG == log_e
+        assert_same(re, rj)
+        assert bj is sj.box
+        assert_same(be.v, bj.v)
+        assert (se.n, se.seen) == (sj.n, sj.seen)
+        assert_same((xe, de), (xj, dj))
