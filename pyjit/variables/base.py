@@ -61,6 +61,10 @@ class VariableTracker:
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
+    def __str__(self) -> str:
+        """How graph-break messages name this value: in the user's words (``repr`` is for us)."""
+        return describe(self)
+
 
 class KnownValueVariable(VariableTracker):
     """One known Python object held as ``value`` (a constant, a class, a module): itself a
@@ -143,3 +147,35 @@ class NullVariable(VariableTracker):
 
 
 NULL = NullVariable()
+
+
+def describe(v: VariableTracker) -> str:
+    """``v`` in a user's words: ``a tensor``, ``a Tag object``, ``function helper``, ``3``."""
+    import types as _types
+
+    try:
+        if v.is_python_constant():
+            value = v.as_python_constant()
+            if isinstance(value, (_types.FunctionType, _types.BuiltinFunctionType)):
+                return f"function {getattr(value, '__qualname__', value)}"
+            if isinstance(value, type):
+                return f"class {value.__qualname__}"
+            if isinstance(value, _types.ModuleType):
+                return f"module {value.__name__}"
+            text = repr(value)
+            return text if len(text) <= 60 else text[:57] + "..."
+    except Exception:  # noqa: BLE001 - describing must never fail
+        pass
+    name = type(v).__name__
+    if name == "TensorVariable":
+        return "a tensor"
+    try:
+        t = v.python_type()
+    except Exception:  # noqa: BLE001
+        t = None
+    if t is not None:
+        if t is _types.MethodType or t is _types.FunctionType:
+            return "a function"
+        return f"a {t.__qualname__} object"
+    words = name.removesuffix("Variable")
+    return "a " + "".join(" " + c.lower() if c.isupper() else c for c in words).strip() + " value"
