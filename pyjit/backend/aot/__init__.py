@@ -47,8 +47,8 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], fw_comp
                 partition: str = "min_cut") -> Callable[..., Any]:
     """Compile ``gm`` for training; raises ``NotImplementedError`` for unsupported graphs."""
     if decompositions is None:
-        from ..decompositions import decomposition_table
-        decompositions = decomposition_table()
+        from .decompositions import training_decomposition_table
+        decompositions = training_decomposition_table()
     attr_names = module_state(gm)
     inputs = [*example_inputs, *fetch_attributes(gm, attr_names)]
     joint = trace_joint(gm, attr_names, inputs, decompositions)

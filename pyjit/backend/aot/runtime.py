@@ -95,8 +95,6 @@ class CompiledFunction(torch.autograd.Function):
         saved = list(ctx.saved_tensors)
         tangents = [grads[i].contiguous() for i in state.tangent_outputs]  # grads are materialized
         args = saved + tangents
-        # loss.backward() may run inside a jitted frame: pyjit's frame hook must not try to
-        # convert the compiler's (or the compiled backward's) frames.
         previous = _set_callback(None)
         try:
             present = list(state.backward_fn(args)(*args))
@@ -106,12 +104,17 @@ class CompiledFunction(torch.autograd.Function):
         return (None, *[next(it) if has else None for has in state.joint.has_grad])
 
 
-def _set_callback(cb: Any) -> Any:
+def _load_set_callback() -> Callable[[Any], Any]:
     try:
         from ... import _C
     except ImportError:  # the C extension is not built: no frame hook to pause
-        return None
-    return _C.set_callback(cb)
+        return lambda cb: None
+    return _C.set_callback
+
+
+# The compiled graphs (and Triton's launcher, compiling a kernel on its first launch) must not be
+# converted by pyjit's frame hook when they run inside a jitted frame or ``loss.backward()``.
+_set_callback = _load_set_callback()
 
 
 def make_runtime(state: AOTState, gm: torch.nn.Module, attr_names: Sequence[str],
@@ -131,7 +134,11 @@ def make_runtime(state: AOTState, gm: torch.nn.Module, attr_names: Sequence[str]
             # The joint graph was traced for this requires_grad pattern; another runs as captured.
             if not isinstance(p, torch.Tensor) or (grad and bool(p.requires_grad) != r):
                 return fallback(*args)
-        outs = CompiledFunction.apply(state, *primals)
+        previous = _set_callback(None)
+        try:
+            outs = CompiledFunction.apply(state, *primals)
+        finally:
+            _set_callback(previous)
         leaves = [outs[u] if isinstance(u, int) else _view_of(primals[u.input_index], u) for u in user_outputs]
         return pytree.tree_unflatten(leaves, out_spec)
 
