@@ -67,6 +67,15 @@ def binary_op(tx: "Translator", op: Callable[[Any, Any], Any], a: VariableTracke
         if op in _INPLACE_TO_BINARY and not _is_tensor(a):
             op = _INPLACE_TO_BINARY[op]
         return tx.output.call(tx, "call_function", op, [a, b], {})
+    if isinstance(a, ListVariable) and op in (operator.iadd, operator.imul):
+        # in place, like list.__iadd__/__imul__ (never folded on a copy): the side-effect replay
+        # records it when the list came from outside
+        if op is operator.iadd:
+            a.call_method(tx, "extend", [b], {})
+        else:
+            repeated = ListVariable(a.items * b.as_python_constant())
+            a.call_method(tx, "__setitem__", [ConstantVariable(slice(None)), repeated], {})
+        return a
     if a.is_python_constant() and b.is_python_constant():
         return fold(tx, op, [a, b], {})
     base = _INPLACE_TO_BINARY.get(op, op)

@@ -727,3 +727,21 @@ def test_mutations_before_and_after_a_graph_break_equal_eager():
         assert_same(be.v, bj.v)
         assert (se.n, se.seen) == (sj.n, sj.seen)
         assert_same((xe, de), (xj, dj))
+
+
+def test_inplace_repeat_of_input_list():
+    def f(x, xs):
+        ys = xs
+        ys *= 2
+        return x * len(xs)
+
+    _compare_full(f, lambda i: (_rand(i, 2), [1, 2]))
+
+
+def test_inplace_add_to_input_list_of_constants():
+    def f(x, xs):
+        ys = xs
+        ys += [3]
+        return x * len(xs)
+
+    _compare_full(f, lambda i: (_rand(i, 2), [1, 2]))
