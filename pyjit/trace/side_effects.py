@@ -366,18 +366,19 @@ class SideEffects:
         return replay
 
     def _install_distinct_guards(self, cg: "OutputCodegen") -> None:
-        """The trace assumed each mutated outside object is no other object it read."""
+        """The trace assumed each mutated outside object is no other object it read: one
+        ``DISTINCT`` guard per type that has a mutated object, over every object of that type the
+        trace read (they were distinct when traced: one object reached twice is one tracker).
+        Objects of different (guarded) types cannot be the same object; modules are ID-guarded."""
         from ..variables.nn_module import NNModuleVariable
 
-        guards = cg.output.guards
-        for t in self._mutated_outside:
-            if isinstance(t, NNModuleVariable) or t.source is None:
-                continue  # a module's identity is guarded already (ID_MATCH)
-            ptype = t.python_type()
-            for value, other in self._known.values():
-                # objects of different (guarded) types cannot be the same object
-                if other is not t and other.source is not None and type(value) is ptype:
-                    guards.add(GuardKind.DISTINCT, None, extra=(t.source, other.source))
+        types_mutated = {t.python_type() for t in self._mutated_outside
+                         if not isinstance(t, NNModuleVariable) and t.source is not None}
+        for ptype in types_mutated:
+            sources = tuple(tracker.source for value, tracker in self._known.values()
+                            if type(value) is ptype and tracker.source is not None)
+            if len(sources) > 1:
+                cg.output.guards.add(GuardKind.DISTINCT, None, extra=sources)
 
 
 class Replay:
