@@ -197,7 +197,16 @@ class UserMethodVariable(VariableTracker):
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         from .torch_fns import is_torch_library_function, TorchFunctionVariable
 
-        if is_torch_library_function(self.fn) and not getattr(self.fn, "__name__", "") == "forward":
+        from .autograd_fn import call_apply, is_function_apply
+
+        if is_function_apply(self.fn):  # MyFunction.apply(...) of a custom autograd.Function
+            return call_apply(tx, self.obj, args, kwargs)
+        from .tensor import TensorVariable
+
+        # A Tensor method implemented in Python (torch/_tensor.py): one graph call. Python methods of
+        # other torch objects are inlined (a graph node cannot take a Python object argument).
+        if isinstance(self.obj, TensorVariable) and is_torch_library_function(self.fn) \
+                and not getattr(self.fn, "__name__", "") == "forward":
             # e.g. a torch method implemented in Python: record it in the graph as a call.
             return TorchFunctionVariable(self.fn).call_function(tx, [self.obj, *args], kwargs)
         fn_src = self.fn_source

@@ -376,3 +376,30 @@ def test_raise_reports_the_exception():
 
     with pytest.raises(pyjit.GraphBreakError, match="ValueError: bad value here"):
         pyjit.jit(f, backend=CompileCounter(), fullgraph=True)(X)
+
+
+# -- custom autograd.Function --------------------------------------------------------------------
+
+
+class _Gelu(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, scale):
+        ctx.save_for_backward(x)
+        ctx.scale = scale
+        return torch.nn.functional.gelu(x) * ctx.scale
+
+    @staticmethod
+    def backward(ctx, g):  # never reached in these tests
+        raise AssertionError
+
+
+def test_autograd_function_apply_without_grad_is_its_forward():
+    with torch.no_grad():
+        _one_graph(lambda x: _Gelu.apply(x, 2.0) + 1, X)
+    _one_graph(lambda x: _Gelu.apply(x, 3.0), X)  # X does not require grad
+
+
+def test_autograd_function_apply_with_grad_breaks_with_its_name():
+    x = torch.randn(4, requires_grad=True)
+    with pytest.raises(pyjit.GraphBreakError, match="_Gelu.apply with gradients needed"):
+        pyjit.jit(lambda v: _Gelu.apply(v, 2.0), backend=CompileCounter(), fullgraph=True)(x)
