@@ -745,3 +745,27 @@ def test_inplace_add_to_input_list_of_constants():
         return x * len(xs)
 
     _compare_full(f, lambda i: (_rand(i, 2), [1, 2]))
+
+
+def test_llama_decoding_steps_update_an_outside_dynamic_cache():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=2,
+                                      num_key_value_heads=2, intermediate_size=64, vocab_size=100)
+    model = transformers.LlamaModel(config).eval()
+
+    def step(ids, cache):
+        return model(input_ids=ids, past_key_values=cache, use_cache=True)
+
+    jstep, backend = _jit_full(step)
+    ce, cj = transformers.DynamicCache(config=config), transformers.DynamicCache(config=config)
+    with torch.no_grad():
+        for n in (8, 1):
+            ids = torch.randint(0, 100, (1, n))
+            e, a = step(ids, ce), jstep(ids, cj)
+            assert type(a) is type(e) and a.past_key_values is cj
+            assert_same(e.last_hidden_state, a.last_hidden_state, exact=False)
+            assert cj.get_seq_length() == ce.get_seq_length()
+            for le, lj in zip(ce.layers, cj.layers):
+                assert_same((le.keys, le.values), (lj.keys, lj.values), exact=False)
+    assert backend.frame_count == 2  # one graph per step (static shapes: the length changed)
