@@ -29,7 +29,7 @@ variables that already exist, so every name is defined on every path; depth <= 2
        | F = T.sum().item() ...; F = F * C + n                 (.item() then Python arithmetic)
        | K = (K * 3 + n) % 5 | K = T.shape[0] * 2 - T.size(1) ... | max/min/divmod/abs/isinstance
        | for i in range(n) / range(C): S+        | for j, v in enumerate(lst): S+
-       | for u, w in zip([T, T], [C, C]): S+     | w = 0; while w < n: S+; w += 1
+       | for i, (u, w) in enumerate(zip([T, T], [C, C])): S+ | w = 0; while w < n: S+; w += 1
        | w = 0; while w < 3 and T.abs().sum() > C: w += 1; S+
        | if <python condition>: S+ else: S+      (flag, n, len(lst), key in d, K, F)
        | if <tensor condition>: S+ else: S+      (T.sum() > 0, (T*T).mean() < C, T.max() > C)
@@ -342,9 +342,9 @@ class _Gen:
             t = self.t()
             self.emit(ind + 1, f"{t} = {t} + v_{i} * 0.1")
         else:
-            self.emit(ind, f"for {i}, w_{i} in zip([{self.t()}, {self.t()}], [{self.c()}, {self.c()}]):")
+            self.emit(ind, f"for {i}, (u_{i}, w_{i}) in enumerate(zip([{self.t()}, {self.t()}], [{self.c()}, {self.c()}])):")
             t = self.r.choice([v for v in self.tensors if v not in ("x", "y")] or self.tensors)
-            self.emit(ind + 1, f"{t} = {t} + w_{i} * {i}")
+            self.emit(ind + 1, f"{t} = {t} + u_{i} * w_{i} - {i}")
         self.ints.append(i)
         outer_iterating, self.iterating_lst = self.iterating_lst, self.iterating_lst or choice == 2
         self.block(ind + 1, depth + 1)
