@@ -335,6 +335,9 @@ class ObjectVariable(VariableTracker):
     # -- calls ----------------------------------------------------------------------------
     def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         attr = lookup_class_attr(self.cls, name)
+        if name in self.attrs and not name.startswith("__"):
+            # an instance attribute shadows a method of the class (dunders are looked up on the type)
+            return self.var_getattr(tx, name).call_function(tx, args, kwargs)
         if _is_python_function(attr):
             from .functions import UserMethodVariable
 

@@ -769,3 +769,38 @@ def test_llama_decoding_steps_update_an_outside_dynamic_cache():
             for le, lj in zip(ce.layers, cj.layers):
                 assert_same((le.keys, le.values), (lj.keys, lj.values), exact=False)
     assert backend.frame_count == 2  # one graph per step (static shapes: the length changed)
+
+
+def _plus_100(t):
+    return t + 100
+
+
+class _WithHooks:
+    def __init__(self, scale):
+        self.scale = scale
+        self.history = []
+
+    def apply(self, x):
+        self.history.append(x.shape[0])
+        return x * self.scale
+
+
+def test_built_object_instance_attribute_shadows_method_and_escapes_through_closure_list():
+    def make():
+        made = []
+
+        def f(x):
+            o = _WithHooks(3)
+            o.apply = _plus_100  # shadows the method, as in eager
+            made.append(o)
+            return o.apply(x), _WithHooks.apply(o, x)
+
+        return f, made
+
+    fe, me = make()
+    fj, mj = make()
+    jf, backend = _jit_full(fj)
+    x = torch.ones(2)
+    assert_same(fe(x), jf(x))
+    assert len(mj) == 1 and type(mj[0]) is _WithHooks and mj[0].history == me[0].history == [2]
+    assert mj[0].apply(torch.zeros(1)).item() == 100
