@@ -181,7 +181,9 @@ def trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_in
     fake_mode, fakes = make_fake_inputs(example_inputs)
     grad = torch.is_grad_enabled()
     requires_grad = [grad and bool(t.requires_grad) for t in example_inputs]
-    fw, out_spec, mutated = trace_forward(as_function(gm, state_names), fake_mode, fakes, decompositions)
+    from .decompositions import forward_table
+    fw, out_spec, mutated = trace_forward(as_function(gm, state_names), fake_mode, fakes,
+                                          forward_table(decompositions))
     for i in mutated:
         if requires_grad[i]:
             raise NotImplementedError(f"graph input {i} requires grad and is mutated in place")
