@@ -37,6 +37,17 @@ def is_constant_value(value: Any) -> bool:
     return False
 
 
+def _materialized(v: VariableTracker) -> VariableTracker:
+    from .lists import ListIteratorVariable
+
+    if isinstance(v, ListIteratorVariable):
+        rest = v.items[v.index:]
+        if all(i.is_python_constant() for i in rest):
+            v.index = len(v.items)  # consumed, as the call would
+            return ConstantVariable([i.as_python_constant() for i in rest])
+    return v
+
+
 class ConstantVariable(KnownValueVariable):
     __slots__ = ()
 
@@ -54,6 +65,8 @@ class ConstantVariable(KnownValueVariable):
     def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         from .builder import wrap_constant_result
 
+        # "-".join(str(i) for i in ...): an iterator/list of constants is passed as a list of them
+        args = [_materialized(a) for a in args]
         if all(a.is_python_constant() for a in args) and all(v.is_python_constant() for v in kwargs.values()):
             try:
                 result = getattr(self.value, name)(*[a.as_python_constant() for a in args], **{k: v.as_python_constant() for k, v in kwargs.items()})

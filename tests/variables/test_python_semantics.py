@@ -403,3 +403,46 @@ def test_autograd_function_apply_with_grad_breaks_with_its_name():
     x = torch.randn(4, requires_grad=True)
     with pytest.raises(pyjit.GraphBreakError, match="_Gelu.apply with gradients needed"):
         pyjit.jit(lambda v: _Gelu.apply(v, 2.0), backend=CompileCounter(), fullgraph=True)(x)
+
+
+# -- standard library over trackers --------------------------------------------------------------
+
+
+def test_sorted_min_max_with_traced_key():
+    def f(x):
+        pairs = sorted([(2, x), (1, x * 2)], key=lambda t: t[0])
+        best = max([x, x + 1], key=lambda t: 0)  # equal keys: the first, like Python
+        names = sorted({"b": 2, "a": 1}, key=lambda k: -len(k), reverse=True)
+        return pairs[0][1] + best, names, min(["bb", "a"], key=len)
+
+    _one_graph(f, X)
+
+
+def test_copy_and_deepcopy_of_containers():
+    import copy
+
+    def f(x):
+        a = [x, 1]
+        b = copy.copy(a)
+        b.append(2)
+        d = copy.deepcopy({"k": [1, 2]})
+        d["k"].append(3)
+        return x * len(a) + len(b) + len(d["k"])
+
+    _one_graph(f, X)
+
+
+def test_vars_fromkeys_and_join_of_generator():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Cfg:
+        a: int = 2
+
+    cfg = Cfg()
+
+    def f(x):
+        return x * vars(cfg)["a"] + len(dict.fromkeys(["a", "b"], 0)), "-".join(str(i) for i in range(3))
+
+    _one_graph(f, X)
+    check_world_change(lambda x: x * vars(cfg)["a"], (X,), lambda: setattr(cfg, "a", 5), lambda: setattr(cfg, "a", 2))
