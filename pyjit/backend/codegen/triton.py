@@ -23,6 +23,7 @@ from ..ops_handler import BinaryOp, ReductionType, UnaryOp
 from ..scheduler import RINDEX, XINDEX, FusedGroup, SchedulerNode
 from ..symbolic import simplify_with_ranges, sym, texpr, unflatten_index
 from .common import IndentedBuffer, compute_dtype, next_power_of_2, triton_dtype
+from .reduction_heuristics import looped_meta, persistent_meta
 from .tiling import XBLOCK_2D, YBLOCK_2D, Tiling, choose_tiling
 
 YINDEX = sym("yindex")
@@ -340,7 +341,10 @@ class TritonKernel:
             fn = "tl.max" if rtype == "any" else "tl.min"
             return self._emit(f"{fn}({m}, 1)[:, None] != 0", torch.bool)
         if rtype == "m2":
-            s = self._emit(f"tl.sum(tl.where({mask}, {full}, 0), 1)[:, None]", vdt)
+            # The same temporaries as a plain sum, so a mean of the same row (layer norm's
+            # var_mean) shares this reduction instead of running a second one.
+            m = self._emit(f"tl.where({mask}, {full}, 0)", vdt)
+            s = self._emit(f"tl.sum({m}, 1)[:, None]", vdt)
             mean = self._emit(f"{s} / {float(self.rnumel)!r}", vdt)
             d = self._emit(f"tl.where({mask}, {full} - {mean}, 0)", vdt)
             return self._emit(f"tl.sum({d} * {d}, 1)[:, None]", vdt)
@@ -662,13 +666,13 @@ class TritonKernel:
             xblock = min(1024, next_power_of_2(X))
             return {"XBLOCK": xblock, "num_warps": max(1, min(8, xblock // 128))}
         if self.persistent:
-            rblock = next_power_of_2(R)
-            xblock = max(1, min(next_power_of_2(X), 2048 // rblock if rblock <= 2048 else 1))
-            # Up to 16 warps (a 32768-wide fp32 row is 64 values per thread); more would cap
-            # registers at 64 per thread and spill.
-            return {"XBLOCK": xblock, "RBLOCK": rblock,
-                    "num_warps": max(1, min(16, xblock * rblock // 256))}
-        return {"XBLOCK": 1, "RBLOCK": 2048, "num_warps": 8}
+            return persistent_meta(X, R)
+        return looped_meta(X, R)
+
+    def row_passes(self) -> int:
+        """How many times a looped kernel reads its rows: its loops that still hold work
+        (a loop whose reductions moved into an earlier one, e.g. online log-sum-exp, is empty)."""
+        return sum(1 for i in range(self.num_loops) if self._section(f"loop{i}").lines)
 
 
 def generate_kernel(group: FusedGroup, kernel_index: int, removed: set[str], dtypes: dict[str, torch.dtype],
@@ -676,9 +680,11 @@ def generate_kernel(group: FusedGroup, kernel_index: int, removed: set[str], dty
                     multi_pass_rmax: int = 0) -> KernelSource:
     kernel = TritonKernel(group, kernel_index, removed, dtypes, persistent_rmax, node_info)
     source = kernel.source()
-    if kernel.is_reduction and not kernel.persistent and kernel.num_loops > 1 and kernel.rnumel <= multi_pass_rmax:
-        # Several passes over each row (max, then sum of exp, ...) would read it from memory
-        # once per pass: hold the row in registers instead and read it once.
+    if kernel.is_reduction and not kernel.persistent and kernel.row_passes() > 1 and kernel.rnumel <= multi_pass_rmax:
+        # Several passes over each row (statistics, then the normalising pass) would read it
+        # from memory once per pass: hold the row in registers instead and read it once. A
+        # kernel whose passes were folded into one loop (online log-sum-exp) keeps its loop:
+        # measured faster than a 32768-wide register block (docs/performance.md).
         return TritonKernel(group, kernel_index, removed, dtypes, kernel.rnumel, node_info).source()
     return source
 
