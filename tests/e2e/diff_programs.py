@@ -46,7 +46,10 @@ variables that already exist, so every name is defined on every path; depth <= 2
        | T = outer_m(T, T, K)                      (outer_m calls inner_m; either may print,
                                                      call .item(), branch on a tensor, append to
                                                      G_LOG or raise)
-       | with torch.no_grad(): S+
+       | with torch.no_grad(): S+ | with torch.no_grad(): S+; with torch.enable_grad(): S+
+       | try: S+ finally: box.count += 1; G_LOG.append(n)
+       | if <tensor or Python condition>: break / continue   (inside loops)
+       | [T[i].sum().item() * 2 for i in range(2)] | sum(generator) | max(generator, default=0)
        | try: d["missing"] except KeyError: K = K + 1
        | if <condition true on some calls>: raise ValueError/RuntimeError(f"...")
        | v = lst[n + 10]                            (IndexError)
@@ -78,6 +81,7 @@ class _Gen:
         self.closure = self.r.random() < 0.6
         self.has_bump = False
         self.n_helpers = self.r.randrange(1, 3)
+        self.in_loop = 0  # > 0 inside a for/while body: break/continue allowed
         self.iterating_lst = False  # inside `for ... in enumerate(lst)`: no appends (no endless loop)
 
     # -- small pieces -------------------------------------------------------------------------
@@ -125,9 +129,13 @@ class _Gen:
         if self.has_bump:
             kinds.append("bump")
         if depth < 2:
-            kinds += ["for", "for", "while", "if_py", "if_py", "if_tensor", "if_tensor", "no_grad"]
+            kinds += ["for", "for", "while", "if_py", "if_py", "if_tensor", "if_tensor", "no_grad", "enable_grad"]
         if top:
             kinds += ["raise"]
+        if self.in_loop:
+            kinds += ["loop_exit"]
+        if depth < 2:
+            kinds += ["try_finally"]
         kind = r.choice(kinds)
         getattr(self, "s_" + kind)(ind, depth, top)
 
@@ -288,8 +296,13 @@ class _Gen:
         out = self.target(self.tensors, "t", top)
         a, b = self.t(), self.t()
         h = self.fresh("c")
-        choice = r.randrange(7)
-        if choice == 0:
+        choice = r.randrange(9)
+        if choice == 7:
+            self.tags.add("item")
+            self.emit(ind, f"{h} = [{a}[i].sum().item() * 2 for i in range(2)]\n{out} = {b} * {h}[0] - {h}[-1]")
+        elif choice == 8:
+            self.emit(ind, f"{out} = {a} + sum(v * 0.5 for v in lst) + max((len(k) for k in d), default=0)")
+        elif choice == 0:
             self.emit(ind, f"{h} = [{a}, {b} * 2, torch.relu({a})]\n{out} = {h}[0] + {h}[-1] - {h}[1]")
         elif choice == 1:
             self.emit(ind, f"{h} = [{a} * i for i in range(3)]\n{out} = sum({h}) + len({h})")
@@ -307,6 +320,26 @@ class _Gen:
         else:
             self.emit(ind, f"{h} = [v * 2 for v in lst if v > 0]\n{out} = {a} + len({h}) + sum({h})")
         self.add(self.tensors, out)
+
+    def s_loop_exit(self, ind: int, depth: int, top: bool) -> None:
+        self.tags.add("break_continue")
+        cond = self.r.choice([f"{self.t()}.sum() > {self.c()}", f"{self.k()} > 2", "flag", f"len(lst) > n"])
+        if "sum()" in cond:
+            self.tags.add("tensor_branch")
+        self.emit(ind, f"if {cond}:\n    {self.r.choice(['break', 'continue'])}")
+
+    def s_try_finally(self, ind: int, depth: int, top: bool) -> None:
+        self.tags.add("try_finally")
+        self.emit(ind, "try:")
+        self.block(ind + 1, depth + 1)
+        self.emit(ind, f"finally:\n    box.count += 1\n    G_LOG.append({self.r.choice(['n', '-1'])})")
+
+    def s_enable_grad(self, ind: int, depth: int, top: bool) -> None:
+        self.tags.add("no_grad")
+        self.emit(ind, "with torch.no_grad():")
+        self.block(ind + 1, depth + 1)
+        self.emit(ind + 1, "with torch.enable_grad():")
+        self.block(ind + 2, depth + 1)
 
     def s_try(self, ind: int, depth: int, top: bool) -> None:
         self.tags.add("try")
@@ -347,7 +380,9 @@ class _Gen:
             self.emit(ind + 1, f"{t} = {t} + u_{i} * w_{i} - {i}")
         self.ints.append(i)
         outer_iterating, self.iterating_lst = self.iterating_lst, self.iterating_lst or choice == 2
+        self.in_loop += 1
         self.block(ind + 1, depth + 1)
+        self.in_loop -= 1
         self.iterating_lst = outer_iterating
         self.ints.remove(i)
 
@@ -359,7 +394,9 @@ class _Gen:
             self.tags.add("tensor_branch")
         self.emit(ind, f"{w} = 0\nwhile {w} < {bound}:")
         self.emit(ind + 1, f"{w} += 1")
+        self.in_loop += 1
         self.block(ind + 1, depth + 1)
+        self.in_loop -= 1
 
     def _branches(self, ind: int, depth: int) -> None:
         self.block(ind + 1, depth + 1)

@@ -179,7 +179,7 @@ def test_generator_is_deterministic_and_covers_the_grammar():
     seen = set().union(*(feature_tags(s) for s in range(COUNT)))
     wanted = {"print", "print_shape", "item", "tensor_branch", "py_branch", "loop", "container", "helper",
               "mut_list", "mut_dict", "mut_attr", "mut_global", "mut_nonlocal", "closure", "no_grad", "try",
-              "raise", "inplace", "inplace_input", "requires_grad", "new_object", "aliased_inputs"}
+              "raise", "inplace", "inplace_input", "requires_grad", "new_object", "aliased_inputs", "break_continue", "try_finally"}
     assert wanted <= seen, f"never generated: {wanted - seen}"
 
 
