@@ -103,6 +103,9 @@ class _GuardedCompiled:
 
     def __call__(self, *args: Any) -> Any:
         if not self.failed:
+            # The compiled graph runs inside a jitted frame: pause pyjit's frame hook so that the
+            # frames it calls (Triton's launcher compiling a kernel on first launch) are not converted.
+            previous = _set_callback(None)
             try:
                 return self.fn(*args)
             except Exception as e:
@@ -113,7 +116,20 @@ class _GuardedCompiled:
                 self.failed = True
                 _fallback_log.warning("compiled graph %s raised %s: %s; running the captured graph from now on",
                                       type(self.gm).__name__, type(e).__name__, e)
+            finally:
+                _set_callback(previous)
         return self.gm.forward(*args)
+
+
+def _load_set_callback() -> Callable[[Any], Any]:
+    try:
+        from . import _C
+    except ImportError:  # the C extension is not built: no frame hook to pause
+        return lambda cb: None
+    return _C.set_callback
+
+
+_set_callback = _load_set_callback()
 
 
 def _mark_skip(fn: Any) -> None:
