@@ -172,6 +172,8 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
         except Exception as e:
             raise BackendError(f"backend {getattr(backend, '__name__', backend)!r} failed on the graph of {code.co_name} "
                                f"({code.co_filename}:{code.co_firstlineno}): {type(e).__name__}: {e}") from e
+    if compiled is not None and _calls_python_kernels(gm):
+        compiled = _without_hook(compiled)
     t2 = time.perf_counter()
 
     _counter[0] += 1
@@ -206,6 +208,42 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
                     extra={"phases": phases})
     return CompiledFrame(output.guards, repl, gm if has_graph else None, compiled, names, first_break,
                          [c.resume for c in plan.continuations] if plan else [])
+
+
+# Operator namespaces whose kernels are torch's own (C++ or torch's Python decompositions).
+_TORCH_OP_NAMESPACES = frozenset({"aten", "prims", "prim", "quantized", "_quantized", "_c10d_functional",
+                                  "c10d_functional", "_c10d_functional_autograd", "profiler", "higher_order"})
+
+
+def _calls_python_kernels(gm: torch.fx.GraphModule) -> bool:
+    """The graph calls a custom operator (``torch.ops.<library>.<op>``) whose kernel may be
+    Python: while the graph runs, its frames are the operator's implementation, not user code."""
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+            qualified = getattr(node.target, "_qualified_op_name", None) or str(node.target)
+            if qualified.replace(".", "::").split("::")[0] not in _TORCH_OP_NAMESPACES:
+                return True
+    return False
+
+
+def _without_hook(compiled: Callable[..., Any]) -> Callable[..., Any]:
+    """Run ``compiled`` with this thread's frame callback off, as torch.compile runs its graphs:
+    a custom operator's Python kernel must not be compiled as a callee of the frame."""
+    from .policy import _C
+
+    if _C is None:
+        return compiled
+    set_callback = _C.set_callback
+
+    def graph_without_hook(*args: Any) -> Any:
+        previous = set_callback(None)
+        try:
+            return compiled(*args)
+        finally:
+            set_callback(previous)
+
+    graph_without_hook.__wrapped__ = compiled  # type: ignore[attr-defined]
+    return graph_without_hook
 
 
 def _capture_side_effects(cg: OutputCodegen) -> None:

@@ -524,3 +524,21 @@ def test_with_on_user_context_manager_keeps_the_prefix_graph():
     assert_same(expected, pyjit.jit(f, backend=be)(torch.ones(3)), exact=False)
     assert _CTX_LOG == eager_log
     assert be.frame_count == 1 and be.call_counts == [1]  # y = x * 2; the with block runs natively
+
+
+@torch.library.custom_op("pyjit_tests::scaled_add", mutates_args=())
+def _scaled_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x + 2 * y  # a Python kernel: runs while the compiled graph runs
+
+
+@_scaled_add.register_fake
+def _(x, y):
+    return torch.empty_like(x)
+
+
+def test_custom_op_python_kernel_is_not_compiled_as_a_callee():
+    def f(x, y):
+        return torch.ops.pyjit_tests.scaled_add(x.sin(), y).cos()
+
+    be = _run_both(f, lambda i: (_rand(i, 4), _rand(i + 1, 4)))
+    assert be.frame_count == 1, be.graph_listing()
