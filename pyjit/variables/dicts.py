@@ -203,4 +203,5 @@ class SetVariable(VariableTracker):
         return wrap_constant_result(tx, result)
 
     def reconstruct(self, cg: "OutputCodegen") -> str:
-        return cg.constant(set(self.values))
+        # a new set on every call (a set constant in the code would be one object shared by all)
+        return f"{cg.ref(set, 'set')}({cg.constant(tuple(self.values))})"

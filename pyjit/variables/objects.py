@@ -141,7 +141,7 @@ def construct(tx: "Translator", cls_var: VariableTracker, args: list[VariableTra
     if lookup_class_attr(type(cls), "__call__") is not type.__call__:
         # type.__call__ is what runs __new__ then __init__ below (a metaclass may override it)
         unsupported("unsupported_call", f"constructing {cls.__name__}, whose metaclass {type(cls).__name__} defines __call__")
-    if issubclass(cls, torch.nn.Module):
+    if issubclass(cls, torch.nn.Module) and (cls.__module__ or "").startswith("torch.nn."):
         return _construct_module(tx, cls, args, kwargs)
     new = lookup_class_attr(cls, "__new__")
     new = getattr(new, "__func__", new)  # staticmethod wrapper
@@ -308,6 +308,10 @@ class ObjectVariable(VariableTracker):
         if isinstance(attr, staticmethod):
             src = self.cls_source and AttrSource(self.cls_source, name)
             return wrap(tx, attr.__func__, src)
+        if attr is MISSING and self.is_module():
+            member = self._module_member(name)
+            if member is not None:
+                return member
         if attr is MISSING:
             unsupported("exception", f"AttributeError: {self.cls.__name__!r} object has no attribute {name!r}")
         if isinstance(attr, (types.MethodDescriptorType, types.WrapperDescriptorType)):
@@ -328,9 +332,60 @@ class ObjectVariable(VariableTracker):
     def store_attr(self, tx: "Translator", name: str, value: Any, *, generic: bool = False) -> None:
         if _run_python_setattr(tx, self, self.cls, name, value, generic):
             return
+        if not generic and self.is_module() and self._module_store(name, value):
+            return
         if value is DELETED and name not in self.attrs:
             unsupported("exception", f"AttributeError: {name}")
         self.attrs[name] = value
+
+    # -- nn.Module subclasses built by the trace ---------------------------------------------
+    def is_module(self) -> bool:
+        return issubclass(self.cls, torch.nn.Module)
+
+    def _module_dict(self, name: str) -> Any:
+        d = self.attrs.get(name)
+        if d is None or not hasattr(d, "items") or not isinstance(d.items, dict):
+            unsupported("exception", f"AttributeError: cannot assign module attributes before Module.__init__() call")
+        return d.items
+
+    def _module_store(self, name: str, value: Any) -> bool:
+        """``Module.__setattr__``'s routing (submodules into ``_modules``, tensors into
+        ``_buffers`` when the name is a buffer); True when done. Parameters are not modelled."""
+        from .nn_module import NNModuleVariable
+        from .tensor import TensorVariable
+
+        if value is DELETED:
+            for dict_name in ("_parameters", "_buffers", "_modules"):
+                d = self._module_dict(dict_name)
+                if name in d:
+                    del d[name]
+                    return True
+            return False
+        params, buffers, modules = (self._module_dict(n) for n in ("_parameters", "_buffers", "_modules"))
+        if name in params or isinstance(value, TensorVariable) and issubclass(value.python_type(), torch.nn.Parameter):
+            unsupported("unsupported_call", f"parameters of a {self.cls.__name__} built inside the traced code")
+        if isinstance(value, NNModuleVariable) or isinstance(value, ObjectVariable) and value.is_module():
+            self.attrs.pop(name, None)
+            buffers.pop(name, None)
+            modules[name] = value
+            return True
+        if name in modules:
+            if not (isinstance(value, ConstantVariable) and value.value is None):
+                unsupported("exception", f"TypeError: cannot assign a non-module as child module {name!r}")
+            modules[name] = value
+            return True
+        if name in buffers:
+            buffers[name] = value
+            return True
+        return False
+
+    def _module_member(self, name: str) -> VariableTracker | None:
+        """``Module.__getattr__``: parameters, buffers and submodules."""
+        for dict_name in ("_parameters", "_buffers", "_modules"):
+            d = self.attrs.get(dict_name)
+            if d is not None and isinstance(getattr(d, "items", None), dict) and name in d.items:
+                return d.items[name]
+        return None
 
     # -- calls ----------------------------------------------------------------------------
     def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
@@ -352,6 +407,15 @@ class ObjectVariable(VariableTracker):
         return self.var_getattr(tx, name).call_function(tx, args, kwargs)
 
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        if self.is_module() and lookup_class_attr(self.cls, "__call__") is torch.nn.Module.__call__:
+            # Module.__call__ of a module built here: no hooks of its own; global ones guarded absent
+            from .nn_module import _guard_no_hooks, _has_hooks
+
+            blank_hooks_free = torch.nn.Module()
+            if _has_hooks(blank_hooks_free):
+                unsupported("hooks", "global module hooks are installed")
+            _guard_no_hooks(tx, self)  # type: ignore[arg-type]
+            return self.call_method(tx, "forward", args, kwargs)
         if not _is_python_function(lookup_class_attr(self.cls, "__call__")):
             unsupported("exception", f"TypeError: {self.cls.__name__!r} object is not callable")
         return self.call_method(tx, "__call__", args, kwargs)

@@ -804,3 +804,49 @@ def test_built_object_instance_attribute_shadows_method_and_escapes_through_clos
     assert_same(fe(x), jf(x))
     assert len(mj) == 1 and type(mj[0]) is _WithHooks and mj[0].history == me[0].history == [2]
     assert mj[0].apply(torch.zeros(1)).item() == 100
+
+
+class _Scale(nn.Module):
+    def __init__(self, s):
+        super().__init__()
+        self.s = s
+        self.act = nn.ReLU()  # a submodule: Module.__setattr__ puts it in _modules
+
+    def forward(self, x):
+        return self.act(x) * self.s
+
+
+def test_user_module_built_in_forward_and_stored():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            sc = _Scale(3.0)
+            self.sc = sc
+            return sc(self.fc(x)), sc
+
+    ref = Net()
+    m = copy.deepcopy(ref)
+    backend = CountingBackend()
+    jm = pyjit.jit(m, backend=backend, fullgraph=True)
+    x = _rand(0, 2, 4)
+    (ye, se), (yj, sj) = ref(x), jm(x)
+    assert_same(ye, yj)
+    assert type(sj) is _Scale and m.sc is sj and m._modules["sc"] is sj
+    assert list(vars(sj)) == list(vars(se))  # the same Module state, in the same order
+    assert {k: type(v) for k, v in vars(sj).items()} == {k: type(v) for k, v in vars(se).items()}
+    assert list(sj._modules) == ["act"] and sj.training and sj.s == 3.0
+    _, sj2 = jm(x)
+    assert sj2 is not sj and sj2._non_persistent_buffers_set is not sj._non_persistent_buffers_set
+    assert backend.frame_count == 1
+
+
+def test_set_returned_is_a_new_object_each_call():
+    def f(x):
+        return x + 1, {1, 2}
+
+    jf, _ = _jit_full(f)
+    a, b = jf(torch.ones(1))[1], jf(torch.ones(1))[1]
+    assert a == b == {1, 2} and a is not b
