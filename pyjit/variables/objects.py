@@ -14,6 +14,12 @@ lookups (type, MRO, descriptors); it never escapes. When the object escapes (ret
 an outside object, live at a graph break) the replay rebuilds it: ``cls.__new__(cls)``, then its
 ``__dict__`` and items (``set_object_state``), so what the caller gets equals what eager built.
 Class members are read through the class's source (guarded like ``Cls.name``).
+
+``nn.Module`` subclasses: a user class runs its ``__init__`` (and torch's ``Module.__init__``)
+symbolically as an :class:`ObjectVariable` whose stores follow ``Module.__setattr__``'s routing
+(submodules into ``_modules``, buffers kept in ``_buffers``; creating parameters is a break); a
+parameter-free ``torch.nn`` class from constants is built for real (:class:`NewModuleVariable`)
+and built again by the replay when it escapes.
 """
 from __future__ import annotations
 
