@@ -71,6 +71,15 @@ def test_var_of_offset_data(cpp: Any) -> None:
     check(lambda t: (t.var(1), t.std(0)), x)
 
 
+def test_whole_tensor_layer_norm_orders_nodes_by_dependency(cpp: Any) -> None:
+    # rstd is realized after the normalized output's loader was made: it must still be
+    # placed before it in the kernel's row loops.
+    x, w = make((1, 2, 3), "cpu"), make((1, 2, 3), "cpu")
+    gm = torch.fx.experimental.proxy_tensor.make_fx(
+        lambda a, b: torch.ops.aten.native_layer_norm.default(a, [1, 2, 3], b, None, 0.5))(x, w)
+    check(gm, x, w)
+
+
 def test_nan_and_inf_in_reductions(cpp: Any) -> None:
     x = make((6, 40), "cpu")
     x[1, 3] = float("nan")

@@ -246,6 +246,32 @@ _INFIX = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "bitwise_and": "&"
           "gt": ">", "ge": ">="}
 
 
+def _in_dependency_order(group: FusedGroup) -> FusedGroup:
+    """The group with its nodes ordered so that every node follows the in-group nodes it reads.
+
+    Creation order is not always dependency order: a value realized into a buffer after a
+    reader's loader was made (its second reader appeared later) gets a later index, and the
+    placement of nodes into row loops needs producers first (native_layer_norm over a whole
+    tensor: mean, rstd = f(var), then the normalized output).
+    """
+    names = {n.name: n for n in group.nodes}
+    order: list[Any] = []
+    done: set[str] = set()
+
+    def visit(node: Any, stack: frozenset[str]) -> None:
+        if node.name in done or node.name in stack:
+            return
+        for dep in sorted(node.read_names):
+            if dep in names and dep != node.name:
+                visit(names[dep], stack | {node.name})
+        done.add(node.name)
+        order.append(node)
+
+    for node in group.nodes:
+        visit(node, frozenset())
+    return group if order == group.nodes else FusedGroup(order, group.group)
+
+
 @dataclasses.dataclass
 class CppKernelSource:
     name: str
@@ -259,7 +285,7 @@ class CppKernel(TritonKernel):
     def __init__(self, group: FusedGroup, kernel_index: int, removed: set[str], dtypes: dict[str, torch.dtype],
                  node_info: dict[str, tuple[str, str]]):
         # persistent_rmax=0: every reduction row is walked by explicit rindex loops.
-        super().__init__(group, kernel_index, removed, dtypes, 0, node_info)
+        super().__init__(_in_dependency_order(group), kernel_index, removed, dtypes, 0, node_info)
         # Reduction clauses of each rindex loop; None once a loop holds a reduction that cannot
         # be written as one (argmax/argmin), which then runs without ``omp simd``.
         self.simd: dict[int, list[str] | None] = {}
