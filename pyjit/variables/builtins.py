@@ -179,6 +179,11 @@ def compare_op(tx: "Translator", op: Callable[[Any, Any], Any], a: VariableTrack
                 compare_op(tx, operator.eq, x, y).truth(tx) for x, y in zip(a.items, b.items)
             )
             return ConstantVariable(same if op is operator.eq else not same)
+        from .objects import compare_objects  # objects built by the trace: their __eq__/__ne__
+
+        by_method = compare_objects(tx, op, a, b)
+        if by_method is not None:
+            return by_method
         same = identical(tx, a, b)
         return ConstantVariable(same if op is operator.eq else not same)
     unsupported("unsupported_call", f"comparison {op.__name__} of {a} and {b}")

@@ -177,6 +177,33 @@ def construct(tx: "Translator", cls_var: VariableTracker, args: list[VariableTra
     return obj
 
 
+def compare_objects(tx: "Translator", op: Any, a: VariableTracker, b: VariableTracker) -> VariableTracker | None:
+    """``a == b`` / ``a != b`` where one side is an object built by the trace: its class's Python
+    ``__eq__``/``__ne__`` (reflected when the left side has none or returns NotImplemented), as
+    Python does; None to fall back to identity (no comparison methods beyond ``object``'s)."""
+    import operator
+
+    name, reflected = ("__eq__", "__eq__") if op is operator.eq else ("__ne__", "__ne__")
+    for x, y in ((a, b), (b, a)):
+        if not isinstance(x, ObjectVariable):
+            continue
+        fn = lookup_class_attr(x.cls, name)
+        if fn is getattr(object, name) and name == "__ne__":
+            fn = lookup_class_attr(x.cls, "__eq__")  # object.__ne__ inverts __eq__
+            if _is_python_function(fn):
+                result = x.call_method(tx, "__eq__", [y], {})
+                if not (result.is_python_constant() and result.as_python_constant() is NotImplemented):
+                    return ConstantVariable(not result.truth(tx))
+                continue
+        if _is_python_function(fn):
+            result = x.call_method(tx, name, [y], {})
+            if not (result.is_python_constant() and result.as_python_constant() is NotImplemented):
+                return result
+        elif fn is not getattr(object, name):
+            unsupported("unsupported_call", f"comparing a {x.cls.__name__} with {name} implemented in C")
+    return None
+
+
 def _construct_module(tx: "Translator", cls: type, args: list[VariableTracker],
                       kwargs: dict[str, VariableTracker]) -> VariableTracker:
     """``nn.ReLU()``, ``nn.Dropout(p)`` in ``forward``: a torch.nn module without parameters or

@@ -850,3 +850,20 @@ def test_set_returned_is_a_new_object_each_call():
     jf, _ = _jit_full(f)
     a, b = jf(torch.ones(1))[1], jf(torch.ones(1))[1]
     assert a == b == {1, 2} and a is not b
+
+
+@dataclasses.dataclass
+class _Pair:
+    n: int
+    xs: list = dataclasses.field(default_factory=list)
+
+
+def test_built_dataclasses_compare_with_their_eq_and_default_factories():
+    def f(x):
+        a = _Pair(1)
+        a.xs.append(x + 1)
+        return a, _Pair(2) == _Pair(2), _Pair(2) != _Pair(3), _Pair(1, [1]) == _Pair(1, [2]), _Pair(1).xs
+
+    jf, _ = _jit_full(f)
+    e, a = f(torch.ones(1)), jf(torch.ones(1))
+    assert_same(e, a)
