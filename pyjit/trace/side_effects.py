@@ -13,19 +13,27 @@ mutation:
 Each entry is replayed after the graph runs (or before a graph break) as the *final* value of its
 place: only the end state is observable to the caller, so a list mutated five times is replayed
 once, as ``xs[:] = [...]`` on the caller's own list object (identity is kept). Objects created
-inside the trace that escape (:class:`pyjit.variables.objects.ObjectVariable`) are materialised by
-the same replay: a blank ``object.__new__(cls)`` first (so objects can refer to each other), then
-their state.
+inside the trace that escape (:class:`pyjit.variables.objects.ObjectVariable`, modules built in
+``forward``) are materialised by the same replay into locals of the replacement code: a blank
+``cls.__new__(cls)`` first (so objects can refer to each other), then their state. A list or dict
+built by the trace that a replayed store or a built object holds is materialised the same way,
+so every holder (and the return value) gets one object.
 
-Replay protocol (see :class:`~pyjit.trace.output_graph.OutputCodegen`): every value and target is
-an expression of the reconstruct protocol. All of them are evaluated and kept in locals of the
-replacement code *before* the first mutation is applied, because they may read the caller's state
-through sources (``L['t'].y``) as it was before the call: ``t.x, t.y = t.y, t.x`` must swap.
+Replay protocol (see :meth:`OutputCodegen.capture_side_effects
+<pyjit.trace.output_graph.OutputCodegen.capture_side_effects>`): one helper call per place, its
+arguments expressions of the reconstruct protocol. Arguments that read the caller's state through
+a source other than an argument slot (``L['t'].y``, a global, a cell) are evaluated into locals
+*before* the first mutation: they stand for the state before the call, so ``t.x, t.y = t.y, t.x``
+swaps. The replay calls the generic store the trace modelled (``object.__setattr__`` or
+``Module.__setattr__``): a Python ``__setattr__`` of the class already ran symbolically.
 
 Aliasing: lists, dicts and objects reached from the frame are remembered by identity (the builder
 asks :meth:`SideEffects.known` before wrapping one), so the same object reached twice is one
-tracker (with a ``SAME_OBJECT`` guard); a mutated outside object gets ``DISTINCT`` guards against
-every other remembered object, so a later call where they alias traces again.
+tracker (with a ``SAME_OBJECT`` guard); for each type with a mutated outside object, one
+``DISTINCT`` guard over every object of that type the trace read makes a later call where they
+alias trace again.
+
+The recorder has no rollback: a failed speculation must restart the trace (a new OutputGraph).
 """
 from __future__ import annotations
 
@@ -173,8 +181,10 @@ class SideEffects:
     # -- attributes ---------------------------------------------------------------------------
     def pending_attr(self, obj: "VariableTracker", name: str) -> "VariableTracker | None":
         """The value the trace stored into ``obj.name`` (an outside object), or None."""
+        if not self._attrs:  # the common case: every attribute load asks
+            return None
         real = getattr(obj, "value", None)
-        if real is None or not self._attrs:
+        if real is None:
             return None
         value = self._attrs.get(id(real), {}).get(name)
         if value is DELETED:
