@@ -13,6 +13,7 @@ on the shared :class:`~pyjit.trace.output_graph.OutputGraph`.
 """
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import linecache
 import sys
@@ -31,6 +32,19 @@ if TYPE_CHECKING:
     from .output_graph import OutputGraph
 
 PY = sys.version_info[:2]
+
+
+def _grad_enabled() -> bool:
+    global _grad_enabled
+    import torch
+
+    _grad_enabled = torch.is_grad_enabled  # type: ignore[assignment]  # bound once, per step after
+    return torch.is_grad_enabled()
+
+
+def _is_with_exit(handler: object) -> bool:
+    """A ``with`` block's exit handler: PUSH_EXC_INFO then WITH_EXCEPT_START (3.11-3.13)."""
+    return bool(getattr(handler, "lasti", False))
 _MAX_STEPS = 200_000  # per trace, all frames together: an unbounded loop is a graph break
 
 
@@ -159,6 +173,8 @@ class Translator:
                 raise StopAtBreak(self)
             self.step_at_start = step
             self.depth_at_start = len(self.stack)
+            contexts_at_start = len(self.output.entered_contexts)
+            grad_at_start = _grad_enabled()
             self.ip += 1
             try:
                 if step > _MAX_STEPS:
@@ -171,12 +187,54 @@ class Translator:
                 stop.frames.append(self)  # a frame that was inlining the one that stopped
                 raise
             except Unsupported as e:
+                exc_type = self._catchable(e, inst, contexts_at_start, grad_at_start)
+                if exc_type is not None:
+                    self._enter_handler(inst, exc_type, e)
+                    continue
                 located = self._locate(e)
                 if located.break_at is None:
                     # The innermost frame that ran an instruction for it: break before that step.
                     located.break_at = step
                 raise located from None
         return self.return_value
+
+    # -- exceptions raised by the traced code ------------------------------------------------
+    def _catchable(self, e: Unsupported, inst: Instruction, contexts_at_start: int, grad_at_start: bool) -> type | None:
+        """The exception class a ``try`` around ``inst`` in this frame catches for ``e``, when
+        pyjit may model it: ``e`` is an exception the code raises (kind ``exception``) of a
+        known class, ``inst`` is covered by an ``except``/``finally`` handler (not a ``with``
+        block's exit, which would call ``__exit__``), and no grad-mode or autocast state was
+        changed by frames the exception unwound (their ``with`` exits would restore it)."""
+        handler = inst.exn
+        if handler is None or e.graph_break.kind != "exception" or self.yielded is not None:
+            return None
+        if handler.target.opname != "PUSH_EXC_INFO" or _is_with_exit(handler):
+            return None
+        if len(self.output.entered_contexts) != contexts_at_start or _grad_enabled() != grad_at_start:
+            return None
+        exc_type = getattr(e, "exc_type", None)
+        if exc_type is None:
+            from ..variables.misc import raised_exception_type
+
+            exc_type = getattr(builtins, raised_exception_type(e), None)
+        if not (isinstance(exc_type, type) and issubclass(exc_type, Exception)):
+            return None  # unknown, or BaseException-only (KeyboardInterrupt...): never modelled
+        return exc_type
+
+    def _enter_handler(self, inst: Instruction, exc_type: type, e: Unsupported) -> None:
+        """Continue at the handler as CPython does: the stack cut to the handler's depth, the
+        offset of the raising instruction (``lasti`` handlers), then the exception."""
+        from ..variables.constant import ConstantVariable
+        from ..variables.misc import CaughtExceptionVariable
+
+        handler = inst.exn
+        assert handler is not None
+        del self.stack[handler.depth:]
+        if handler.lasti:
+            self.push(ConstantVariable(inst.offset))
+        exc = getattr(e, "exc_value", None)
+        self.push(exc if exc is not None else CaughtExceptionVariable(exc_type, []))
+        self.ip = self.decoded.index[id(handler.target)]
 
     def _locate(self, e: Unsupported) -> Unsupported:
         gb = e.graph_break
@@ -190,6 +248,9 @@ class Translator:
         located = GraphBreak(gb.kind, gb.explanation, self.location(), tuple(chain), gb.hint)
         new = type(e)(located)
         new.break_at = e.break_at
+        for attr in ("exc_type", "exc_value"):
+            if hasattr(e, attr):
+                setattr(new, attr, getattr(e, attr))
         return new
 
     # -- locations ---------------------------------------------------------------------------

@@ -57,7 +57,7 @@ class BaseListVariable(VariableTracker):
         try:
             return self.items[k]
         except (IndexError, TypeError) as e:
-            unsupported("exception", f"{self.python_type().__name__} index {k!r}: {e}")
+            unsupported("exception", f"{type(e).__name__}: {self.python_type().__name__} index {k!r}: {e}")
 
     def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         if name == "__getitem__" and len(args) == 1:

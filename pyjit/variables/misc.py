@@ -156,6 +156,16 @@ class ExceptionVariable(VariableTracker):
     def python_type(self) -> type:
         return self.cls
 
+    def is_python_constant(self) -> bool:
+        # Its construction runs no Python code (can_construct): with constant arguments the
+        # real exception object is equivalent (str(e), e.args, isinstance...).
+        return all(a.is_python_constant() for a in self.args)
+
+    def as_python_constant(self) -> Any:
+        if not self.is_python_constant():
+            return super().as_python_constant()
+        return self.cls(*[a.as_python_constant() for a in self.args])
+
     def raise_text(self) -> str:
         """``IndexError: list index out of range``, as Python prints it."""
         parts = [repr(a.as_python_constant()) if a.is_python_constant() else "..." for a in self.args]
@@ -171,6 +181,20 @@ class ExceptionVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"ExceptionVariable({self.cls.__name__})"
+
+
+class CaughtExceptionVariable(ExceptionVariable):
+    """An exception raised by an operation while tracing (a missing dict key, an index out of
+    range) and caught by a traced ``except``: its class is known, its arguments are not
+    modelled, so reading them (``str(e)``, ``e.args``) stops the trace instead of guessing."""
+
+    __slots__ = ()
+
+    def is_python_constant(self) -> bool:
+        return False
+
+    def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
+        unsupported("unsupported_attr", f"attribute {name} of a caught {self.cls.__name__}")
 
 
 def raised_exception_text(v: VariableTracker) -> str | None:

@@ -134,13 +134,78 @@ def send(tx: "Translator", inst: "Instruction") -> None:
     unsupported("generator", f"{inst.opname} (yield from / await)")
 
 
-@register("RAISE_VARARGS", "RERAISE", "LOAD_ASSERTION_ERROR", "PUSH_EXC_INFO", "POP_EXCEPT", "WITH_EXCEPT_START",
-          "CHECK_EXC_MATCH", "CLEANUP_THROW")
+@register("WITH_EXCEPT_START", "CLEANUP_THROW")
 def raise_(tx: "Translator", inst: "Instruction") -> None:
-    from ...variables.misc import raised_exception_text  # `raise IndexError(...)`: say which
+    unsupported("exception", f"{inst.opname} (an exception leaving a `with` block while tracing)")
 
-    text = raised_exception_text(tx.stack[-1]) if inst.opname == "RAISE_VARARGS" and inst.arg and tx.stack else None
-    unsupported("exception", text or f"{inst.opname} (raise/assert/except reached while tracing)")
+
+# -- exceptions: `raise`, and `try`/`except` around code that raises while tracing -----------------
+# The translator (Translator._catchable/_enter_handler) jumps to a `try` block's handler when
+# traced code raises an exception of a known class; these opcodes run the handler's protocol.
+
+@register("RAISE_VARARGS")
+def raise_varargs(tx: "Translator", inst: "Instruction") -> None:
+    from ...errors import Unsupported
+    from ...variables.misc import ExceptionVariable, raised_exception_text
+
+    if not inst.arg:  # bare `raise` inside a handler: re-raise the one being handled
+        unsupported("exception", "raise (re-raising the exception being handled)")
+    if inst.arg > 1:
+        tx.pop()  # `raise X from Y`: the cause does not change which handler matches
+    v = tx.stack[-1]
+    text = raised_exception_text(v)
+    try:
+        unsupported("exception", text or "raise of an exception pyjit cannot name")
+    except Unsupported as e:
+        if isinstance(v, ExceptionVariable):
+            e.exc_type, e.exc_value = v.cls, v  # type: ignore[attr-defined]
+        elif isinstance(getattr(v, "value", None), type) and issubclass(v.value, BaseException):  # type: ignore[attr-defined]
+            e.exc_type = v.value  # type: ignore[attr-defined]
+        raise
+
+
+@register("LOAD_ASSERTION_ERROR")
+def load_assertion_error(tx: "Translator", inst: "Instruction") -> None:
+    from ...variables.builder import wrap
+
+    tx.push(wrap(tx, AssertionError, None))
+
+
+@register("PUSH_EXC_INFO")
+def push_exc_info(tx: "Translator", inst: "Instruction") -> None:
+    exc = tx.pop()
+    tx.push(ConstantVariable(None))  # the exception being handled before (none while tracing)
+    tx.push(exc)
+
+
+@register("CHECK_EXC_MATCH")
+def check_exc_match(tx: "Translator", inst: "Instruction") -> None:
+    from ...variables.misc import ExceptionVariable
+
+    classes = tx.pop().as_python_constant()
+    exc = tx.stack[-1]
+    if not isinstance(exc, ExceptionVariable):
+        unsupported("exception", "an except clause over an exception pyjit does not model")
+    tx.push(ConstantVariable(issubclass(exc.cls, classes)))
+
+
+@register("POP_EXCEPT")
+def pop_except(tx: "Translator", inst: "Instruction") -> None:
+    tx.pop()
+
+
+@register("RERAISE")
+def reraise(tx: "Translator", inst: "Instruction") -> None:
+    from ...errors import Unsupported
+    from ...variables.misc import ExceptionVariable
+
+    exc = tx.pop()
+    try:
+        unsupported("exception", exc.raise_text() if isinstance(exc, ExceptionVariable) else "re-raised exception")
+    except Unsupported as e:
+        if isinstance(exc, ExceptionVariable):
+            e.exc_type, e.exc_value = exc.cls, exc  # type: ignore[attr-defined]
+        raise
 
 
 @register("SETUP_ANNOTATIONS", "IMPORT_STAR", "LOAD_BUILD_CLASS", "LOAD_NAME",
