@@ -142,14 +142,15 @@ def test_cross_entropy_loss(device: str) -> None:
 def test_outputs_not_requiring_grad_and_none_grads(device: str) -> None:
     def fn(x: torch.Tensor, unused: torch.Tensor, w: torch.Tensor) -> Any:
         y = x * w
-        return y.sum(), y.detach() * 2, y.argmax(dim=1), (w > 0)
+        return y.sum(), y.detach() * 2, y.argmax(dim=1), (w > 0), x.detach()
 
     x = torch.randn(4, 5, device=device, requires_grad=True)
     unused = torch.randn(3, device=device, requires_grad=True)
     w = torch.randn(5, device=device)  # no grad
     compiled = check_training(fn, [x, unused, w])
     out = compiled(x, unused, w)
-    assert [o.requires_grad for o in out] == [True, False, False, False]
+    assert [o.requires_grad for o in out] == [True, False, False, False, False]
+    assert out[4].data_ptr() == x.data_ptr()  # x.detach() aliases x, as in eager
     assert unused.grad is None and w.grad is None
 
 

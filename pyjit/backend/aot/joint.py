@@ -39,6 +39,7 @@ class AliasedOutput:
     size: tuple[int, ...]
     stride: tuple[int, ...]
     offset_delta: int  # storage offset relative to the input's
+    requires_grad: bool  # False for ``x.detach()``: rebuilt from the detached input
 
 
 @dataclasses.dataclass
@@ -190,31 +191,33 @@ def trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_in
     out_node = next(n for n in fw.graph.nodes if n.op == "output")
     n_user = len(out_node.args[0]) - len(mutated)
 
+    # Which user outputs require grad: one autograd-enabled replay on fake tensors.
+    with fake_mode:
+        probe_inputs = [t.detach().requires_grad_(r) for t, r in zip(fakes, requires_grad)]
+        with torch.enable_grad():
+            probe = torch.fx.Interpreter(fw).run(*probe_inputs)
+    user_requires_grad = [bool(t.requires_grad) for t in probe[:n_user]]
+
     # Outputs aliasing an input leave the graph: the runtime rebuilds them as views.
     fw_placeholders = [n for n in fw.graph.nodes if n.op == "placeholder"]
     user_outputs: list[int | AliasedOutput] = []
     kept: list[torch.fx.Node] = []
-    for node in out_node.args[0][:n_user]:
+    fw_requires_grad: list[bool] = []
+    for node, needs_grad in zip(out_node.args[0][:n_user], user_requires_grad):
         val = node.meta["val"]
         alias = next((i for i, p in enumerate(fw_placeholders) if _is_alias(val, p.meta["val"])), None)
         if alias is not None and alias not in mutated:
             base = fw_placeholders[alias].meta["val"]
             user_outputs.append(AliasedOutput(alias, tuple(val.shape), tuple(val.stride()),
-                                              val.storage_offset() - base.storage_offset()))
+                                              val.storage_offset() - base.storage_offset(), needs_grad))
         else:
             user_outputs.append(len(kept))
             kept.append(node)
+            fw_requires_grad.append(needs_grad)
     out_node.args = (kept + list(out_node.args[0][n_user:]),)
     fw.graph.eliminate_dead_code()
     fw.recompile()
     n_fw = len(kept)
-
-    # Which computed outputs require grad: one autograd-enabled replay on fake tensors.
-    with fake_mode:
-        probe_inputs = [t.detach().requires_grad_(r) for t, r in zip(fakes, requires_grad)]
-        with torch.enable_grad():
-            probe = torch.fx.Interpreter(fw).run(*probe_inputs)
-    fw_requires_grad = [bool(t.requires_grad) for t in probe[:n_fw]]
     tangent_outputs = [i for i, r in enumerate(fw_requires_grad) if r]
 
     grad_box: list[list[bool]] = []
@@ -235,7 +238,7 @@ def trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_in
 
     with fake_mode:
         primal_fakes = [t.detach() for t in fakes]
-        tangent_fakes = [torch.empty_like(probe[i], memory_format=torch.contiguous_format).detach()
+        tangent_fakes = [torch.empty_like(kept[i].meta["val"], memory_format=torch.contiguous_format)
                          for i in tangent_outputs]
         joint_gm = make_fx(joint, decomposition_table=decompositions, tracing_mode="real",
                            record_stack_traces=True)(primal_fakes, tangent_fakes)

@@ -61,6 +61,20 @@ class AOTState:
                         self.bw = bw_gm.forward
         return self.bw
 
+    def run_backward(self, args: list[torch.Tensor]) -> Sequence[torch.Tensor]:
+        """The compiled backward on ``args``; if it raises, the aten graph as captured (logged)."""
+        bw = self.backward_fn(args)
+        try:
+            return bw(*args)
+        except Exception as e:
+            from ...config import config
+            if config.raise_on_internal_error or bw == self.part.bw_gm.forward:
+                raise
+            log.warning("the compiled backward of %s raised %s: %s; running it as captured from now on",
+                        self.label, type(e).__name__, e)
+            self.bw = self.part.bw_gm.forward
+            return self.bw(*args)
+
 
 class CompiledFunction(torch.autograd.Function):
     """Compiled forward + lazily compiled backward of one joint graph."""
@@ -97,7 +111,7 @@ class CompiledFunction(torch.autograd.Function):
         args = saved + tangents
         previous = _set_callback(None)
         try:
-            present = list(state.backward_fn(args)(*args))
+            present = list(state.run_backward(args))
         finally:
             _set_callback(previous)
         it = iter(present)
@@ -147,4 +161,6 @@ def make_runtime(state: AOTState, gm: torch.nn.Module, attr_names: Sequence[str]
 
 
 def _view_of(base: torch.Tensor, alias: AliasedOutput) -> torch.Tensor:
+    if not alias.requires_grad:
+        base = base.detach()
     return base.as_strided(alias.size, alias.stride, base.storage_offset() + alias.offset_delta)
