@@ -165,3 +165,18 @@ def test_aot_backend_without_grad_gives_forward_graph_only() -> None:
     assert len(graphs) == 1
     assert not any(n.target is aten.copy_.default for n in graphs[0].graph.nodes)  # functional graph
     pyjit.reset()
+
+
+def test_no_grad_region_inside_graph_keeps_eager_gradients() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        with torch.no_grad():
+            z = y * 3  # no gradient flows through z
+        return y * z
+
+    x = torch.randn(5, requires_grad=True)
+    rx = x.detach().clone().requires_grad_()
+    pyjit.jit(fn, backend="aot_eager")(x).sum().backward()
+    fn(rx).sum().backward()
+    torch.testing.assert_close(x.grad, rx.grad)
+    pyjit.reset()

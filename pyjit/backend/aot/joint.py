@@ -22,7 +22,6 @@ non-tensor inputs or outputs.
 from __future__ import annotations
 
 import dataclasses
-import operator
 from typing import Any, Callable, Sequence
 
 import torch
@@ -279,7 +278,3 @@ def _functionalize(gm: torch.fx.GraphModule, fake_mode: Any, inputs: list[torch.
         raise NotImplementedError("the backward mutates a graph input")
     _strip_detach(new)
     return new
-
-
-def is_getitem(node: torch.fx.Node) -> bool:
-    return node.op == "call_function" and node.target is operator.getitem
