@@ -217,3 +217,18 @@ def test_double_backward_raises_clear_error(device: str) -> None:
         torch.autograd.grad(compiled(x).sum(), x, create_graph=True)
     (g,) = torch.autograd.grad(compiled(x).sum(), x)  # first order still works
     torch.testing.assert_close(g, 2 * x.detach() * torch.cos(x.detach() * x.detach()))
+
+
+@pytest.mark.parametrize("model", ["mlp", "gpt2_block"])
+def test_cpu_cpp_backend(model: str, tmp_path: Any) -> None:
+    """The default CPU path (C++ kernels) on forward and backward graphs, internal errors raised."""
+    from pyjit import config as cfg
+    from pyjit.runtime import cpp_build
+
+    if cpp_build.compiler() is None:
+        pytest.skip("no working C++ compiler")
+    torch.manual_seed(0)
+    module, x = (MLP(), torch.randn(4, 16, requires_grad=True)) if model == "mlp" else (Block(), torch.randn(2, 8, 16))
+    with cfg.patch(cpu_backend="cpp", raise_on_internal_error=True, cache_dir=str(tmp_path)):
+        backend.metrics.reset()
+        check_training(module, [x])
