@@ -184,9 +184,21 @@ def compare_op(tx: "Translator", op: Callable[[Any, Any], Any], a: VariableTrack
         by_method = compare_objects(tx, op, a, b)
         if by_method is not None:
             return by_method
+        if not (_compares_by_identity(a) and _compares_by_identity(b)):
+            # A class with its own __eq__/__ne__: identity would be a silent wrong answer.
+            unsupported("unsupported_call", f"comparison {op.__name__} of {a} and {b} (a class with its own __eq__)")
         same = identical(tx, a, b)
         return ConstantVariable(same if op is operator.eq else not same)
     unsupported("unsupported_call", f"comparison {op.__name__} of {a} and {b}")
+
+
+def _compares_by_identity(v: VariableTracker) -> bool:
+    """``==`` on this value is object identity (its type keeps object's __eq__ and __ne__)."""
+    try:
+        t = v.python_type()
+    except Exception:  # noqa: BLE001 - unknown type: not provably identity
+        return False
+    return getattr(t, "__eq__", None) is object.__eq__ and getattr(t, "__ne__", None) is object.__ne__
 
 
 def contains(tx: "Translator", container: VariableTracker, item: VariableTracker) -> VariableTracker:
