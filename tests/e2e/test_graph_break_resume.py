@@ -181,7 +181,33 @@ def _logging_break(x):
     return x * 5
 
 
-BREAKS = [_print_break, _item_break, _tolist_break, _branch_break, _disabled_break, _user_break, _logging_break]
+def _c_extension_break(x):
+    import zlib  # a C extension function pyjit cannot trace: it runs natively at a break
+
+    return x * (zlib.crc32(b"pyjit") % 7 + 1)
+
+
+def _attr_break(x):
+    return x + 1 if x.grad is None else x  # `.grad` is read natively
+
+
+_HOOKED = nn.ReLU()
+_HOOKED.register_forward_hook(lambda module, args, out: out * 2)  # a module with hooks runs natively
+
+
+def _hooks_break(x):
+    with torch.no_grad():
+        return _HOOKED(x) + x
+
+
+def _generator_break(x):
+    gen = (i * 2 for i in range(3))
+    first = next(gen)
+    return x + first + sum(gen)
+
+
+BREAKS = [_print_break, _item_break, _tolist_break, _branch_break, _disabled_break, _user_break, _logging_break,
+          _c_extension_break, _attr_break, _hooks_break, _generator_break]
 
 
 @pytest.mark.parametrize("brk", BREAKS, ids=[b.__name__ for b in BREAKS])
