@@ -2,14 +2,15 @@
 
 Pipeline (inference): FX graph -> aten graph (``make_fx`` on fake tensors, decompositions,
 functionalization) -> loop IR (``GraphLowering``) -> ``Scheduler`` (fusion, dead code) ->
-Triton kernels + wrapper module -> on-disk cache (plus a graph-level index, ``graph_cache.py``,
+Triton kernels (C++ kernels on CPU, ``codegen/cpp.py``) + wrapper module -> on-disk cache (plus a graph-level index, ``graph_cache.py``,
 so a warm start skips all of it) -> loaded module -> callable that checks its
 inputs still match what it was compiled for, calls ``call(args)`` and rebuilds the output
 structure. Graphs that need autograd (grad enabled and an input requiring grad) go through
 ``aot.compile_training``: joint forward/backward graph, min-cut partition, both halves compiled
 by this function, run by one ``torch.autograd.Function``. Graphs that this backend does not
 compile run as captured (``gm.forward``), with the reason logged on the ``fallbacks`` channel
-and recorded in ``metrics.eager_graphs``: CPU graphs under ``PYJIT_CPU_BACKEND=eager``,
+and recorded in ``metrics.eager_graphs``: CPU graphs under ``PYJIT_CPU_BACKEND=eager`` or
+without a working C++ compiler (``runtime/cpp_build.py``),
 non-tensor or dynamic-shape inputs, mixed devices, and internal errors (raised instead
 under ``config.raise_on_internal_error``).
 """
