@@ -172,8 +172,10 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
         except Exception as e:
             raise BackendError(f"backend {getattr(backend, '__name__', backend)!r} failed on the graph of {code.co_name} "
                                f"({code.co_filename}:{code.co_firstlineno}): {type(e).__name__}: {e}") from e
-    if compiled is not None and _calls_python_kernels(gm):
-        compiled = _without_hook(compiled)
+    if compiled is not None:
+        _never_convert(compiled)  # e.g. a backend's own Python wrapper around the graph
+        if _calls_python_kernels(gm):
+            compiled = _without_hook(compiled)
     t2 = time.perf_counter()
 
     _counter[0] += 1
@@ -224,6 +226,16 @@ def _calls_python_kernels(gm: torch.fx.GraphModule) -> bool:
             if qualified.replace(".", "::").split("::")[0] not in _TORCH_OP_NAMESPACES:
                 return True
     return False
+
+
+def _never_convert(compiled: Callable[..., Any]) -> None:
+    """Mark the compiled callable's own code skip: it runs inside the jitted call, and a
+    backend's Python wrapper is not user code to compile as a callee."""
+    from .policy import _C
+
+    code = getattr(getattr(compiled, "__func__", compiled), "__code__", None)
+    if _C is not None and isinstance(code, types.CodeType):
+        _C.mark_skip(code)
 
 
 def _without_hook(compiled: Callable[..., Any]) -> Callable[..., Any]:

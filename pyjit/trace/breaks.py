@@ -194,7 +194,7 @@ def _check_level(tx: "Translator", inst: Instruction) -> None:
         class_cell = tx.cells.get("__class__")
         if set(tx.code.co_freevars) != {"__class__"} or getattr(class_cell, "real_cell", None) is None:
             raise BreakUnsupported(f"the break at {where} is inside an inlined closure")
-    if inst.exn is not None and not _is_with_cleanup(inst.exn):
+    if _inside_try(inst):
         raise BreakUnsupported(f"the break at {where} is inside a try block (its handler must see the exception)")
     if is_resume_code(tx.code) and _in_loop(tx, inst):
         # The loop would break again on every iteration, each time nesting one more resume
@@ -381,6 +381,21 @@ def _capture_all(plan: BreakPlan, cg: "OutputCodegen") -> None:
 def _is_with_cleanup(handler: ExnHandler) -> bool:
     """A handler that is a ``with`` block's exit path (PUSH_EXC_INFO; WITH_EXCEPT_START)."""
     return handler.target.opname == "PUSH_EXC_INFO" and handler.lasti
+
+
+def _inside_try(inst: Instruction) -> bool:
+    """An exception raised at ``inst`` reaches a ``try`` handler of this frame: its own handler
+    is one, or a ``with`` block's exit path around it (whose cleanup) leads to one. The
+    replacement code has no such handler, so an exception of the native step or of a resume
+    call would skip it (a ``finally`` would not run)."""
+    handler = inst.exn
+    seen = 0
+    while handler is not None and seen < 64:
+        if not handler.lasti:
+            return True  # try/except/finally entries keep no lasti; with-exits and cleanups do
+        handler = handler.target.exn
+        seen += 1
+    return False
 
 
 def _in_loop(tx: "Translator", inst: Instruction) -> bool:
