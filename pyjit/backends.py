@@ -95,6 +95,7 @@ class _GuardedCompiled:
     (a backend bug must not break the user's program; logged once on ``fallbacks``)."""
 
     __slots__ = ("fn", "gm", "failed")
+    pauses_frame_hook = True  # runs the graph with pyjit's frame hook off (see __call__)
 
     def __init__(self, fn: Callable[..., Any], gm: Any) -> None:
         self.fn = fn

@@ -174,7 +174,9 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
                                f"({code.co_filename}:{code.co_firstlineno}): {type(e).__name__}: {e}") from e
     if compiled is not None:
         _never_convert(compiled)  # e.g. a backend's own Python wrapper around the graph
-        if _calls_python_kernels(gm):
+        if not getattr(compiled, "pauses_frame_hook", False):
+            # Frames the compiled graph runs (a backend's generated code, a custom operator's
+            # Python kernel) are the backend's, not user code to compile as callees.
             compiled = _without_hook(compiled)
     t2 = time.perf_counter()
 
@@ -212,22 +214,6 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
                          [c.resume for c in plan.continuations] if plan else [])
 
 
-# Operator namespaces whose kernels are torch's own (C++ or torch's Python decompositions).
-_TORCH_OP_NAMESPACES = frozenset({"aten", "prims", "prim", "quantized", "_quantized", "_c10d_functional",
-                                  "c10d_functional", "_c10d_functional_autograd", "profiler", "higher_order"})
-
-
-def _calls_python_kernels(gm: torch.fx.GraphModule) -> bool:
-    """The graph calls a custom operator (``torch.ops.<library>.<op>``) whose kernel may be
-    Python: while the graph runs, its frames are the operator's implementation, not user code."""
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and isinstance(node.target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
-            qualified = getattr(node.target, "_qualified_op_name", None) or str(node.target)
-            if qualified.replace(".", "::").split("::")[0] not in _TORCH_OP_NAMESPACES:
-                return True
-    return False
-
-
 def _never_convert(compiled: Callable[..., Any]) -> None:
     """Mark the compiled callable's own code skip: it runs inside the jitted call, and a
     backend's Python wrapper is not user code to compile as a callee."""
@@ -239,8 +225,8 @@ def _never_convert(compiled: Callable[..., Any]) -> None:
 
 
 def _without_hook(compiled: Callable[..., Any]) -> Callable[..., Any]:
-    """Run ``compiled`` with this thread's frame callback off, as torch.compile runs its graphs:
-    a custom operator's Python kernel must not be compiled as a callee of the frame."""
+    """Run ``compiled`` with this thread's frame callback off, as torch.compile runs its graphs
+    (pyjit's own backend does this itself: ``pauses_frame_hook``)."""
     from .policy import _C
 
     if _C is None:
@@ -255,6 +241,7 @@ def _without_hook(compiled: Callable[..., Any]) -> Callable[..., Any]:
             set_callback(previous)
 
     graph_without_hook.__wrapped__ = compiled  # type: ignore[attr-defined]
+    graph_without_hook.pauses_frame_hook = True  # type: ignore[attr-defined]
     return graph_without_hook
 
 

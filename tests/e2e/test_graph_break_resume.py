@@ -628,3 +628,27 @@ def test_caught_exception_message_is_never_guessed():
         return x * k
 
     _run_both(f, lambda i: (_rand(i, 3), {}))
+
+
+def test_backend_python_wrappers_are_not_compiled_as_callees():
+    graphs = []
+
+    def run_graph(gm, args):  # user code the backend calls while the graph runs
+        return gm.forward(*args)
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+
+        def compiled(*args):
+            return run_graph(gm, args)
+
+        return compiled
+
+    def f(x):
+        return (x.sin() + 1).cos()
+
+    jf = pyjit.jit(f, backend=backend)
+    x = torch.randn(3)
+    for _ in range(3):
+        assert_same(f(x), jf(x), exact=False)
+    assert len(graphs) == 1  # neither `compiled` nor `run_graph` was traced as a frame
