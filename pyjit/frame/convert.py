@@ -128,6 +128,10 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
                 try:
                     plan = plan_break(stop.frames, cg, grad_mode)
                 except BreakUnsupported as e:
+                    if e.retry_step is not None and e.retry_step != stop_step:
+                        # Break before the `with` block instead: it runs natively from there.
+                        stop_step = e.retry_step
+                        continue
                     if len(stop.frames) == 1:
                         _break_log.info("graph break in %s cannot resume (%s); the frame runs eagerly:\n%s",
                                         code.co_name, e, first_break.format())

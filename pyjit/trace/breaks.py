@@ -101,7 +101,13 @@ def runs_natively(code: types.CodeType) -> bool:
 
 
 class BreakUnsupported(PyjitError):
-    """This break point cannot be compiled around at this level; the message says why."""
+    """This break point cannot be compiled around at this level; the message says why.
+    ``retry_step``: an earlier step where a break can be placed instead (the start of the
+    ``with`` block that stood in the way)."""
+
+    def __init__(self, message: str, retry_step: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_step = retry_step
 
 
 @dataclasses.dataclass
@@ -227,6 +233,16 @@ def _stack_slots(tx: "Translator") -> tuple[list[_Slot], bool | None]:
     return stack, outer
 
 
+def _check_with_blocks(tx: "Translator", slots: Any, stack: list[_Slot]) -> None:
+    """Only grad-mode ``with`` blocks may span a break: the replacement restores their mode if
+    the native step raises, and the resume function re-enters them. Another context manager's
+    ``__exit__`` would be skipped on that path (a lock left held...)."""
+    for i, (slot, traced) in enumerate(zip(slots, stack)):
+        if getattr(slot, "is_with_exit", False) and traced.kind != "context":
+            raise BreakUnsupported(f"the break at {_where(tx)} is inside a `with` block on a context manager "
+                                   "pyjit cannot re-enter", retry_step=tx.with_steps.get(i))
+
+
 def _innermost_level(tx: "Translator") -> tuple[_Level, int]:
     code = tx.code
     inst = tx.instructions[tx.current_index]
@@ -244,6 +260,7 @@ def _innermost_level(tx: "Translator") -> tuple[_Level, int]:
     stack, outer = _stack_slots(tx)
     if len(stack) != point.stack_depth:
         raise BreakUnsupported(f"stack mismatch at {where}: traced {len(stack)} values, bytecode has {point.stack_depth}")
+    _check_with_blocks(tx, point.stack, stack)
 
     level = _Level(tx, stack, {}, set(), [], outer)
     consumed = 1
@@ -308,8 +325,11 @@ def _parent_level(tx: "Translator") -> _Level:
     if len(tx.stack) != tx.depth_at_start - pops:
         raise BreakUnsupported(f"the call at {where} is not in the state of a plain call")
     stack, outer = _stack_slots(tx)
-    level = _Level(tx, stack, {}, set(), [], outer)
     nxt = tx.instructions[tx.current_index + 1]
+    after = resume_point(tx.code, nxt.offset)
+    if after.supported and len(after.stack) == len(stack) + 1:
+        _check_with_blocks(tx, after.stack[:-1], stack)
+    level = _Level(tx, stack, {}, set(), [], outer)
     level.continuations = [_continuation(tx, nxt, stack + [_Slot("result")], len(stack))]
     _collect_locals(level)
     return level

@@ -549,7 +549,7 @@ def test_with_on_user_context_manager_keeps_the_prefix_graph():
     be = CountingBackend()
     assert_same(expected, pyjit.jit(f, backend=be)(torch.ones(3)), exact=False)
     assert _CTX_LOG == eager_log
-    assert be.frame_count == 1 and be.call_counts == [1]  # y = x * 2; the with block runs natively
+    assert be.frame_count == 1 and be.call_counts == [3]  # __enter__/__exit__ traced (log replayed)
 
 
 @torch.library.custom_op("pyjit_tests::scaled_add", mutates_args=())
@@ -652,3 +652,52 @@ def test_backend_python_wrappers_are_not_compiled_as_callees():
     for _ in range(3):
         assert_same(f(x), jf(x), exact=False)
     assert len(graphs) == 1  # neither `compiled` nor `run_graph` was traced as a frame
+
+
+def test_with_on_python_context_managers_is_traced_and_breaks_move_before_it():
+    import contextlib
+
+    def traced(x):
+        with contextlib.nullcontext():
+            y = x * 2
+        with _TAG as name:  # a user class: __enter__/__exit__ run symbolically, replayed
+            y = y + len(name)
+        return y
+
+    def breaks_inside(x):
+        y = x * 2
+        with _TAG as name:
+            y = y + len(name)
+            print("inside")  # the with block (and the rest) run natively; the prefix compiles
+        return y
+
+    for fn, graphs in ((traced, 1), (breaks_inside, 1)):
+        _CTX_LOG.clear()
+        expected = fn(torch.ones(3))
+        eager_log = list(_CTX_LOG)
+        _CTX_LOG.clear()
+        be = CountingBackend()
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert_same(expected, pyjit.jit(fn, backend=be)(torch.ones(3)), exact=False)
+        assert _CTX_LOG == eager_log, fn.__name__
+        assert be.frame_count == graphs, (fn.__name__, be.graph_listing())
+
+
+def test_modules_built_in_forward_after_torch_compile_patched_module_init():
+    # torch.compile wraps nn.Module.__init__ for its own bookkeeping; pyjit traces the original.
+    torch.compile(nn.ReLU(), backend="eager")(torch.randn(2))
+
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.k = 2.0
+
+        def forward(self, x):
+            return x * self.k
+
+    def f(x):
+        return Scaled()(x) + 1
+
+    be = CountingBackend()
+    assert_same(f(torch.ones(3)), pyjit.jit(f, backend=be, fullgraph=True)(torch.ones(3)), exact=False)
+    assert be.frame_count == 1

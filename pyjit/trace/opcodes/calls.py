@@ -122,11 +122,23 @@ def before_with(tx: "Translator", inst: "Instruction") -> None:
     from ...variables.torch_fns import GradModeVariable, StateContextVariable
 
     ctx = tx.pop()
-    if not isinstance(ctx, (GradModeVariable, StateContextVariable)):
-        unsupported("unsupported_call", f"`with` on {ctx} (only torch.no_grad/enable_grad/set_grad_enabled/"
-                                        f"autocast/inference_mode)")
-    tx.push(ctx.var_getattr(tx, "__exit__"))
-    tx.push(ctx.enter(tx))
+    if isinstance(ctx, (GradModeVariable, StateContextVariable)):
+        tx.push(ctx.var_getattr(tx, "__exit__"))
+        tx.push(ctx.enter(tx))
+        return
+    # Any other context manager whose __enter__/__exit__ pyjit can trace (Python methods:
+    # contextlib.nullcontext, user classes): entered and, at the block's end, exited
+    # symbolically. An exception inside the block stops the trace (the exit path is not traced).
+    from ...errors import Unsupported
+
+    try:
+        exit_ = ctx.var_getattr(tx, "__exit__")
+        enter = ctx.var_getattr(tx, "__enter__")
+    except Unsupported:
+        unsupported("unsupported_call", f"`with` on {ctx} (its __enter__/__exit__ cannot be traced)")
+    tx.with_steps[len(tx.stack)] = tx.step_at_start  # a break inside can move out to here
+    tx.push(exit_)
+    tx.push(enter.call_function(tx, [], {}))
 
 
 @register("CALL_INTRINSIC_1")
