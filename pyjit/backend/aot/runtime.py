@@ -118,17 +118,9 @@ class CompiledFunction(torch.autograd.Function):
         return (None, *[next(it) if has else None for has in state.joint.has_grad])
 
 
-def _load_set_callback() -> Callable[[Any], Any]:
-    try:
-        from ... import _C
-    except ImportError:  # the C extension is not built: no frame hook to pause
-        return lambda cb: None
-    return _C.set_callback
-
-
 # The compiled graphs (and Triton's launcher, compiling a kernel on its first launch) must not be
 # converted by pyjit's frame hook when they run inside a jitted frame or ``loss.backward()``.
-_set_callback = _load_set_callback()
+from ...backends import _set_callback  # noqa: E402 - one loader of the C setter (no-op without _C)
 
 
 def make_runtime(state: AOTState, gm: torch.nn.Module, attr_names: Sequence[str],
