@@ -160,7 +160,8 @@ def is_library_code(code: types.CodeType) -> bool:
         real = os.path.realpath(filename)
         result = any(real.startswith(r) for r in pkgs) or (
             any(real.startswith(r) for r in std) and "site-packages" not in real and "dist-packages" not in real) or (
-            any(f"-packages{os.sep}{p}{os.sep}" in real for p in _RUNTIME_PACKAGES))
+            any(f"-packages{os.sep}{p}{os.sep}" in real or real.endswith(f"-packages{os.sep}{p}.py")
+                for p in _RUNTIME_PACKAGES))
     _library_cache[filename] = result
     return result
 
