@@ -133,9 +133,11 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
                         stop_step = e.retry_step
                         continue
                     if len(stop.frames) == 1:
-                        _break_log.info("graph break in %s cannot resume (%s); the frame runs eagerly:\n%s",
-                                        code.co_name, e, first_break.format())
-                        raise Unsupported(first_break) from None
+                        _break_log.info("graph break in %s (%s:%d) cannot resume (%s); the frame runs eagerly:\n%s",
+                                        code.co_name, code.co_filename, code.co_firstlineno, e, first_break.format())
+                        unresumable = Unsupported(first_break)
+                        unresumable.logged = True  # type: ignore[attr-defined]  # policy: do not log twice
+                        raise unresumable from None
                     # Break one frame further out instead: at the call that inlined the frame
                     # that cannot resume (the callee then runs as its own compiled frame).
                     _break_log.debug("graph break in %s: %s; breaking at the enclosing call", code.co_name, e)

@@ -244,7 +244,9 @@ def compile_for(func: types.FunctionType, args: tuple[Any, ...], state: CodeStat
             raise GraphBreakError(e.graph_break) from None
         state.broke = True
         _notify("eager", code, e.graph_break)
-        _break_log.info("graph break in %s; running it eagerly:\n%s", code.co_name, e.graph_break.format())
+        if not getattr(e, "logged", False):
+            _break_log.info("graph break in %s (%s:%d); running it eagerly:\n%s", code.co_name, code.co_filename,
+                            code.co_firstlineno, e.graph_break.format())
         return None
     except Exception as e:
         if config.raise_on_internal_error:
