@@ -4,6 +4,9 @@
 
 1. wrap the frame's argument slots and closure cells as trackers (installing their guards);
 2. run the :class:`~pyjit.trace.translator.Translator` to the frame's return;
+   A graph break restarts the trace and stops before the breaking step: the replacement of
+   steps 4-5 then ends with the break (:mod:`pyjit.trace.breaks`: the instruction run natively,
+   resume functions called) instead of the return;
 3. no tensor operation recorded -> :class:`~pyjit.errors.SkipFrame` (the caller marks the code skip);
 4. rebuild the return value (:class:`~pyjit.trace.output_graph.OutputCodegen`), finish the FX graph,
    hand it to the backend with the real example inputs;
@@ -102,9 +105,12 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
     """Trace, compile and build the replacement of one frame (see module docstring).
 
     A graph break (an :class:`~pyjit.errors.Unsupported` in the root frame or in a call it
-    inlines) makes the frame trace again from scratch and stop before the breaking instruction
-    of the root frame; the replacement then runs the prefix graph, that instruction natively and
-    a resume function (:mod:`pyjit.trace.breaks`). Under ``fullgraph`` the break is raised."""
+    inlines) makes the frame trace again from scratch and stop before the step that met it; the
+    replacement then runs the prefix graph, that instruction natively and the resume functions
+    of the chain of frames (:mod:`pyjit.trace.breaks`). Where that chain cannot be resumed, the
+    break moves out (before a ``with`` block in the way, or to the enclosing call), and at the
+    root the frame runs eagerly. Under ``fullgraph`` the break is raised. Any step is a valid
+    break point, so a restarted trace that stops elsewhere still gives a correct replacement."""
     # One-time torch initialisation (first FakeTensorMode imports torch._dynamo) is not tracing.
     coldstart.ensure_initialized()
     t0 = time.perf_counter()
