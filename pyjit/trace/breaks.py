@@ -398,11 +398,6 @@ def _capture_all(plan: BreakPlan, cg: "OutputCodegen") -> None:
                                        f"{e.graph_break.explanation}") from None
 
 
-def _is_with_cleanup(handler: ExnHandler) -> bool:
-    """A handler that is a ``with`` block's exit path (PUSH_EXC_INFO; WITH_EXCEPT_START)."""
-    return handler.target.opname == "PUSH_EXC_INFO" and handler.lasti
-
-
 def _inside_try(inst: Instruction) -> bool:
     """An exception raised at ``inst`` reaches a ``try`` handler of this frame: its own handler
     is one, or a ``with`` block's exit path around it (whose cleanup) leads to one. The

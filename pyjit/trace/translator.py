@@ -10,6 +10,13 @@ are inlined by running a child Translator on the callee's code (depth-limited).
 
 The root translator's result is the traced return value; the graph, guards and fake mode live
 on the shared :class:`~pyjit.trace.output_graph.OutputGraph`.
+
+Graph breaks: all frames of one trace count *steps* together; an :class:`Unsupported` records
+the step at which its innermost frame's instruction began (``break_at``), and a trace restarted
+with ``stop_step`` raises :class:`StopAtBreak` there, carrying the chain of frames
+(:mod:`pyjit.trace.breaks` builds the replacement from it). An exception the traced code raises
+(kind ``exception``, a known class) inside a ``try`` of the same frame continues at the
+handler, as CPython does (``_catchable``/``_enter_handler``).
 """
 from __future__ import annotations
 
