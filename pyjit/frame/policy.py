@@ -151,7 +151,6 @@ def is_library_code(code: types.CodeType) -> bool:
         return hit
     if not _roots_cache:
         _roots_cache.append(_library_roots())
-
     std, pkgs = _roots_cache[0]
     if filename.startswith("<"):
         # generated code: FX graph modules ('<eval_with_key>'), pyjit's own code, frozen stdlib.
