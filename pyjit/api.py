@@ -116,11 +116,36 @@ def _jit_module(module: Any, options: JitOptions) -> Any:
         "__qualname__": cls.__qualname__,
         "_pyjit_original_class": cls,
         "_pyjit_forward": jf,
+        "__reduce_ex__": _reduce_jitted_module,
     })
     new = object.__new__(new_cls)
     # Share the original's state: parameters, buffers, submodules and flags are the same objects.
     object.__setattr__(new, "__dict__", module.__dict__)
     return new
+
+
+def _reduce_jitted_module(self: Any, protocol: int) -> tuple[Any, ...]:
+    """Pickling / ``copy.deepcopy`` of a jitted module: the original class's module (same
+    state) is pickled, and loading jits it again with the same options when its backend is a
+    registered name (``pyjit.backends.list()``); with any other backend object the
+    original, un-jitted module is restored (a backend callable need not be picklable)."""
+    from . import backends
+
+    plain = object.__new__(type(self)._pyjit_original_class)
+    object.__setattr__(plain, "__dict__", self.__dict__)
+    options = type(self)._pyjit_forward._options
+    name = next((n for n, b in backends._REGISTRY.items() if b is options.backend), None)
+    if name is None:
+        return (_identity, (plain,))
+    return (_jit_again, (plain, name, options.fullgraph, options.dynamic))
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _jit_again(module: Any, backend: str, fullgraph: bool, dynamic: bool | None) -> Any:
+    return jit(module, backend=backend, fullgraph=fullgraph, dynamic=dynamic)
 
 
 def jit(fn: Any = None, *, backend: Any = "pyjit", fullgraph: bool = False, dynamic: bool | None = None) -> Any:

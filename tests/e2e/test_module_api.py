@@ -294,3 +294,33 @@ def test_dtype_conversion_and_apply_through_jitted_module():
     jm.requires_grad_(False)
     assert not any(p.requires_grad for p in m.parameters())
     assert_same(m(x.double()), jm(x.double()), "after requires_grad_(False)")
+
+
+def test_pickle_deepcopy_and_torch_save_of_a_jitted_module():
+    import copy
+    import io
+    import pickle
+
+    class _Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.fc(x).relu()
+
+    globals()["_Net"] = _Net  # picklable by reference
+    _Net.__qualname__ = "_Net"
+    jm = pyjit.jit(_Net(), backend="eager")
+    x = torch.randn(2, 3)
+    expected = jm(x)
+    buffer = io.BytesIO()
+    torch.save(jm, buffer)
+    buffer.seek(0)
+    for restored in (pickle.loads(pickle.dumps(jm)), copy.deepcopy(jm), torch.load(buffer, weights_only=False)):
+        assert hasattr(type(restored), "_pyjit_forward")  # a registered backend: jitted again
+        assert restored.fc.weight is not jm.fc.weight
+        torch.testing.assert_close(restored(x), expected)
+    # A backend object (not a registered name) restores the original, un-jitted module.
+    plain = pickle.loads(pickle.dumps(pyjit.jit(_Net(), backend=lambda gm, ex: gm.forward)))
+    assert type(plain) is _Net
