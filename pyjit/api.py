@@ -196,9 +196,10 @@ class EnableHandle:
             return
         self._restored = True
         _C.set_callback(self._previous)
-        for i in range(len(policy._global_options) - 1, -1, -1):
-            if policy._global_options[i] is self._options:
-                del policy._global_options[i]
+        stack = policy.enable_stack()
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i] is self._options:
+                del stack[i]
                 break
 
     def __enter__(self) -> "EnableHandle":
@@ -219,7 +220,7 @@ def enable(*, backend: Any = "pyjit", fullgraph: bool = False) -> EnableHandle:
         raise RuntimeError("pyjit.enable() needs the C extension: run `python setup.py build_ext --inplace`")
     policy.ensure_installed()
     options = JitOptions(backends.lookup(backend), fullgraph)
-    policy._global_options.append(options)
+    policy.enable_stack().append(options)
     previous = _C.set_callback(functools.partial(policy.callback, None))
     return EnableHandle(previous, options)
 
@@ -264,8 +265,9 @@ def disable(fn: Any = None) -> Any:
     if _C is None:
         return None
     _C.set_callback(None)
-    if policy._global_options:
-        policy._global_options.pop()
+    stack = policy.enable_stack()
+    if stack:
+        stack.pop()
     return None
 
 

@@ -41,6 +41,9 @@ class Config:
     entry_limit: int = 8
     # Raise pyjit's internal errors instead of falling back to eager (for tests).
     raise_on_internal_error: bool = False
+    # A backend the user supplied that raises: fall back to running the frame eagerly (logged)
+    # instead of raising pyjit.BackendError to the user. pyjit's own backend always falls back.
+    suppress_errors: bool = False
     # Maximum depth of inlined user-function calls while tracing.
     inline_depth_limit: int = 32
     # Triton launch: default number of warps for pointwise kernels when no heuristic applies.

@@ -25,12 +25,13 @@ import dataclasses
 import os
 import sys
 import sysconfig
+import threading
 import traceback
 import types
 from typing import Any, Callable
 
 from ..config import config
-from ..errors import GraphBreakError, SkipFrame, Unsupported
+from ..errors import BackendError, GraphBreakError, SkipFrame, Unsupported
 from ..guards.source import FrameValues
 from ..logs import get_logger
 
@@ -70,7 +71,16 @@ class CodeState:
 # Keyed by id(code): equal-but-distinct code objects (a clone made for a second backend) are
 # different targets with their own cache entries. CodeState.code keeps the key alive.
 _targets: dict[int, CodeState] = {}
-_global_options: list[JitOptions] = []  # non-empty while pyjit.enable() is active on some thread
+# pyjit.enable()'s options, per thread (one thread's enable() never changes another's backend).
+_enable_state = threading.local()
+
+
+def enable_stack() -> list[JitOptions]:
+    """This thread's stack of active ``pyjit.enable()`` options (innermost last)."""
+    stack = getattr(_enable_state, "stack", None)
+    if stack is None:
+        stack = _enable_state.stack = []
+    return stack
 
 
 def lookup_target(code: types.CodeType) -> CodeState | None:
@@ -191,7 +201,8 @@ def callback(target: CodeState | None, func: types.FunctionType, args: tuple[Any
             # function, code between graphs, or a frame that runs eagerly): a compiled callee,
             # with the options of the call that installed the callback (never fullgraph: the
             # callee was not asked to be whole).
-            options = target.options if target is not None else (_global_options[-1] if _global_options else None)
+            enabled = enable_stack()
+            options = target.options if target is not None else (enabled[-1] if enabled else None)
             if options is None:
                 return None
             if options.fullgraph:
@@ -250,6 +261,8 @@ def compile_for(func: types.FunctionType, args: tuple[Any, ...], state: CodeStat
     except Exception as e:
         if config.raise_on_internal_error:
             raise
+        if isinstance(e, BackendError) and not config.suppress_errors and not _is_pyjit_backend(state.options.backend):
+            raise  # the user's own backend failed: their error, as torch.compile's BackendCompilerFailed
         where = f"{code.co_filename}:{code.co_firstlineno}"
         _fallback_log.warning("pyjit failed to compile %s (%s) and runs it eagerly: %s: %s\n%s", code.co_name, where,
                               type(e).__name__, e, traceback.format_exc(limit=-4))
@@ -258,6 +271,16 @@ def compile_for(func: types.FunctionType, args: tuple[Any, ...], state: CodeStat
     state.compiles += 1
     _notify("compiled", code, frame)
     return frame
+
+
+def _is_pyjit_backend(backend: Any) -> bool:
+    """pyjit's own compiler (registered as "pyjit"): its failures fall back with a log line."""
+    from .. import backends
+
+    try:
+        return backend is backends.lookup("pyjit")
+    except Exception:  # noqa: BLE001 - registry unavailable: treat as pyjit's own
+        return True
 
 
 def frame_values(func: types.FunctionType, arg_names: list[str], args: tuple[Any, ...]) -> FrameValues:

@@ -226,3 +226,40 @@ def test_dynamic_argument_is_accepted_and_results_are_right(dynamic):
     for n in (2, 3, 2):
         x = torch.randn(n, 4)
         assert_same(f(x), j(x))
+
+
+def test_enable_state_is_per_thread():
+    import threading
+
+    from .support import CountingBackend
+
+    def work_a(x):
+        return x.sin() + 1
+
+    def work_b(x):
+        return x.cos() - 1
+
+    backends = {"a": CountingBackend(), "b": CountingBackend()}
+    barrier = threading.Barrier(2)
+    errors = []
+
+    def run(name, fn):
+        try:
+            with pyjit.enable(backend=backends[name]):
+                barrier.wait()  # both threads enabled at once, with different backends
+                for _ in range(3):
+                    torch.testing.assert_close(fn(torch.ones(3)), fn.__wrapped__(torch.ones(3))
+                                               if hasattr(fn, "__wrapped__") else fn(torch.ones(3)))
+                barrier.wait()
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=("a", work_a)), threading.Thread(target=run, args=("b", work_b))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    names = {k: {type(g).__name__ for g in be.graphs} for k, be in backends.items()}
+    assert all("work_b" not in n for n in names["a"]) and all("work_a" not in n for n in names["b"]), names
+    assert any("work_a" in n for n in names["a"]) and any("work_b" in n for n in names["b"]), names

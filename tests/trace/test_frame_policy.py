@@ -24,14 +24,23 @@ def failing_backend(gm, example_inputs):
     raise RuntimeError("backend exploded")
 
 
-def test_internal_error_falls_back_to_eager_and_logs_location(caplog):
+def test_user_backend_error_falls_back_under_suppress_errors_and_logs_location(caplog):
     x = torch.randn(3)
-    with patch(raise_on_internal_error=False), caplog.at_level(logging.WARNING, logger="pyjit.fallbacks"):
+    with patch(raise_on_internal_error=False, suppress_errors=True), \
+            caplog.at_level(logging.WARNING, logger="pyjit.fallbacks"):
         out = pyjit.jit(affine, backend=failing_backend)(x)
     same(affine(x), out)
     msg = "\n".join(r.getMessage() for r in caplog.records)
     assert f"{__file__}:{affine.__code__.co_firstlineno}" in msg and "backend exploded" in msg
     assert _C.is_skip(affine.__code__)
+
+
+def test_user_backend_error_raises_to_the_user_by_default():
+    # The user's own backend failed: their error (as torch.compile's BackendCompilerFailed),
+    # naming the graph's frame; pyjit's own backend keeps falling back with a log line.
+    with patch(raise_on_internal_error=False), pytest.raises(BackendError, match="backend exploded") as info:
+        pyjit.jit(affine, backend=failing_backend)(torch.randn(3))
+    assert f"{__file__}:{affine.__code__.co_firstlineno}" in str(info.value)
 
 
 def test_internal_error_raises_under_config_flag():
