@@ -211,7 +211,12 @@ def callback(target: CodeState | None, func: types.FunctionType, args: tuple[Any
             state.callee = True
     if _C.get_entry_limit() != config.entry_limit:
         _C.set_entry_limit(config.entry_limit)
-    frame = compile_for(func, args, state, fullgraph=state.options.fullgraph and fullgraph_ok)
+    with _compile_lock(code):
+        if _compiled_meanwhile(func, args, state):
+            # Another thread compiled an entry valid for these arguments while this one waited:
+            # run this call natively once; later calls hit that entry (no duplicate entry).
+            return None
+        frame = compile_for(func, args, state, fullgraph=state.options.fullgraph and fullgraph_ok)
     if frame is None:
         _C.mark_skip(code)
         return None
@@ -271,6 +276,31 @@ def compile_for(func: types.FunctionType, args: tuple[Any, ...], state: CodeStat
     state.compiles += 1
     _notify("compiled", code, frame)
     return frame
+
+
+# One compile at a time per code object: concurrent first calls of one function from several
+# threads compile it once (the others wait, then find the new entry valid for them).
+_locks_guard = threading.Lock()
+_compile_locks: "dict[int, threading.RLock]" = {}
+
+
+def _compile_lock(code: types.CodeType) -> "threading.RLock":
+    with _locks_guard:
+        lock = _compile_locks.get(id(code))
+        if lock is None:
+            lock = _compile_locks[id(code)] = threading.RLock()
+        return lock
+
+
+def _compiled_meanwhile(func: types.FunctionType, args: tuple[Any, ...], state: CodeState) -> bool:
+    """A compiled entry of ``state`` (made by another thread) whose guards pass for ``args``."""
+    if not state.frames:
+        return False
+    frame = state.frames[-1]
+    try:
+        return frame.guards.first_failure(frame_values(func, frame.arg_names, args)) is None
+    except Exception:  # noqa: BLE001 - cannot tell: compile as usual
+        return False
 
 
 def _is_pyjit_backend(backend: Any) -> bool:

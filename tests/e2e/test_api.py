@@ -263,3 +263,39 @@ def test_enable_state_is_per_thread():
     names = {k: {type(g).__name__ for g in be.graphs} for k, be in backends.items()}
     assert all("work_b" not in n for n in names["a"]) and all("work_a" not in n for n in names["b"]), names
     assert any("work_a" in n for n in names["a"]) and any("work_b" in n for n in names["b"]), names
+
+
+def test_concurrent_first_calls_compile_once():
+    import threading
+
+    from .support import CountingBackend
+
+    def work(x):
+        y = x
+        for _ in range(40):  # a longer trace: the threads really overlap
+            y = y * 1.01 + 0.5
+        return y
+
+    backend = CountingBackend()
+    jf = pyjit.jit(work, backend=backend)
+    barrier = threading.Barrier(8)
+    results, errors = [], []
+
+    def call():
+        try:
+            barrier.wait()
+            results.append(jf(torch.ones(4)))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=call) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    expected = work(torch.ones(4))
+    for r in results:
+        torch.testing.assert_close(r, expected)
+    assert backend.frame_count == 1  # one entry, not one per thread
+    assert jf(torch.ones(4)) is not None and backend.frame_count == 1
