@@ -203,7 +203,7 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
         emit_break(plan, cg, pycg, func)
         assert first_break is not None
         native = (f"the rest of the frame runs natively from {plan.instruction.opname} on, in"
-                  if plan.consumed == 0 else f"then {plan.instruction.opname} runs natively, resuming in")
+                  if plan.resumes_at_break else f"then {plan.instruction.opname} runs natively, resuming in")
         _break_log.info("graph break in %s (%s:%d), compiled around it: %s graph, %s %s:\n%s", code.co_name,
                         code.co_filename, code.co_firstlineno, "a" if has_graph else "no", native,
                         ", ".join(c.resume.co_name for c in plan.continuations) or "(returns)", first_break.format())

@@ -147,10 +147,15 @@ class BreakPlan:
 
     levels: list[_Level]             # root first, innermost last
     instruction: Instruction         # the innermost frame's breaking instruction
-    consumed: int                    # how many top stack values it pops
+    consumed: int                    # how many top stack values it pops (-1: not run, see below)
     grad_mode: bool                  # grad mode at the break point
     entry_grad_mode: bool            # grad mode when the frame was entered
     exprs: dict[int, ast.expr] = dataclasses.field(default_factory=dict)  # id(tracker) -> rebuild
+
+    @property
+    def resumes_at_break(self) -> bool:
+        """The instruction is not run by the replacement: the resume function starts at it."""
+        return self.consumed < 0
 
     @property
     def innermost(self) -> _Level:
@@ -272,7 +277,7 @@ def _innermost_level(tx: "Translator") -> tuple[_Level, int]:
         _native_resume_codes.add(cont.resume)
         level.continuations = [cont]
         _collect_locals(level)
-        return level, 0
+        return level, -1
     if op in _RETURNS:
         pass
     elif op in _COND_JUMPS or op in _JUMP_OR_POP:
@@ -443,7 +448,7 @@ def emit_break(plan: BreakPlan, cg: "OutputCodegen", pycg: "PyCodegen", func: ty
     guarded_from = len(pycg.instructions)
     nested = len(plan.levels) > 1
     conts = innermost.continuations
-    if plan.consumed == 0 and len(conts) == 1:  # resume at the instruction itself (no native step)
+    if plan.resumes_at_break:  # the resume function starts at the instruction itself
         _emit_resume_call(plan, innermost, conts[0], pycg, func, temps, native=None, last=not nested)
     elif len(conts) == 1:
         _emit_resume_call(plan, innermost, conts[0], pycg, func, temps,
