@@ -221,13 +221,13 @@ def _stack_slots(tx: "Translator") -> tuple[list[_Slot], bool | None]:
 
     stack: list[_Slot] = []
     outer: bool | None = None
-    for v in tx.stack:
+    for i, v in enumerate(tx.stack):
         if isinstance(v, NullVariable):
             stack.append(_Slot("null"))
         elif isinstance(v, _BoundCtx) and not v.is_enter:
             if not isinstance(v.ctx, GradModeVariable):
                 raise BreakUnsupported(f"a graph break at {_where(tx)} inside `with` on an autocast/inference-mode "
-                                       "context is not resumable")
+                                       "context is not resumable", retry_step=tx.with_steps.get(i))
             if outer is None:
                 outer = bool(v.ctx.prev)
             stack.append(_Slot("context", v.ctx.mode))

@@ -277,6 +277,13 @@ class StateContextVariable(VariableTracker):
         node.meta["example_value"] = None
         return ConstantVariable(None)
 
+    def reconstruct(self, cg: "OutputCodegen") -> str:
+        """A fresh, not yet entered context of the same settings (a graph break before its
+        ``with`` passes it to the resume function, which enters it natively)."""
+        if self.real is not None:
+            unsupported("unsupported_return", "an autocast/inference-mode context that is already entered")
+        return f"{cg.ref(self.factory, 'context_factory')}()"
+
     def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
         if name == "__enter__":
             return _BoundCtx(self, True)  # type: ignore[arg-type]

@@ -123,6 +123,8 @@ def before_with(tx: "Translator", inst: "Instruction") -> None:
 
     ctx = tx.pop()
     if isinstance(ctx, (GradModeVariable, StateContextVariable)):
+        if isinstance(ctx, StateContextVariable):  # autocast/inference_mode: a break inside moves here
+            tx.with_steps[len(tx.stack)] = tx.step_at_start
         tx.push(ctx.var_getattr(tx, "__exit__"))
         tx.push(ctx.enter(tx))
         return
