@@ -151,6 +151,7 @@ class BreakPlan:
     grad_mode: bool                  # grad mode at the break point
     entry_grad_mode: bool            # grad mode when the frame was entered
     exprs: dict[int, ast.expr] = dataclasses.field(default_factory=dict)  # id(tracker) -> rebuild
+    cell_temps: dict[int, str] = dataclasses.field(default_factory=dict)  # id(CellVariable) -> new cell local
 
     @property
     def resumes_at_break(self) -> bool:
@@ -199,12 +200,11 @@ def _check_level(tx: "Translator", inst: Instruction) -> None:
     where = _where(tx)
     if tx.yielded is not None:
         raise BreakUnsupported(f"the break at {where} is inside an inlined generator")
-    if tx.parent is not None and tx.code.co_freevars:
-        # Its resume function would need the inlined function's closure cells; only the class
-        # cell of zero-argument super() is taken (the class is fixed for the code).
-        class_cell = tx.cells.get("__class__")
-        if set(tx.code.co_freevars) != {"__class__"} or getattr(class_cell, "real_cell", None) is None:
-            raise BreakUnsupported(f"the break at {where} is inside an inlined closure")
+    if tx.parent is not None and tx.code.co_freevars and _closure_owner_cells(tx) is None:
+        # Its resume function needs the inlined function's closure cells: the class cell of
+        # zero-argument super(), or cells of enclosing frames of the chain (a comprehension or
+        # a local function reading the caller's variables), which are passed along as new cells.
+        raise BreakUnsupported(f"the break at {where} is inside an inlined closure over cells pyjit cannot pass")
     if _inside_try(inst):
         raise BreakUnsupported(f"the break at {where} is inside a try block (its handler must see the exception)")
     if is_resume_code(tx.code) and _in_loop(tx, inst):
@@ -212,6 +212,28 @@ def _check_level(tx: "Translator", inst: Instruction) -> None:
         # call (and recompiling for the shrinking iterator): run it natively instead; the
         # functions it calls are still compiled as frames of their own.
         raise BreakUnsupported(f"a graph break inside a loop at {where} repeats on every iteration")
+
+
+def _closure_owner_cells(tx: "Translator") -> "list[tuple[str, Any]] | None":
+    """For each free variable of inlined frame ``tx``: ("class", real cell) for ``__class__``,
+    or ("cell", CellVariable) when the cell is a bound cell variable of an enclosing frame of
+    the chain (that frame passes it to its own resume function as a new cell, shared here).
+    None when some cell is neither."""
+    out: list[tuple[str, Any]] = []
+    for name in tx.code.co_freevars:
+        cell = tx.cells.get(name)
+        if name == "__class__" and getattr(cell, "real_cell", None) is not None:
+            out.append(("class", cell.real_cell))  # type: ignore[union-attr]
+            continue
+        owner = tx.parent
+        found = False
+        while owner is not None and not found:
+            found = any(c is cell for n, c in owner.cells.items() if n in owner.code.co_cellvars)
+            owner = owner.parent
+        if not found or getattr(cell, "contents", None) is None:
+            return None
+        out.append(("cell", cell))
+    return out
 
 
 def _stack_slots(tx: "Translator") -> tuple[list[_Slot], bool | None]:
@@ -300,7 +322,7 @@ def _innermost_level(tx: "Translator") -> tuple[_Level, int]:
         method_null = op in ("LOAD_ATTR", "LOAD_METHOD") and (op == "LOAD_METHOD" or bool(inst.flags & 1))
         if method_null:
             pushes = 1  # run as a plain attribute load; the NULL is re-made by the resume code
-        if pops > len(stack) or any(s.kind not in ("value", "null") for s in stack[len(stack) - pops:]):
+        if pops > len(stack) or any(s.kind not in ("value", "null", "iter") for s in stack[len(stack) - pops:]):
             raise BreakUnsupported(f"{op} at {where} consumes values that cannot be rebuilt")
         consumed = pops
         kept = stack[: len(stack) - pops]
@@ -443,6 +465,18 @@ def emit_break(plan: BreakPlan, cg: "OutputCodegen", pycg: "PyCodegen", func: ty
         cg.emit_value(pycg, expr)
         pycg.store_local(name)
         temps[key] = name
+    # Cell variables passed on are new cells made once, so a closure of an inlined frame and
+    # the frame that owns the cell share it.
+    cells: dict[int, str] = {}
+    for level in plan.levels:
+        for name in sorted(level.cell_names):
+            cell_var = level.tx.cells[name]
+            if id(cell_var) not in cells:
+                local = f"___break_cell{len(cells)}"
+                pycg.call_const(types.CellType, [lambda v=level.locals[name]: pycg.load_local(temps[id(v)])])
+                pycg.store_local(local)
+                cells[id(cell_var)] = local
+    plan.cell_temps = cells
     if plan.grad_mode != plan.entry_grad_mode or plan.outermost_grad_mode is not None:
         _set_grad(pycg, plan.grad_mode)
     guarded_from = len(pycg.instructions)
@@ -493,7 +527,7 @@ def _emit_resume_call(plan: BreakPlan, level: _Level, cont: _Continuation, pycg:
         # The resume function re-enters the with-blocks: it must start from the outer mode.
         _set_grad(pycg, level.outer_grad_mode)
     start = len(pycg.instructions)
-    _load_resume_function(pycg, cont.resume, level.tx, func)
+    _load_resume_function(pycg, cont.resume, level.tx, func, plan.cell_temps)
     pycg.instructions[start:] = with_push_null(pycg.instructions[start:])
     for inst in pycg.instructions[start:]:
         if inst.positions is None:
@@ -512,7 +546,7 @@ def _emit_resume_call(plan: BreakPlan, level: _Level, cont: _Continuation, pycg:
             else:
                 _push_slot(slot, pycg, temps)
         elif name in level.cell_names:
-            pycg.call_const(types.CellType, [lambda name=name: pycg.load_local(temps[id(level.locals[name])])])
+            pycg.load_local(plan.cell_temps[id(level.tx.cells[name])])
         else:
             pycg.load_local(temps[id(level.locals[name])])
         nargs += 1
@@ -544,6 +578,8 @@ def _push_consumed(plan: BreakPlan, pycg: "PyCodegen", temps: dict[int, str]) ->
             pycg.append(create_instruction("PUSH_NULL"))
         else:
             _push_slot(slot, pycg, temps)
+            if slot.kind == "iter":  # the instruction takes the iterator (a comprehension's argument)
+                pycg.append(create_instruction("GET_ITER"))
 
 
 def _emit_native(plan: BreakPlan, pycg: "PyCodegen", temps: dict[int, str]) -> None:
@@ -607,16 +643,30 @@ def _set_grad(pycg: "PyCodegen", mode: bool) -> None:
 
 
 def _load_resume_function(pycg: "PyCodegen", resume: types.CodeType, tx: "Translator",
-                          func: types.FunctionType) -> None:
+                          func: types.FunctionType, cell_temps: dict[int, str]) -> None:
     """Push the resume function of ``tx``'s frame. The root frame's is made here with the
     running frame's own cells when it has a closure (the replacement serves every closure of
     this code); an inlined frame's is prebuilt with its globals (and class cell, the only
     closure allowed there)."""
     if tx.parent is not None:
-        closure = None
-        if resume.co_freevars:
-            closure = (tx.cells["__class__"].real_cell,)  # checked by _check_level
-        pycg.load_const(types.FunctionType(resume, tx.f_globals, resume.co_name, None, closure))
+        owners = _closure_owner_cells(tx) if resume.co_freevars else []
+        assert owners is not None  # checked by _check_level
+        if all(kind == "class" for kind, _ in owners):
+            closure = tuple(cell for _, cell in owners) or None
+            pycg.load_const(types.FunctionType(resume, tx.f_globals, resume.co_name, None, closure))
+            return
+        # A closure over cells the replacement makes: build the function when it runs.
+        def emit_closure() -> None:
+            for kind, cell in owners:
+                if kind == "class":
+                    pycg.load_const(cell)
+                else:
+                    pycg.load_local(cell_temps[id(cell)])
+            pycg.append(create_instruction("BUILD_TUPLE", arg=len(owners)))
+
+        pycg.call_const(types.FunctionType, [lambda: pycg.load_const(resume), lambda: pycg.load_const(tx.f_globals),
+                                            lambda: pycg.load_const(resume.co_name), lambda: pycg.load_const(None),
+                                            emit_closure])
         return
     if not resume.co_freevars:
         pycg.load_const(types.FunctionType(resume, func.__globals__, resume.co_name))

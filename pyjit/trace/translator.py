@@ -317,10 +317,11 @@ class Translator:
         method or module, the frame inlined for it returns the instruction's result (a graph
         break inside it can resume there: see pyjit.trace.breaks); other callables (a class
         running ``__init__``, map/filter...) may inline frames whose return value is not it."""
-        from ..variables.functions import UserFunctionVariable, UserMethodVariable
+        from ..variables.functions import NestedFunctionVariable, UserFunctionVariable, UserMethodVariable
         from ..variables.nn_module import NNModuleVariable
 
-        self.direct_call_pending = isinstance(fn, (UserFunctionVariable, UserMethodVariable, NNModuleVariable))
+        self.direct_call_pending = isinstance(
+            fn, (UserFunctionVariable, UserMethodVariable, NNModuleVariable, NestedFunctionVariable))
         try:
             return fn.call_function(self, args, kwargs)
         finally:

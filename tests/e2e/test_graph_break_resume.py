@@ -705,3 +705,26 @@ def test_modules_built_in_forward_after_torch_compile_patched_module_init():
     be = CountingBackend()
     assert_same(f(torch.ones(3)), pyjit.jit(f, backend=be, fullgraph=True)(torch.ones(3)), exact=False)
     assert be.frame_count == 1
+
+
+def test_break_inside_comprehension_and_local_closure_over_caller_variables():
+    def comp(x, n):
+        y = x + 1
+        vals = [y[i].item() * 2 for i in range(n)]  # the comprehension reads `y` (a cell)
+        return y * sum(vals)
+
+    def local_closure(x):
+        scale = 3.0
+
+        def helper(t):
+            nonlocal scale
+            scale = scale + 1
+            print("helper", scale)
+            return t * scale
+
+        y = helper(x + 1)
+        return y + scale
+
+    be = _run_both(comp, lambda i: (_rand(i, 4), 3))
+    assert be.frame_count >= 2  # the prefix and the caller's resume function are compiled
+    _run_both(local_closure, lambda i: (_rand(i, 3),))
