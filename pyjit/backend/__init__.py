@@ -1,7 +1,7 @@
 """pyjit's compiler backend: FX graph -> aten -> loop IR -> fused Triton kernels + wrapper.
 
-Entry point: :func:`compile_fx` (torch.compile's backend protocol, so
-``torch.compile(fn, backend=pyjit.backend.compile_fx)`` works). Counters for tests:
+Entry point: :func:`compile_fx` (the backend protocol ``backend(gm, example_inputs)``, so
+torch's own frontend can drive it too, as the bench's ``dynamo+pyjit`` crossing does). Counters for tests:
 :data:`metrics`. Importing this package imports torch (``pyjit`` itself does not).
 """
 from __future__ import annotations

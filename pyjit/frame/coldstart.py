@@ -3,11 +3,12 @@
 The first compile in a new process pays costs that no later compile pays: importing the
 frontend's modules (``pyjit.frame.convert`` and what it pulls in: ``torch.fx``, the trackers,
 the bytecode layer) and torch's own lazy initialisation behind the first ``FakeTensorMode()``.
-The latter dominates: ``FakeTensorMode.__init__`` runs ``import torch._dynamo.config``, which
-executes the whole ``torch._dynamo`` package (symbolic_shapes, sympy, torch.distributed, ...),
-about 1.3-2 s on the 2-core CI machine, against ~40 us for every later ``FakeTensorMode()``.
-pyjit itself never uses ``torch._dynamo``; the import is torch's, and it is unavoidable for as
-long as the frontend propagates shapes with fake tensors (see docs/performance.md, Cold start).
+The latter dominates: ``FakeTensorMode.__init__`` imports the configuration of torch's own
+compiler frontend, which executes that whole package (symbolic_shapes, sympy,
+torch.distributed, ...), about 1.3-2 s on the 2-core CI machine, against ~40 us for every later
+``FakeTensorMode()``. pyjit itself never uses that package; the import is torch's, and it is
+unavoidable for as long as the frontend propagates shapes with fake tensors (see
+docs/performance.md, Cold start).
 
 This module does that work once, before the ``trace`` timer starts, and hands the one-time
 costs to the first ``compile_times`` record as the phases ``imports`` and ``init``, so the log
@@ -42,7 +43,7 @@ def ensure_initialized() -> None:
         t0 = time.perf_counter()
         from torch._subclasses.fake_tensor import FakeTensorMode
 
-        # The constructor is what imports torch._dynamo (through its config module); the mode
+        # The constructor is what imports torch's compiler package (through its config); the mode
         # itself is dropped: each compile makes its own (about 40 us once warm).
         FakeTensorMode(allow_non_fake_inputs=False)
         _pending["init"] = _pending.get("init", 0.0) + (time.perf_counter() - t0)

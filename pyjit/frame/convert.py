@@ -111,7 +111,7 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
     break moves out (before a ``with`` block in the way, or to the enclosing call), and at the
     root the frame runs eagerly. Under ``fullgraph`` the break is raised. Any step is a valid
     break point, so a restarted trace that stops elsewhere still gives a correct replacement."""
-    # One-time torch initialisation (first FakeTensorMode imports torch._dynamo) is not tracing.
+    # One-time torch initialisation (the first FakeTensorMode's imports) is not tracing.
     coldstart.ensure_initialized()
     t0 = time.perf_counter()
     code = func.__code__

@@ -105,7 +105,7 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
 
     if isinstance(value, DisabledFunction) or _is_torch_compiler_marker(value):
         # pyjit.disable(fn) / pyjit.graph_break, and torch's own spellings of them
-        # (torch.compiler.disable(fn), torch._dynamo.graph_break): calling one is a graph break.
+        # (a function torch.compiler.disable wrapped, torch's graph_break): calling one is a graph break.
         from .misc import DisabledCallVariable
 
         return DisabledCallVariable(value, source)
@@ -236,8 +236,8 @@ def wrap_constant_result(tx: "Translator", value: Any) -> VariableTracker:
 
 
 def _is_torch_compiler_marker(value: Any) -> bool:
-    """``torch._dynamo.graph_break`` or a function wrapped by ``torch.compiler.disable`` /
-    ``torch._dynamo.disable`` (recognised by name and marker attribute; never imported here)."""
+    """torch's own ``graph_break`` function, or a function wrapped by ``torch.compiler.disable``
+    (recognised by name and marker attribute; torch's compiler is never imported here)."""
     if not isinstance(value, types.FunctionType):
         return False  # (never probe attributes of arbitrary objects: __getattr__ would run)
     if value.__dict__.get("_torchdynamo_disable", False) is True:
@@ -247,4 +247,5 @@ def _is_torch_compiler_marker(value: Any) -> bool:
 
             _disabled_codes.add(original.__code__)  # its frame is never compiled as a callee
         return True
-    return value.__module__ == "torch._dynamo.decorators" and value.__name__ == "graph_break"
+    module = value.__module__ or ""
+    return value.__name__ == "graph_break" and module.startswith("torch.")

@@ -101,16 +101,17 @@ def function_cells(fn: types.FunctionType, source: Source | None) -> tuple[CellV
     return tuple(cells)
 
 
-def _without_dynamo_tagging(fn: types.FunctionType) -> types.FunctionType:
+def _without_compiler_tagging(fn: types.FunctionType) -> types.FunctionType:
     """Once torch.compile has run in the process, TorchDynamo has replaced ``nn.Module.__init__``
     and ``__setstate__`` with wrappers that call the original and then tag the module for
     Dynamo's own bookkeeping (an ``id()``-keyed weak dictionary). That bookkeeping is not the
     program's: trace the original method the wrapper holds instead (recognised by its code's
-    name and file, never by importing torch._dynamo)."""
+    name and file, never by importing torch's compiler)."""
     code = fn.__code__
     if code.co_name not in ("patched_init", "patched_setstate") or not fn.__closure__:
         return fn
-    if not code.co_filename.replace("\\", "/").endswith("_dynamo/mutation_guard.py"):
+    path = code.co_filename.replace("\\", "/")
+    if "/torch/" not in path or not path.endswith("/mutation_guard.py"):
         return fn
     for name, cell in zip(code.co_freevars, fn.__closure__):
         if name in ("init", "setstate"):
@@ -148,7 +149,7 @@ class UserFunctionVariable(VariableTracker):
             from ..guards.guards import GuardKind
 
             tx.output.guards.add(GuardKind.ID_MATCH, FuncAttrSource(self.source, "__code__"), fn.__code__)
-        original = _without_dynamo_tagging(fn)
+        original = _without_compiler_tagging(fn)
         if original is not fn:
             return UserFunctionVariable(original, None).call_function(tx, args, kwargs)
         return tx.inline(

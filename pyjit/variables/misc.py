@@ -234,7 +234,7 @@ class DisabledCallVariable(VariableTracker):
         name = getattr(self.value, "__qualname__", None) or repr(self.value)
         if getattr(self.value, "is_graph_break", False) or name == "graph_break":
             unsupported("user_break", "pyjit.graph_break()" if hasattr(self.value, "is_graph_break")
-                        else "torch._dynamo.graph_break()")
+                        else "torch's graph_break()")
         unsupported("disabled", f"{name} is wrapped by pyjit.disable / torch.compiler.disable")
 
     def reconstruct(self, cg: Any) -> str:

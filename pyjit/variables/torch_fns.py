@@ -99,9 +99,9 @@ class TorchFunctionVariable(KnownCallableVariable):
 # "Am I being compiled?" queries that library code uses to pick a traceable path (transformers'
 # CompileableContextVar, cache implementations...): while pyjit traces, the code *is* being
 # compiled, exactly as under torch.compile; exporting, scripting and FX tracing are not happening.
-_COMPILING_TRUE = frozenset({("torch.compiler", "is_compiling"), ("torch.compiler", "is_dynamo_compiling"),
-                             ("torch._utils", "is_compiling"), ("torch._dynamo.external_utils", "is_compiling"),
-                             ("torch._dynamo", "is_compiling")})
+# Recognised by name among torch's own functions (its compiler's aliases of these live in
+# internal modules pyjit never imports).
+_COMPILING_TRUE_NAMES = frozenset({"is_compiling", "is_dynamo_compiling"})
 _COMPILING_FALSE = frozenset({("torch.compiler", "is_exporting"), ("torch.jit", "is_scripting"),
                               ("torch._jit_internal", "is_scripting"), ("torch.jit", "is_tracing"),
                               ("torch.jit._trace", "is_tracing"), ("torch.fx._symbolic_trace", "is_fx_tracing"),
@@ -110,7 +110,7 @@ _COMPILING_FALSE = frozenset({("torch.compiler", "is_exporting"), ("torch.jit", 
 
 def _compile_state_answer(fn: Any) -> bool | None:
     key = (getattr(fn, "__module__", None), getattr(fn, "__name__", None))
-    if key in _COMPILING_TRUE:
+    if key[1] in _COMPILING_TRUE_NAMES and isinstance(key[0], str) and key[0].startswith("torch"):
         return True
     if key in _COMPILING_FALSE:
         return False
