@@ -11,10 +11,9 @@ Built in:
   ``torch.autograd.Function``) with both aten graphs run as captured: for debugging.
 
 ``aot(fw_compiler, bw_compiler=None, *, decompositions=None, partition="min_cut")`` builds a
-backend from compilers of aten graphs (seed 004's ``aot_autograd(fw_compiler=...)`` pattern).
-No ``"inductor"`` name is registered: pyjit never imports ``torch._inductor`` (DESIGN.md);
-register one from your own code (``register("inductor", torch._inductor.compile_fx.compile_fx)``)
-to compare.
+backend from compilers of aten graphs (the seeds' custom-backend pattern with a forward and a
+backward compiler). No ``"inductor"`` name is registered: pyjit never imports torch's own
+compiler (DESIGN.md); register it from your own code to compare (``docs/training.md``).
 
 ``register(name, fn)`` adds a backend; ``list()`` names them; ``lookup(name_or_callable)`` resolves
 what ``pyjit.jit(backend=...)`` was given.
