@@ -160,12 +160,7 @@ def program_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("differential")
 
 
-@pytest.fixture(autouse=True)
-def _fresh_pyjit():
-    pyjit.reset()
-    with pyjit.config.patch(raise_on_internal_error=True):
-        yield
-    pyjit.reset()
+pytestmark = pytest.mark.usefixtures("fresh_pyjit")  # tests/e2e/conftest.py
 
 
 @pytest.mark.parametrize("seed", range(COUNT))

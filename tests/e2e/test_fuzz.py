@@ -29,12 +29,7 @@ def programs(tmp_path_factory):
     return module
 
 
-@pytest.fixture(autouse=True)
-def _fresh_pyjit():
-    pyjit.reset()
-    with pyjit.config.patch(raise_on_internal_error=True):
-        yield
-    pyjit.reset()
+pytestmark = pytest.mark.usefixtures("fresh_pyjit")  # tests/e2e/conftest.py
 
 
 def _inputs(seed, dtype=torch.float32):

@@ -19,12 +19,7 @@ from pyjit.errors import GraphBreakError
 from .support import CountingBackend, assert_same
 
 
-@pytest.fixture(autouse=True)
-def _fresh_pyjit():
-    pyjit.reset()
-    with pyjit.config.patch(raise_on_internal_error=True):
-        yield
-    pyjit.reset()
+pytestmark = pytest.mark.usefixtures("fresh_pyjit")  # tests/e2e/conftest.py
 
 
 def _run_both(fn, make_args, calls=3, backend=None):

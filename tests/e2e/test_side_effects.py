@@ -21,12 +21,7 @@ import pyjit
 from .support import CountingBackend, assert_same, assert_same_aliasing
 
 
-@pytest.fixture(autouse=True)
-def _fresh_pyjit():
-    pyjit.reset()
-    with pyjit.config.patch(raise_on_internal_error=True):
-        yield
-    pyjit.reset()
+pytestmark = pytest.mark.usefixtures("fresh_pyjit")  # tests/e2e/conftest.py
 
 
 def _jit(fn):
