@@ -168,7 +168,7 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
     if plan is None:
         return_line = tx.location().lineno  # tx stopped at the frame's return instruction
         cg.capture_return(result)
-    _capture_side_effects(cg)
+    cg.capture_side_effects()  # the side-effect replay (trace/side_effects.py)
     has_graph = output.call_count > 0 or bool(cg.out_nodes)
     gm = finalize_graph(output, cg)
     if output.mutates and len(output.inputs) > 1:
@@ -199,7 +199,7 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
         cg.emit(pycg, compiled, body_first_line(code), return_line)
     else:
         cg.emit_graph_call(pycg, compiled, body_first_line(code))
-        _emit_side_effects(cg, pycg)
+        cg.emit_side_effects(pycg)
         emit_break(plan, cg, pycg, func)
         assert first_break is not None
         native = (f"the rest of the frame runs natively from {plan.instruction.opname} on, in"
@@ -255,18 +255,6 @@ def _without_hook(compiled: Callable[..., Any]) -> Callable[..., Any]:
     graph_without_hook.__wrapped__ = compiled  # type: ignore[attr-defined]
     graph_without_hook.pauses_frame_hook = True  # type: ignore[attr-defined]
     return graph_without_hook
-
-
-def _capture_side_effects(cg: OutputCodegen) -> None:
-    capture = getattr(cg, "capture_side_effects", None)  # the side-effect replay (trace/side_effects.py)
-    if capture is not None:
-        capture()
-
-
-def _emit_side_effects(cg: OutputCodegen, pycg: PyCodegen) -> None:
-    emit = getattr(cg, "emit_side_effects", None)
-    if emit is not None:
-        emit(pycg)
 
 
 def _dump(fn_name: str, gm: torch.fx.GraphModule, output: OutputGraph, disassembly: str,
