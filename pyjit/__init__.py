@@ -18,10 +18,11 @@ if config.config.logs:
     set_logs(config.config.logs)
 
 __all__ = ["config", "GraphBreakError", "PyjitError", "set_logs", "__version__", "jit", "reset", "enable",
-           "disable", "backends", "explain", "graph_break"]
+           "disable", "backends", "explain", "graph_break", "mark_dynamic", "mark_static"]
 
 # The frontend imports torch: load it on first use (``pyjit.jit`` ...), never at import time.
-_LAZY = {"jit": "api", "reset": "api", "enable": "api", "disable": "api", "explain": "api", "graph_break": "api"}
+_LAZY = {"jit": "api", "reset": "api", "enable": "api", "disable": "api", "explain": "api", "graph_break": "api",
+         "mark_dynamic": "api", "mark_static": "api"}
 
 
 def __getattr__(name: str):  # noqa: ANN202 - module __getattr__ (PEP 562)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import types
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .frame import policy
 from .frame.policy import JitOptions, _C
@@ -152,12 +152,9 @@ def jit(fn: Any = None, *, backend: Any = "pyjit", fullgraph: bool = False, dyna
     """Compile ``fn`` (function, method or nn.Module instance) on its first call; see README."""
     from . import backends
 
+    if dynamic not in (None, True, False):
+        raise TypeError(f"pyjit.jit(dynamic=...) takes None (automatic), True or False, not {dynamic!r}")
     options = JitOptions(backends.lookup(backend), fullgraph, dynamic)
-    if dynamic:
-        from .logs import get_logger
-
-        get_logger("perf_hints").info("pyjit.jit(dynamic=True): dynamic shapes are not supported yet; every new "
-                                      "input shape compiles a new entry (up to pyjit.config.entry_limit)")
     if fn is None:
         return lambda f: jit(f, backend=backend, fullgraph=fullgraph, dynamic=dynamic)
     if isinstance(fn, JitFunction):
@@ -209,7 +206,7 @@ class EnableHandle:
         self.restore()
 
 
-def enable(*, backend: Any = "pyjit", fullgraph: bool = False) -> EnableHandle:
+def enable(*, backend: Any = "pyjit", fullgraph: bool = False, dynamic: bool | None = None) -> EnableHandle:
     """Compile every new frame of this thread (torch, the stdlib and pyjit itself are skipped).
 
     Returns a handle; used as a context manager (``with pyjit.enable(): ...``) it restores the
@@ -219,7 +216,7 @@ def enable(*, backend: Any = "pyjit", fullgraph: bool = False) -> EnableHandle:
     if _C is None:
         raise RuntimeError("pyjit.enable() needs the C extension: run `python setup.py build_ext --inplace`")
     policy.ensure_installed()
-    options = JitOptions(backends.lookup(backend), fullgraph)
+    options = JitOptions(backends.lookup(backend), fullgraph, dynamic)
     policy.enable_stack().append(options)
     previous = _C.set_callback(functools.partial(policy.callback, None))
     return EnableHandle(previous, options)
@@ -293,6 +290,8 @@ class Explanation:
     skipped_reason: str | None = None
     resume_functions: list[str] = dataclasses.field(default_factory=list)
     eager_frames: list[str] = dataclasses.field(default_factory=list)  # frames left to run eagerly
+    # Graph inputs with symbolic sizes or values: "L['x']: size (s0, 8)" (dynamic shapes).
+    symbolic_inputs: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def graph_break(self) -> Any:
@@ -313,6 +312,8 @@ class Explanation:
             lines.append("frames running eagerly: " + ", ".join(self.eager_frames))
         if self.skipped_reason:
             lines.append(f"skipped: {self.skipped_reason}")
+        if self.symbolic_inputs:
+            lines.append("symbolic inputs: " + "; ".join(self.symbolic_inputs))
         for gm in self.graphs:
             lines.append(gm.code.strip())
         if self.guards:
@@ -321,10 +322,47 @@ class Explanation:
         return "\n".join(lines)
 
 
-def explain(fn: Any) -> Callable[..., Explanation]:
+def _describe_symbolic(value: Any) -> str:
+    """``size (s0, 8)`` for a fake tensor with symbolic sizes, ``s1`` for a symbolic scalar, else ''."""
+    import torch
+
+    if isinstance(value, (torch.SymInt, torch.SymFloat)):
+        return f"{type(value).__name__} {value}"
+    if isinstance(value, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in value.shape):
+        return f"size ({', '.join(str(s) for s in value.shape)})"
+    return ""
+
+
+def mark_dynamic(t: Any, dim: int | Sequence[int]) -> None:
+    """Make dimension(s) ``dim`` of tensor ``t`` symbolic from the first trace that sees ``t``
+    (sizes 0 and 1 stay static; ignored under ``dynamic=False``)."""
+    _mark(t, dim, "_pyjit_dynamic_dims")
+
+
+def mark_static(t: Any, dim: int | Sequence[int]) -> None:
+    """Keep dimension(s) ``dim`` of tensor ``t`` static (also under ``dynamic=True``)."""
+    _mark(t, dim, "_pyjit_static_dims")
+
+
+def _mark(t: Any, dim: int | Sequence[int], attr: str) -> None:
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"pyjit.mark_{attr.split('_')[2]}(t, dim) expects a tensor, got {type(t).__name__}")
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    for d in dims:
+        if not -t.dim() <= d < max(t.dim(), 1):
+            raise IndexError(f"dimension {d} out of range for a tensor of {t.dim()} dimensions")
+    marked = set(getattr(t, attr, ()))
+    marked.update(d % t.dim() for d in dims)
+    setattr(t, attr, frozenset(marked))
+
+
+def explain(fn: Any, *, dynamic: bool | None = None) -> Callable[..., Explanation]:
     """``pyjit.explain(fn)(*args)``: run ``fn(*args)`` once under a fresh ``pyjit.jit`` with a
     recording backend and report what was compiled (its result is discarded; it runs, so its
-    prints and side effects happen as in a normal call)."""
+    prints and side effects happen as in a normal call). ``dynamic`` as for ``pyjit.jit``:
+    with ``dynamic=True`` the report lists the symbolic inputs and the shape guards."""
 
     def run(*args: Any, **kwargs: Any) -> Explanation:
         target = fn._fn if isinstance(fn, JitFunction) else fn
@@ -334,11 +372,13 @@ def explain(fn: Any) -> Callable[..., Explanation]:
             graphs.append(gm)
             return gm.forward
 
+        record.pyjit_dynamic = True  # type: ignore[attr-defined]  # graphs run as captured: any size
+
         events: list[tuple[str, types.CodeType, Any]] = []
         policy._observers.append(lambda event, code, detail: events.append((event, code, detail)))
         observer = policy._observers[-1]
         try:
-            jitted = jit(target, backend=record)
+            jitted = jit(target, backend=record, dynamic=dynamic)
             jitted(*args, **kwargs)
         finally:
             policy._observers.remove(observer)
@@ -360,6 +400,9 @@ def explain(fn: Any) -> Callable[..., Explanation]:
             elif event == "skipped" and i == 0:
                 skipped = detail
         calls = sum(1 for gm in graphs for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
-        return Explanation(len(graphs), graphs, breaks, guards, calls, skipped, resumes, eager)
+        symbolic = [f"{n.meta.get('source', n.name)}: {_describe_symbolic(n.meta.get('example_value'))}"
+                    for gm in graphs for n in gm.graph.nodes
+                    if n.op == "placeholder" and _describe_symbolic(n.meta.get("example_value"))]
+        return Explanation(len(graphs), graphs, breaks, guards, calls, skipped, resumes, eager, symbolic)
 
     return run

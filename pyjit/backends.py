@@ -179,6 +179,12 @@ def _run_aten_graph(gm: Any, example_inputs: builtins.list[Any]) -> Callable[...
     return gm.forward
 
 
+# Backends that accept graphs with symbolic sizes (dynamic shapes): their result must be valid
+# for every size the shape guards admit. Others get static graphs (a recompile per new size);
+# a user backend opts in by setting ``fn.pyjit_dynamic = True``.
+eager.pyjit_dynamic = True  # type: ignore[attr-defined]
+pyjit_backend.pyjit_dynamic = True  # type: ignore[attr-defined]
+
 register("eager", eager)
 register("pyjit", pyjit_backend)
 register("aot_eager", aot(_run_aten_graph))

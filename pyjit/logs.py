@@ -5,7 +5,8 @@ Channels named in ``PYJIT_LOGS`` (read by :mod:`pyjit.config`) or passed to
 :func:`set_logs` print at INFO level to stderr. Known channels:
 
 ``graph_breaks``, ``recompiles``, ``guards``, ``graph_code``, ``bytecode``, ``output_code``,
-``perf_hints``, ``fallbacks``, ``compile_times``, ``cache``. ``all`` enables every channel.
+``perf_hints``, ``fallbacks``, ``compile_times``, ``cache``, ``dynamic`` (symbols created and
+specialised while tracing with dynamic shapes). ``all`` enables every channel.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ CHANNELS = (
     "fallbacks",
     "compile_times",
     "cache",
+    "dynamic",
 )
 
 _root = logging.getLogger("pyjit")

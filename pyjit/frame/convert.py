@@ -37,6 +37,7 @@ from ..errors import BackendError, GraphBreak, SkipFrame, Unsupported
 from ..guards.guards import GuardKind, GuardSet
 from ..guards.source import AttrSource, ClosureSource, LocalSource
 from ..logs import get_logger
+from ..trace.dynamic import DynamicPolicy, finalize_shape_guards
 from ..trace.output_graph import OutputCodegen, OutputGraph, finalize_graph
 from ..trace.pycodegen import PyCodegen, body_first_line, flat_arg_names
 from ..trace.breaks import BreakPlan, BreakUnsupported, emit_break, plan_break
@@ -47,7 +48,7 @@ from ..trace import opcodes as _opcodes  # noqa: F401, E402
 from ..variables.builder import wrap
 from ..variables.functions import CellVariable
 from ..variables.torch_fns import install_global_state_guards
-from . import coldstart
+from . import coldstart, warm_start
 
 coldstart.note_imports(time.perf_counter() - _IMPORT_T0)
 
@@ -56,6 +57,7 @@ _guard_log = get_logger("guards")
 _times_log = get_logger("compile_times")
 _bytecode_log = get_logger("bytecode")
 _break_log = get_logger("graph_breaks")
+_dynamic_log = get_logger("dynamic")
 
 _counter = [0]
 
@@ -101,7 +103,7 @@ def root_translator(func: types.FunctionType, args: tuple[Any, ...], output: Out
 
 
 def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Callable[..., Any],
-                  *, fullgraph: bool = False) -> CompiledFrame:
+                  *, fullgraph: bool = False, dynamic: DynamicPolicy | None = None) -> CompiledFrame:
     """Trace, compile and build the replacement of one frame (see module docstring).
 
     A graph break (an :class:`~pyjit.errors.Unsupported` in the root frame or in a call it
@@ -120,7 +122,7 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
     stop_step: int | None = None
     first_break: GraphBreak | None = None
     while True:
-        output = OutputGraph(code.co_qualname if hasattr(code, "co_qualname") else code.co_name)
+        output = OutputGraph(code.co_qualname if hasattr(code, "co_qualname") else code.co_name, dynamic)
         tx = root_translator(func, args, output)
         tx.stop_step[0] = stop_step
         install_global_state_guards(tx)
@@ -169,6 +171,14 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
         return_line = tx.location().lineno  # tx stopped at the frame's return instruction
         cg.capture_return(result)
     cg.capture_side_effects()  # the side-effect replay (trace/side_effects.py)
+    try:
+        finalize_shape_guards(output, dynamic)  # relations between symbolic sizes (trace/dynamic.py)
+    except Exception as e:  # noqa: BLE001 - never a wrong guard: trace again with static shapes
+        if dynamic is None or config.raise_on_internal_error:
+            raise
+        _dynamic_log.warning("pyjit: dynamic shapes failed for %s (%s:%d), tracing it with static shapes: %s: %s",
+                             code.co_name, code.co_filename, code.co_firstlineno, type(e).__name__, e)
+        return convert_frame(func, args, backend, fullgraph=fullgraph, dynamic=None)
     has_graph = output.call_count > 0 or bool(cg.out_nodes)
     gm = finalize_graph(output, cg)
     if output.mutates and len(output.inputs) > 1:
@@ -222,8 +232,10 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
         phases = {**once, **phases}
     _times_log.info("%s: %s", code.co_name, " ".join(f"{k}={v * 1e3:.2f}ms" for k, v in phases.items()),
                     extra={"phases": phases})
-    return CompiledFrame(output.guards, repl, gm if has_graph else None, compiled, names, first_break,
-                         [c.resume for c in plan.continuations] if plan else [])
+    frame = CompiledFrame(output.guards, repl, gm if has_graph else None, compiled, names, first_break,
+                          [c.resume for c in plan.continuations] if plan else [])
+    warm_start.record(func, frame, [gi.value for gi in output.inputs], backend)  # for later processes
+    return frame
 
 
 def _never_convert(compiled: Callable[..., Any]) -> None:

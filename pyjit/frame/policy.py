@@ -34,6 +34,7 @@ from ..config import config
 from ..errors import BackendError, GraphBreakError, SkipFrame, Unsupported
 from ..guards.source import FrameValues
 from ..logs import get_logger
+from . import warm_start
 
 try:
     from .. import _C
@@ -66,6 +67,24 @@ class CodeState:
     compiles: int = 0
     broke: bool = False
     callee: bool = False  # registered as a compiled callee (not by pyjit.jit/enable): reset forgets it
+    # Sizes and scalar values earlier traces saw (automatic dynamic shapes, trace/dynamic.py).
+    shape_memory: Any = dataclasses.field(default_factory=lambda: _shape_memory())
+
+    def dynamic_policy(self) -> Any:
+        """How the next trace chooses symbols (a ``DynamicPolicy``); None for backends that
+        need static graphs (they specialise on the example inputs' sizes)."""
+        if not getattr(self.options.backend, "pyjit_dynamic", False):
+            return None
+        from ..trace.dynamic import DynamicPolicy
+
+        name = self.code.co_name if self.code is not None else ""
+        return DynamicPolicy(self.options.dynamic, self.shape_memory, name)
+
+
+def _shape_memory() -> Any:
+    from ..trace.dynamic import ShapeMemory  # torch-free callers never build a CodeState with it
+
+    return ShapeMemory()
 
 
 # Keyed by id(code): equal-but-distinct code objects (a clone made for a second backend) are
@@ -104,6 +123,7 @@ def reset() -> None:
         state.frames.clear()
         state.compiles = 0
         state.broke = False
+        state.shape_memory.clear()
     if _C is not None:
         _C.reset()
 
@@ -216,6 +236,8 @@ def callback(target: CodeState | None, func: types.FunctionType, args: tuple[Any
             # Another thread compiled an entry valid for these arguments while this one waited:
             # run this call natively once; later calls hit that entry (no duplicate entry).
             return None
+        if not _observers and (warm := warm_start.install(func, args, state)) is not None:
+            return warm  # an entry recorded by an earlier process, installed without tracing
         frame = compile_for(func, args, state, fullgraph=state.options.fullgraph and fullgraph_ok)
     if frame is None:
         _C.mark_skip(code)
@@ -248,7 +270,7 @@ def compile_for(func: types.FunctionType, args: tuple[Any, ...], state: CodeStat
     if state.frames:
         _log_recompile(func, args, state)
     try:
-        frame = convert_frame(func, args, state.options.backend, fullgraph=fullgraph)
+        frame = convert_frame(func, args, state.options.backend, fullgraph=fullgraph, dynamic=state.dynamic_policy())
     except SkipFrame as e:
         _notify("skipped", code, str(e))
         return None

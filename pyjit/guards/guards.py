@@ -25,6 +25,7 @@ import types
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
+from .shape_relation import ShapeRelation
 from .source import FrameValues, LocalSource, Source
 
 if TYPE_CHECKING:
@@ -44,6 +45,9 @@ class GuardKind(enum.Enum):
     HASATTR = "hasattr"          # hasattr(v, extra) == expected (attributes probed by hasattr/getattr default)
     # (extra in v) == expected: a method found on the class is not shadowed by the instance __dict__
     DICT_CONTAINS = "dict_contains"
+    # A relation between symbolic sizes (dynamic shapes) the trace relied on: expected is a
+    # ShapeRelation over the slots the tensor guards bind (TensorSpec.bind); no source.
+    SHAPE = "shape"
 
 
 @dataclasses.dataclass(eq=False)
@@ -97,6 +101,8 @@ class Guard:
             return f"hasattr({s}, {self.extra!r}) == {self.expected}"
         if k is GuardKind.DICT_CONTAINS:
             return f"({self.extra!r} in {s}) == {self.expected}"
+        if k is GuardKind.SHAPE:
+            return self.expected.text
         raise AssertionError(k)
 
     def failure_reason(self, frame: FrameValues) -> str | None:
@@ -106,6 +112,9 @@ class Guard:
             if k is GuardKind.GLOBAL_STATE:
                 got = self.extra()
                 return None if got == self.expected else f"{_qual(self.extra)}(): expected {self.expected!r}, got {got!r}"
+            if k is GuardKind.SHAPE:
+                rel: ShapeRelation = self.expected
+                return None if rel.holds_on(frame) else f"{rel.text} (with {rel.describe_values(frame)})"
             if k is GuardKind.DISTINCT:
                 vals = [x.get(frame) for x in self.extra]
                 return None if len({id(v) for v in vals}) == len(vals) else f"{self.describe()}: some inputs are the same tensor"
@@ -158,8 +167,11 @@ class TensorSpec:
     dtype: Any
     device: Any
     requires_grad: bool
-    sizes: tuple[int, ...]
-    strides: tuple[int, ...]
+    sizes: tuple[int | None, ...]   # None: a symbolic size (not checked here; see bind)
+    strides: tuple[int | None, ...]
+    # Dynamic shapes: (what, dim, slot) -- what 0 = size, 1 = stride -- values stored into the
+    # shape slots that SHAPE guards read (evaluated after every tensor check passed).
+    bind: tuple[tuple[int, int, int], ...] = ()
 
     @staticmethod
     def of(t: Any) -> "TensorSpec":
@@ -178,10 +190,10 @@ class TensorSpec:
         if len(size) != len(self.sizes):
             return f"{s}.dim(): expected {len(self.sizes)}, got {len(size)}"
         for i, (a, b) in enumerate(zip(self.sizes, size)):
-            if a != b:
+            if a is not None and a != b:
                 return f"{s}.size()[{i}]: expected {a}, got {b}"
         for i, (a, b) in enumerate(zip(self.strides, v.stride())):
-            if a != b:
+            if a is not None and a != b:
                 return f"{s}.stride()[{i}]: expected {a}, got {b}"
         return None
 
@@ -205,6 +217,13 @@ class GuardSet:
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         return iter(self.guards)
+
+    def replace_expected(self, kind: GuardKind, source: Source | None, expected: Any) -> None:
+        """Change what an installed guard expects (a tensor guard whose sizes became symbolic)."""
+        g = self._seen.get((kind, source, None))
+        if g is None:
+            raise KeyError(f"no {kind.name} guard on {source}")
+        g.expected = expected
 
     def __len__(self) -> int:
         return len(self.guards)
@@ -293,6 +312,9 @@ def _emit_condition(cg: PyCodegen, g: Guard) -> None:
         cg.call_const(_same_constant, [load, const(g.expected)])
     elif k is GuardKind.TENSOR_MATCH:
         cg.call_const(_tensor_ok, [load, const(g.expected)])
+    elif k is GuardKind.SHAPE:
+        rel: ShapeRelation = g.expected
+        cg.call_const(rel.check_sources, [functools.partial(s.reconstruct, cg) for s in rel.sources()])
     elif k is GuardKind.DICT_KEYS:
         cg.call_const(_dict_keys_ok, [load, const(tuple(g.expected))])
     elif k is GuardKind.LEN_MATCH:
@@ -348,9 +370,15 @@ def _tensor_ok(v: Any, spec: TensorSpec) -> bool:
         and v.dtype == spec.dtype
         and v.device == spec.device
         and v.requires_grad == spec.requires_grad
-        and v.size() == spec.sizes
-        and v.stride() == spec.strides
+        and _dims_match(v.size(), spec.sizes)
+        and _dims_match(v.stride(), spec.strides)
     )
+
+
+def _dims_match(actual: Any, expected: tuple[int | None, ...]) -> bool:
+    if len(actual) != len(expected):
+        return False
+    return all(e is None or a == e for a, e in zip(actual, expected))
 
 
 def _dict_keys_ok(v: Any, keys: tuple[Any, ...]) -> bool:
@@ -368,8 +396,20 @@ def _distinct(*vals: Any) -> bool:
 def compile_c_tree(guards: GuardSet, C: Any, frame_context: Callable[[Any], FrameValues] | None = None) -> Any:
     """Build a ``C.GuardTree`` whose check ids are the indices of ``guards``."""
     tree = C.GuardTree()
+    # Shape relations run in C over the slots the tensor checks bind, when this build of the C
+    # core has that and the relation compiled to a program; else it is a Python check.
+    c_symbols = hasattr(tree, "check_symbols")
     for i, g in enumerate(guards):
         k = g.kind
+        if k is GuardKind.SHAPE:
+            rel = g.expected
+            if c_symbols and rel.program is not None:
+                tree.check_symbols(rel.program, i)
+            elif frame_context is None:
+                raise NotImplementedError("shape guards without the C core's symbol checks need a frame context")
+            else:
+                tree.frame_args().check_fn(_shape_check(rel, frame_context), i)
+            continue
         if k is GuardKind.GLOBAL_STATE:
             tree.call(g.extra).check_eq(g.expected, i)
             continue
@@ -398,7 +438,10 @@ def compile_c_tree(guards: GuardSet, C: Any, frame_context: Callable[[Any], Fram
                 node.check_eq(g.expected, i)
         elif k is GuardKind.TENSOR_MATCH:
             t = g.expected
-            node.check_tensor(t.type, t.dtype, t.device, t.requires_grad, t.sizes, t.strides, i)
+            if t.bind and c_symbols:
+                node.check_tensor(t.type, t.dtype, t.device, t.requires_grad, t.sizes, t.strides, i, bind=t.bind)
+            else:
+                node.check_tensor(t.type, t.dtype, t.device, t.requires_grad, t.sizes, t.strides, i)
         elif k is GuardKind.DICT_KEYS:
             node.check_dict_keys(tuple(g.expected), i)  # preceded by the TYPE_MATCH on the same source
         elif k is GuardKind.LEN_MATCH:
@@ -410,6 +453,13 @@ def compile_c_tree(guards: GuardSet, C: Any, frame_context: Callable[[Any], Fram
         else:
             raise AssertionError(k)
     return tree
+
+
+def _shape_check(rel: ShapeRelation, frame_context: Callable[[Any], FrameValues]) -> Callable[[Any], bool]:
+    def check(args: Any) -> bool:
+        return rel.holds_on(frame_context(args))
+
+    return check
 
 
 def _hasattr_check(name: str, expected: bool) -> Callable[[Any], bool]:

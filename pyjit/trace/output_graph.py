@@ -23,6 +23,9 @@ import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from ..variables.symbolic import SYM_TYPES, SymNodeVariable, SymSliceVariable
+from .dynamic import DynamicPolicy, new_shape_env, record_origins, symbolic_context, torch_source
+
 from ..guards.guards import GuardKind, GuardSet, TensorSpec
 from ..guards.source import Source, sources_as_tokens
 from .graph_breaks import unsupported
@@ -60,12 +63,18 @@ class GraphInput:
 
 
 class OutputGraph:
-    def __init__(self, code_name: str) -> None:
+    def __init__(self, code_name: str, dynamic: "DynamicPolicy | None" = None) -> None:
         self.code_name = code_name
         self.graph = fx.Graph()
         self.guards = GuardSet()
-        # Static shapes in this issue: no ShapeEnv, sizes are plain ints (guarded by TENSOR_MATCH).
-        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=False)
+        # Sizes are plain ints (guarded by TENSOR_MATCH) except the dimensions the dynamic
+        # policy makes symbolic (trace/dynamic.py): those are symbols of this ShapeEnv.
+        self.dynamic = dynamic
+        self.shape_env = new_shape_env() if dynamic is not None else None
+        self.fake_mode = FakeTensorMode(allow_non_fake_inputs=False, shape_env=self.shape_env)
+        self.symbolic_inputs: list[GraphInput] = []  # inputs with a symbol (tensors or scalars)
+        self.symbol_origins: dict[Any, Any] = {}     # bare symbol -> SlotOrigin (where it is read)
+        self.shape_slots: list[Any] = []            # set by finalize_shape_guards
         self.inputs: list[GraphInput] = []
         self._input_by_id: dict[int, GraphInput] = {}
         self.call_count = 0
@@ -86,6 +95,50 @@ class OutputGraph:
                 self.guards.add(GuardKind.SAME_OBJECT, source, extra=known.source)
             return known.variable
         self.guards.add(GuardKind.TENSOR_MATCH, source, TensorSpec.of(value))
+        node = self._new_placeholder(source)
+        dims = self.dynamic.tensor_dims(source.name(), value) if self.dynamic is not None else []
+        if any(dims):
+            fake = self.fake_mode.from_tensor(value, source=torch_source(source), symbolic_context=symbolic_context(dims))
+        else:
+            fake = self.fake_mode.from_tensor(value, static_shapes=True)
+        node.meta["example_value"] = fake
+        node.meta["source"] = source.name()
+        var = TensorVariable(node, fake, source=source, python_type=type(value))
+        gi = GraphInput(source, value, node, var)
+        self.inputs.append(gi)
+        self._input_by_id[id(value)] = gi
+        if any(dims):
+            self.symbolic_inputs.append(gi)
+            record_origins(self, source, fake)
+        return var
+
+    def add_scalar_input(self, value: int | float, source: Source) -> "VariableTracker":
+        """A Python int/float made a symbolic graph input (it changed between calls)."""
+        from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+        from ..variables.symbolic import SymNodeVariable
+
+        for gi in self.symbolic_inputs:
+            if gi.source == source:
+                return gi.variable
+        assert self.shape_env is not None
+        env = self.shape_env
+        sym = env.create_unspecified_symbol(value, source=torch_source(source), dynamic_dim=DimDynamic.DYNAMIC)
+        if type(value) is float:
+            example = env.create_symfloatnode(sym, hint=value, source=torch_source(source))
+        else:
+            example = env.create_symintnode(sym, hint=value, source=torch_source(source))
+        node = self._new_placeholder(source)
+        node.meta["example_value"] = example
+        node.meta["source"] = source.name()
+        var = SymNodeVariable(node, example, source=source)
+        gi = GraphInput(source, value, node, var)
+        self.inputs.append(gi)
+        self.symbolic_inputs.append(gi)
+        record_origins(self, source, example)
+        return var
+
+    def _new_placeholder(self, source: Source) -> fx.Node:
         name = source_to_node_name(source)
         if self._last_placeholder is None:
             first = next(iter(self.graph.nodes), None)
@@ -95,14 +148,7 @@ class OutputGraph:
         with ctx:
             node = self.graph.placeholder(name)
         self._last_placeholder = node
-        fake = self.fake_mode.from_tensor(value, static_shapes=True)
-        node.meta["example_value"] = fake
-        node.meta["source"] = source.name()
-        var = TensorVariable(node, fake, source=source, python_type=type(value))
-        gi = GraphInput(source, value, node, var)
-        self.inputs.append(gi)
-        self._input_by_id[id(value)] = gi
-        return var
+        return node
 
     # -- operations ----------------------------------------------------------------------
     def call(
@@ -147,6 +193,10 @@ class OutputGraph:
         from ..variables.lists import NamedTupleVariable, TupleVariable, ListVariable
         from ..variables.tensor import TensorVariable
 
+        if isinstance(result, SYM_TYPES):
+            return SymNodeVariable.create(tx, node, result)
+        if isinstance(result, torch.Size) and any(isinstance(r, SYM_TYPES) for r in result):
+            return self.size_tuple(tx, node, result)
         if isinstance(result, torch.Tensor):
             # In-place ops return their first argument: keep the same tracker (identity, source).
             for a in args:
@@ -161,6 +211,10 @@ class OutputGraph:
                     sub.meta["example_value"] = r
                     sub.meta["stack_trace"] = node.meta.get("stack_trace")
                     items.append(TensorVariable(sub, r))
+                elif isinstance(r, SYM_TYPES):
+                    sub = self.graph.call_function(operator.getitem, (node, i))
+                    sub.meta["stack_trace"] = node.meta.get("stack_trace")
+                    items.append(SymNodeVariable.create(tx, sub, r))
                 elif is_constant_value(r):
                     items.append(ConstantVariable(r))
                 else:
@@ -179,6 +233,21 @@ class OutputGraph:
             return ConstantVariable(result)
         unsupported("unsupported_object", f"{_target_name(node.target)} returned a {type(result).__name__}")
 
+    def size_tuple(self, tx: "Translator", node: fx.Node, result: Any) -> "VariableTracker":
+        """A ``torch.Size`` with symbolic entries: one tracker per dimension."""
+        from ..variables.constant import ConstantVariable
+        from ..variables.lists import SizeVariable
+
+        items: list[VariableTracker] = []
+        for i, r in enumerate(result):
+            if isinstance(r, SYM_TYPES):
+                sub = self.graph.call_function(operator.getitem, (node, i))
+                sub.meta["stack_trace"] = node.meta.get("stack_trace")
+                items.append(SymNodeVariable.create(tx, sub, r))
+            else:
+                items.append(ConstantVariable(r))
+        return SizeVariable(items)
+
     # -- conversions ---------------------------------------------------------------------
     def to_fx(self, v: "VariableTracker") -> Any:
         from ..variables.dicts import DictVariable
@@ -187,6 +256,10 @@ class OutputGraph:
 
         if isinstance(v, TensorVariable):
             return v.node
+        if isinstance(v, SymNodeVariable):
+            return v.node
+        if isinstance(v, SymSliceVariable):
+            return v.to_fx(self)
         if isinstance(v, BaseListVariable):
             items = [self.to_fx(i) for i in v.items]
             return list(items) if v.python_type() is list else tuple(items)
@@ -201,8 +274,10 @@ class OutputGraph:
         from ..variables.lists import BaseListVariable
         from ..variables.tensor import TensorVariable
 
-        if isinstance(v, TensorVariable):
+        if isinstance(v, (TensorVariable, SymNodeVariable)):
             return v.example
+        if isinstance(v, SymSliceVariable):
+            return v.to_fake(self)
         if isinstance(v, BaseListVariable):
             items = [self.to_fake(i) for i in v.items]
             return list(items) if v.python_type() is list else tuple(items)

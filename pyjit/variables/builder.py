@@ -64,6 +64,10 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
         if source is not None:
             guards.add(GuardKind.ID_MATCH, source, None)
         return ConstantVariable(None, source)
+    if type(value) in (int, float) and source is not None and tx.output.dynamic is not None \
+            and tx.output.dynamic.scalar_is_dynamic(source.name(), value):
+        # An int/float that changed between calls: a symbolic graph input (trace/dynamic.py).
+        return tx.output.add_scalar_input(value, source)
     if is_constant_value(value):
         if source is not None:
             if isinstance(value, tuple) and type(value) is tuple:

@@ -14,6 +14,7 @@ from ..errors import Unsupported
 from .base import KnownCallableVariable, VariableTracker
 from .constant import ConstantVariable
 from .lists import BaseListVariable, ListIteratorVariable, ListVariable, TupleVariable
+from .symbolic import SymNodeVariable, symbolic_binary, symbolic_call
 
 if TYPE_CHECKING:
     from ..trace.translator import Translator
@@ -67,6 +68,9 @@ def binary_op(tx: "Translator", op: Callable[[Any, Any], Any], a: VariableTracke
         if op in _INPLACE_TO_BINARY and not _is_tensor(a):
             op = _INPLACE_TO_BINARY[op]
         return tx.output.call(tx, "call_function", op, [a, b], {})
+    symbolic = symbolic_binary(tx, op, a, b)  # a size or a symbolic scalar: recorded, not folded
+    if symbolic is not None:
+        return symbolic
     if isinstance(a, ListVariable) and op in (operator.iadd, operator.imul):
         # in place, like list.__iadd__/__imul__ (never folded on a copy): the side-effect replay
         # records it when the list came from outside
@@ -103,6 +107,8 @@ def unary_op(tx: "Translator", op: Callable[[Any], Any], a: VariableTracker) -> 
         return tx.output.call(tx, "call_function", op, [a], {})
     if op is operator.not_:
         return ConstantVariable(not a.truth(tx))
+    if isinstance(a, SymNodeVariable) and op in (operator.neg, operator.pos):
+        return symbolic_call(tx, op, [a])
     if a.is_python_constant():
         return fold(tx, op, [a], {})
     unsupported("unsupported_call", f"{op.__name__} on {a}")
@@ -171,6 +177,9 @@ def compare_op(tx: "Translator", op: Callable[[Any, Any], Any], a: VariableTrack
         if op in (operator.eq, operator.ne) and (isinstance(a, ConstantVariable) and a.value is None or isinstance(b, ConstantVariable) and b.value is None):
             return ConstantVariable(op is operator.ne)
         return tx.output.call(tx, "call_function", op, [a, b], {})
+    symbolic = symbolic_binary(tx, op, a, b)
+    if symbolic is not None:
+        return symbolic
     if a.is_python_constant() and b.is_python_constant():
         return fold(tx, op, [a, b], {})
     if op in (operator.eq, operator.ne):

@@ -109,6 +109,38 @@ class TupleVariable(BaseListVariable):
         return "(" + "".join(p + ", " for p in parts) + ")"
 
 
+class SizeVariable(TupleVariable):
+    """A ``torch.Size`` with symbolic entries (``x.shape`` of a dynamic tensor)."""
+
+    __slots__ = ()
+
+    def python_type(self) -> type:
+        import torch
+
+        return torch.Size
+
+    def as_python_constant(self) -> Any:
+        import torch
+
+        return torch.Size(i.as_python_constant() for i in self.items)
+
+    def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        if name == "numel" and not args:
+            from .builtins import binary_op
+            import operator
+
+            result: VariableTracker = ConstantVariable(1)
+            for item in self.items:
+                result = binary_op(tx, operator.mul, result, item)
+            return result
+        return super().call_method(tx, name, args, kwargs)
+
+    def _build(self, cg: "OutputCodegen", parts: list[str]) -> str:
+        import torch
+
+        return f"{cg.ref(torch.Size, 'Size')}(({''.join(p + ', ' for p in parts)}))"
+
+
 class ListVariable(BaseListVariable):
     __slots__ = ()
 

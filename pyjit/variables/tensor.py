@@ -1,7 +1,9 @@
 """Tensor trackers: a graph node plus its fake example value.
 
-Sizes are static in this issue: ``x.shape``, ``x.size(1)``, ``x.dim()``, ``x.numel()``... fold to
-constants (the tensor-match guard on every input makes that sound). Tensor methods are recorded
+Static sizes fold to constants: ``x.shape``, ``x.size(1)``, ``x.dim()``, ``x.numel()``... (the
+tensor-match guard on every input makes that sound). Sizes of a tensor with symbolic dimensions
+(dynamic shapes, ``trace/dynamic.py``) are recorded as graph nodes instead and tracked as
+``SymNodeVariable`` / ``SizeVariable`` (``variables/symbolic.py``). Tensor methods are recorded
 as ``call_method`` nodes; reading a tensor's *data* (``item()``, ``tolist()``, ``bool(x)``) is a
 ``data_dependent`` graph break.
 """
@@ -31,6 +33,8 @@ _STATIC_METHODS = frozenset({
     "size", "dim", "ndimension", "numel", "nelement", "stride", "is_contiguous", "element_size",
     "get_device", "is_floating_point", "is_complex", "__len__", "is_signed", "storage_offset",
 })
+# Static methods whose answer is a size: recorded (symbolic) when the tensor has symbolic sizes.
+_SIZE_METHODS = frozenset({"size", "numel", "nelement", "stride", "__len__", "storage_offset"})
 _DATA_METHODS = frozenset({
     "item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "data_ptr", "__array__",
     "nonzero_static", "cpu_numpy",
@@ -49,8 +53,16 @@ class TensorVariable(VariableTracker):
     def python_type(self) -> type:
         return self.ptype
 
+    def is_symbolic(self) -> bool:
+        """Some size or stride of this tensor is a symbol (dynamic shapes)."""
+        ex = self.example
+        return any(isinstance(s, torch.SymInt) for s in ex.shape) or \
+            any(isinstance(s, torch.SymInt) for s in ex.stride()) if ex.layout == torch.strided else False
+
     def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
         ex = self.example
+        if name == "shape" and self.is_symbolic():
+            return tx.output.call(tx, "call_method", "size", [self], {})
         if name in _STATIC_ATTRS:
             return ConstantVariable(getattr(ex, name))
         if name == "T":
@@ -76,7 +88,11 @@ class TensorVariable(VariableTracker):
         if name in _STATIC_METHODS:
             cargs = [a.as_python_constant() for a in args]
             ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
-            return ConstantVariable(getattr(ex, name)(*cargs, **ckw))
+            if name in _SIZE_METHODS and self.is_symbolic():
+                if name == "__len__":
+                    return tx.output.call(tx, "call_method", "size", [self, ConstantVariable(0)], {})
+                return tx.output.call(tx, "call_method", "numel" if name == "nelement" else name, [self, *args], kwargs)
+            return ConstantVariable(_concrete(getattr(ex, name)(*cargs, **ckw)))
         if name == "__getitem__":
             return tx.output.call(tx, "call_function", _getitem, [self, args[0]], {})
         if name == "__setitem__":
@@ -90,7 +106,8 @@ class TensorVariable(VariableTracker):
     def unpack(self, tx: "Translator") -> list[VariableTracker]:
         if self.example.dim() == 0:
             unsupported("exception", "iteration over a 0-d tensor")
-        return [tx.output.call(tx, "call_function", _getitem, [self, ConstantVariable(i)], {}) for i in range(self.example.size(0))]
+        return [tx.output.call(tx, "call_function", _getitem, [self, ConstantVariable(i)], {})
+                for i in range(int(self.example.size(0)))]  # a symbolic length specialises (guarded)
 
     def truth(self, tx: "Translator") -> bool:
         unsupported("data_dependent", "truth value of a tensor (`if tensor:` / `and`/`or` on tensors)")
@@ -105,6 +122,17 @@ class TensorVariable(VariableTracker):
 
 
 import operator as _operator
+
+
+def _concrete(value: Any) -> Any:
+    """A static answer that may still hold Sym* numbers (``is_contiguous()`` on a symbolic
+    tensor): their concrete values, guarded through the ShapeEnv."""
+    from .symbolic import concrete
+
+    if isinstance(value, (tuple, list)):
+        return type(value)(_concrete(v) for v in value) if type(value) in (tuple, list) else torch.Size(_concrete(v) for v in value)
+    return concrete(value)
+
 
 # Indexing nodes use operator.getitem/setitem, like FX's own tracer.
 _getitem = _operator.getitem

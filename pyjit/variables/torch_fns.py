@@ -73,7 +73,10 @@ class TorchFunctionVariable(KnownCallableVariable):
             if fn is torch.is_tensor:
                 return ConstantVariable(isinstance(args[0], TensorVariable))
         if fn in (torch.is_floating_point, torch.is_complex, torch.numel) and _has_tensor(args):
-            return ConstantVariable(fn(args[0].example))  # type: ignore[attr-defined]
+            answer = fn(args[0].example)  # type: ignore[attr-defined]
+            if isinstance(answer, torch.SymInt):  # numel of a tensor with symbolic sizes
+                return tx.output.call(tx, "call_method", "numel", [args[0]], {})
+            return ConstantVariable(answer)
         if fn in (torch.Size, torch.device, torch.dtype, torch.finfo, torch.iinfo, torch.broadcast_shapes) or fn in _FOLD_ON_CONSTANTS:
             from .builtins import fold
 

@@ -105,8 +105,15 @@ def binary_slice(tx: "Translator", inst: "Instruction") -> None:  # 3.12+
     stop = tx.pop()
     start = tx.pop()
     obj = tx.pop()
-    sl = ConstantVariable(slice(start.as_python_constant(), stop.as_python_constant()))
-    tx.push(subscript(tx, obj, sl))
+    tx.push(subscript(tx, obj, _slice_of(start, stop)))
+
+
+def _slice_of(start: Any, stop: Any) -> Any:
+    from ...variables.symbolic import SymNodeVariable, SymSliceVariable
+
+    if isinstance(start, SymNodeVariable) or isinstance(stop, SymNodeVariable):
+        return SymSliceVariable([start, stop, ConstantVariable(None)])
+    return ConstantVariable(slice(start.as_python_constant(), stop.as_python_constant()))
 
 
 @register("STORE_SUBSCR")
@@ -123,8 +130,7 @@ def store_slice(tx: "Translator", inst: "Instruction") -> None:  # 3.12+
     start = tx.pop()
     obj = tx.pop()
     value = tx.pop()
-    sl = ConstantVariable(slice(start.as_python_constant(), stop.as_python_constant()))
-    obj.call_method(tx, "__setitem__", [sl, value], {})
+    obj.call_method(tx, "__setitem__", [_slice_of(start, stop), value], {})
 
 
 @register("DELETE_SUBSCR")

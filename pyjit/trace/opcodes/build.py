@@ -8,6 +8,7 @@ from ...variables.constant import ConstantVariable
 from ...variables.dicts import DictVariable, SetVariable
 from ...variables.lists import ListVariable, TupleVariable
 from ..graph_breaks import unsupported
+from ...variables.symbolic import SymNodeVariable, SymSliceVariable
 from . import register
 
 if TYPE_CHECKING:
@@ -47,6 +48,9 @@ def build_slice(tx: "Translator", inst: "Instruction") -> None:
     parts = tx.popn(inst.arg)
     if not all(p.is_python_constant() for p in parts):
         unsupported("data_dependent", "a slice bound that is a tensor")
+    if any(isinstance(p, SymNodeVariable) for p in parts):
+        tx.push(SymSliceVariable(parts))  # x[:, :n] with a symbolic n
+        return
     tx.push(ConstantVariable(slice(*[p.as_python_constant() for p in parts])))
 
 

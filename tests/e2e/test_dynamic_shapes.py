@@ -1,0 +1,296 @@
+"""Dynamic shapes end to end (issue 13): automatic dynamic on the second size, dynamic=True/False,
+mark_dynamic/mark_static, shape guards (0/1 specialisation, relied-on relations), symbolic
+Python scalars, sizes that outlive the graph, graph breaks, diagnostics. Every result is
+compared with eager; compile counts come from the frame policy."""
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import pyjit
+from pyjit.frame import policy
+
+pytestmark = pytest.mark.usefixtures("fresh_pyjit")
+
+BACKENDS = ["eager", "pyjit"]
+
+
+def compiles(fn) -> int:
+    """Compiles of ``fn``'s code (also of the copies a second backend's jit makes of it)."""
+    code = fn.__code__
+    return sum(s.compiles for s in policy._targets.values()
+               if s.code is not None and s.code.co_qualname == code.co_qualname
+               and s.code.co_filename == code.co_filename and s.code.co_firstlineno == code.co_firstlineno)
+
+
+def close(a, b) -> None:
+    if isinstance(a, torch.Tensor):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    elif isinstance(a, (tuple, list)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b):
+            close(x, y)
+    else:
+        assert a == b and type(a) is type(b), (a, b)
+
+
+def norm_softmax(x, w):
+    h = F.layer_norm(x, (x.shape[-1],)) @ w
+    return torch.softmax(h * 0.5, dim=-1) + h.mean(0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_twenty_batch_sizes_compile_at_most_two_entries(backend):
+    jf = pyjit.jit(norm_softmax, backend=backend)
+    w = torch.randn(16, 8)
+    for b in [3, 5, 2, 7, 8, 9, 10, 11, 12, 13, 16, 17, 21, 24, 31, 32, 33, 40, 64, 4]:
+        x = torch.randn(b, 16)
+        close(jf(x, w), norm_softmax(x, w))
+    assert compiles(norm_softmax) == 2
+
+
+class Attention(torch.nn.Module):
+    """A transformers-style causal self-attention block."""
+
+    def __init__(self, dim: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.proj = torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, t, c = x.size()
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q = q.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        k = k.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        v = v.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        mask = torch.tril(torch.ones(t, t, dtype=torch.bool, device=x.device))
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+        return self.proj(y)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_attention_block_varying_sequence_length(backend):
+    torch.manual_seed(0)
+    model = Attention().eval()
+    jm = pyjit.jit(model, backend=backend)
+    with torch.no_grad():
+        for t in [5, 7, 12, 3, 16, 9, 2]:
+            x = torch.randn(2, t, 32)
+            close(jm(x), model(x))
+    assert compiles(Attention.forward) <= 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_decoder_loop_appends_a_token_per_step(backend):
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(50, 16)
+    head = torch.nn.Linear(16, 50)
+
+    def step(tokens):
+        h = emb(tokens).cumsum(1) / tokens.size(1)
+        logits = head(h[:, -1])
+        nxt = logits.argmax(-1, keepdim=True)
+        return torch.cat([tokens, nxt], dim=1)
+
+    jstep = pyjit.jit(step, backend=backend)
+    tokens = ref = torch.tensor([[1, 2], [3, 4]])
+    with torch.no_grad():
+        for _ in range(12):
+            tokens, ref = jstep(tokens), step(ref)
+            close(tokens, ref)
+    assert compiles(step) == 2
+
+
+def test_dynamic_true_compiles_once_and_false_every_size():
+    def f(x):
+        return x.sum(-1) * x.size(0)
+
+    jt = pyjit.jit(f, dynamic=True, backend="eager")
+    for n in [3, 4, 5, 6]:
+        x = torch.randn(n, n + 1)
+        close(jt(x), f(x))
+    assert compiles(f) == 1
+    pyjit.reset()
+
+    def g(x):
+        return x.sum(-1) * x.size(0)
+
+    jfalse = pyjit.jit(g, dynamic=False, backend="eager")
+    for n in [3, 4, 5, 6]:
+        x = torch.randn(n, 2)
+        close(jfalse(x), g(x))
+    assert compiles(g) == 4
+
+
+def test_mark_dynamic_and_mark_static():
+    def f(x):
+        return x * 2 + x.size(1)
+
+    jf = pyjit.jit(f, backend="eager")
+    for n in [3, 4, 5]:
+        x = torch.randn(n, 6)
+        pyjit.mark_dynamic(x, 0)
+        close(jf(x), f(x))
+    assert compiles(f) == 1
+
+    def g(x):
+        return x * 2 + x.size(1)
+
+    jg = pyjit.jit(g, dynamic=True, backend="eager")
+    for n in [3, 4, 5]:
+        x = torch.randn(4, n)
+        pyjit.mark_static(x, 1)
+        close(jg(x), g(x))
+    assert compiles(g) == 3
+    with pytest.raises(IndexError):
+        pyjit.mark_dynamic(torch.randn(2, 2), 5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sizes_zero_and_one_never_reuse_the_dynamic_entry(backend, caplog):
+    def f(x):
+        return torch.cat([x, x * 2]).sum(0) + x.shape[0]
+
+    jf = pyjit.jit(f, backend=backend)
+    for n in [4, 6, 8]:
+        x = torch.randn(n, 3)
+        close(jf(x), f(x))
+    assert compiles(f) == 2
+    with caplog.at_level(logging.INFO, logger="pyjit.recompiles"):
+        for n in [1, 0]:
+            x = torch.randn(n, 3)
+            close(jf(x), f(x))
+    assert compiles(f) == 4
+    assert "L['x'].size()[0] >= 2" in caplog.text  # the failing shape guard, in source form
+
+
+def test_relied_on_relation_is_guarded():
+    def f(x, y):
+        return x[: y.size(0)] * 2  # the trace relies on y.size(0) <= x.size(0)
+
+    jf = pyjit.jit(f, backend="eager")
+    for a, b in [(6, 3), (8, 5), (9, 4)]:
+        x, y = torch.randn(a), torch.randn(b)
+        close(jf(x, y), f(x, y))
+    n = compiles(f)
+    x, y = torch.randn(4), torch.randn(7)  # the relation no longer holds: a new entry, correct
+    close(jf(x, y), f(x, y))
+    assert compiles(f) == n + 1
+
+    def g(x, y):
+        return x + y  # relies on x.size(0) == y.size(0)
+
+    jg = pyjit.jit(g, backend="eager")
+    for n in [3, 5, 7]:
+        x, y = torch.randn(n), torch.randn(n)
+        close(jg(x, y), g(x, y))
+    with pytest.raises(RuntimeError):
+        jg(torch.randn(5), torch.randn(6))  # as eager: no entry admits it, eager raises
+
+
+def test_python_scalar_becomes_symbolic_after_second_value():
+    def f(x, scale, step):
+        return x * scale + step
+
+    jf = pyjit.jit(f, backend="eager")
+    x = torch.randn(4)
+    for i in range(10):
+        close(jf(x, 0.5 + i, i), f(x, 0.5 + i, i))
+    assert compiles(f) == 2
+
+
+def test_scalar_in_control_flow_stays_specialised():
+    def f(x, n):
+        if n > 3:
+            return x * n
+        return x - n
+
+    jf = pyjit.jit(f, backend="eager")
+    x = torch.randn(4)
+    for n in [1, 2, 5, 6, 2, 7, 0]:
+        close(jf(x, n), f(x, n))
+
+
+def test_closures_from_one_factory_share_one_dynamic_entry():
+    def make(scale):
+        def scaled(x):
+            return torch.relu(x) * scale
+
+        return scaled
+
+    x = torch.randn(8)
+    for i in range(200):
+        fn = make(0.01 * i + 0.5)
+        close(pyjit.jit(fn, backend="eager")(x), fn(x))
+    assert compiles(make(1.0)) <= 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sizes_returned_and_passed_across_a_graph_break(backend):
+    def f(x, w):
+        b, t, c = x.shape
+        h = x @ w
+        print("between graphs", b)
+        q = h.view(b, t, 2, c // 2).transpose(1, 2)
+        return (q * 2).transpose(1, 2).reshape(b, t, c), t * 2, b
+
+    jf = pyjit.jit(f, backend=backend)
+    w = torch.randn(8, 8)
+    for b, t in [(2, 5), (3, 7), (4, 9), (2, 11), (5, 3)]:
+        x = torch.randn(b, t, 8)
+        close(jf(x, w), f(x, w))
+    for state in policy._targets.values():
+        assert state.compiles <= 2, (state.code.co_name, state.compiles)
+
+
+def test_recompile_log_says_which_dimension_became_dynamic(caplog):
+    def f(x):
+        return x.cos()
+
+    jf = pyjit.jit(f, backend="eager")
+    with caplog.at_level(logging.INFO, logger="pyjit.recompiles"):
+        jf(torch.randn(3, 4))
+        jf(torch.randn(5, 4))
+    assert "L['x'].size()[0] is dynamic from now on (it was 3, now 5)" in caplog.text
+
+
+def test_explain_lists_symbolic_inputs_and_shape_guards():
+    def f(x, y):
+        return x + y
+
+    ex = pyjit.explain(f, dynamic=True)(torch.randn(4, 3), torch.randn(4, 3))
+    text = str(ex)
+    assert "symbolic inputs:" in text and "L['x']: size (s" in text
+    assert any(">= 2" in g for g in ex.guards)
+    assert any("L['x'].size()[0]" in g and "L['y'].size()[0]" in g for g in ex.guards)
+
+
+def test_symbolic_slices_views_and_reductions():
+    def f(x):
+        n = x.size(0)
+        half = x[: n // 2]
+        rest = x[n // 2:]
+        return half.sum(0), rest.amax(0), x.reshape(-1, 2).mean(1), x.view(n, -1).var(0)
+
+    jf = pyjit.jit(f, backend="eager")
+    for n in [4, 6, 10, 12]:
+        x = torch.randn(n, 4)
+        close(jf(x), f(x))
+    assert compiles(f) == 2
+
+
+def test_non_contiguous_inputs_keep_their_strides_guarded():
+    def f(x):
+        return x * 2
+
+    jf = pyjit.jit(f, dynamic=True, backend="eager")
+    base = torch.randn(8, 6)
+    for x in [base[:, :3], base.t(), base[::2], torch.randn(5, 7)]:
+        close(jf(x), f(x))
