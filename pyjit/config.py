@@ -12,6 +12,8 @@ import, by :func:`_from_environment` and nowhere else:
   graphs run as captured when no compiler works, logged once on ``fallbacks``), ``eager`` (CPU
   graphs run as captured) or ``triton_interpret`` (generated Triton kernels run on CPU tensors
   through Triton's interpreter).
+- ``PYJIT_WARM_START``: ``1`` (default) or ``0``: a new process installs the compiled entries
+  of a function from its frame record (no re-tracing) when the disk cache is on.
 """
 from __future__ import annotations
 
@@ -62,6 +64,9 @@ class Config:
     backend_split_reduction_min: int = 65536
     # Backend: use the on-disk cache of generated modules (PYJIT_CACHE_DIR).
     backend_disk_cache: bool = True
+    # Warm start (PYJIT_WARM_START): record compiled frames on disk and install them in a new
+    # process without tracing (pyjit/frame/warm_start.py); only with backend_disk_cache.
+    warm_start: bool = True
 
     def default_cache_dir(self) -> str:
         """The cache root: PYJIT_CACHE_DIR, else $XDG_CACHE_HOME/pyjit, else ~/.cache/pyjit."""
@@ -85,6 +90,10 @@ def _from_environment(env: "os._Environ[str] | dict[str, str]") -> Config:
             f"PYJIT_CPU_BACKEND={cpu!r} is not one of {_VALID_CPU_BACKENDS}; unset it or pick one of those"
         )
     cfg.cpu_backend = cpu  # type: ignore[assignment]
+    warm = env.get("PYJIT_WARM_START", "1").strip() or "1"
+    if warm not in ("0", "1"):
+        raise ValueError(f"PYJIT_WARM_START={warm!r} must be 0 or 1")
+    cfg.warm_start = warm == "1"
     return cfg
 
 

@@ -45,7 +45,7 @@ from . import cache
 log = get_logger("cache")
 
 NAMESPACE = "frames"
-FORMAT = 1
+FORMAT = 2
 MAGIC = b"PYJITFR\n"
 _PLACEHOLDER_TAG = "\x00pyjit-frame-placeholder\x00"
 
@@ -66,8 +66,9 @@ class FrameEntry:
     code: types.CodeType                  # replacement code (placeholders in its constants)
     placeholders: list[dict[str, Any]]    # what placeholder i stands for (e.g. {"graph": key})
     graph_keys: list[str] = dataclasses.field(default_factory=list)
-    resumes: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # {"name", "code", "placeholders"}
+    resumes: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # {"name", "code", "placeholders", "native"}
     unrebuildable: str | None = None      # why this entry must re-trace in a new process
+    meta: dict[str, Any] = dataclasses.field(default_factory=dict)  # JSON-shaped facts for the installer
 
 
 @dataclasses.dataclass
@@ -291,9 +292,10 @@ def restore_constants(code: types.CodeType, placeholders: list[dict[str, Any]],
 # ----------------------------------------------------------------------------- storage
 
 def _to_payload(record: FrameRecord) -> bytes:
-    entries = [{**dataclasses.asdict(e), "guards": json.dumps(e.guards), "placeholders": json.dumps(e.placeholders),
-                "resumes": [{"name": r["name"], "code": r["code"], "placeholders": json.dumps(r.get("placeholders", []))}
-                            for r in e.resumes]} for e in record.entries]
+    entries = [{"code": e.code, "graph_keys": list(e.graph_keys), "unrebuildable": e.unrebuildable,
+                "guards": json.dumps(e.guards), "placeholders": json.dumps(e.placeholders), "meta": json.dumps(e.meta),
+                "resumes": [{"name": r["name"], "code": r["code"], "placeholders": json.dumps(r.get("placeholders", [])),
+                             "native": bool(r.get("native", False))} for r in e.resumes]} for e in record.entries]
     body = {"qualname": record.qualname, "filename": record.filename, "firstlineno": record.firstlineno,
             "globals": json.dumps(record.globals), "entries": entries}
     return MAGIC + marshal.dumps((FORMAT, body))
@@ -308,13 +310,14 @@ def _from_payload(data: bytes) -> FrameRecord:
     entries = []
     for e in body["entries"]:
         resumes = [{"name": str(r["name"]), "code": _check_code(r["code"]),
-                    "placeholders": json.loads(r["placeholders"])} for r in e["resumes"]]
+                    "placeholders": json.loads(r["placeholders"]), "native": bool(r["native"])} for r in e["resumes"]]
         entries.append(FrameEntry(guards=json.loads(e["guards"]), code=_check_code(e["code"]),
                                   placeholders=json.loads(e["placeholders"]), graph_keys=list(e["graph_keys"]),
-                                  resumes=resumes, unrebuildable=e["unrebuildable"]))
+                                  resumes=resumes, unrebuildable=e["unrebuildable"], meta=json.loads(e["meta"])))
     record = FrameRecord(qualname=str(body["qualname"]), filename=str(body["filename"]),
                          firstlineno=int(body["firstlineno"]), globals=json.loads(body["globals"]), entries=entries)
-    if not isinstance(record.globals, dict) or not all(isinstance(g, list) for g in (e.guards for e in entries)):
+    if not isinstance(record.globals, dict) or not all(isinstance(e.guards, list) and isinstance(e.placeholders, list)
+                                                       and isinstance(e.meta, dict) for e in entries):
         raise ValueError("frame record has the wrong shape")
     return record
 
