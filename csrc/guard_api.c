@@ -16,6 +16,8 @@ static GuardNode *node_alloc(PyTypeObject *type, AccessorKind kind)
         return NULL;
     }
     n->kind = kind;
+    n->root = NULL;
+    n->shape = NULL;
     n->index = 0;
     n->key_is_index = 0;
     n->key = NULL;
@@ -82,6 +84,7 @@ static PyObject *get_child(GuardNode *parent, AccessorKind kind, Py_ssize_t inde
     }
     child->index = index;
     child->key = Py_XNewRef(key);
+    child->root = parent->root;
     if (kind == ACC_ITEM && PyLong_CheckExact(key)) {
         Py_ssize_t i = PyLong_AsSsize_t(key);
         if (i == -1 && PyErr_Occurred()) {
@@ -328,21 +331,118 @@ static PyObject *m_check_eq(GuardNode *self, PyObject *const *args, Py_ssize_t n
     return finish_check(self, &c);
 }
 
-static PyObject *m_check_tensor(GuardNode *self, PyObject *const *args, Py_ssize_t nargs)
+/* The root's shape state, allocated on first use; NULL with an exception if it cannot be. */
+static TreeShape *tree_shape(GuardNode *root)
+{
+    if (root->shape == NULL) {
+        root->shape = PyMem_Calloc(1, sizeof(TreeShape));
+        if (root->shape == NULL) {
+            PyErr_NoMemory();
+        }
+    }
+    return root->shape;
+}
+
+static PyObject *m_check_tensor(GuardNode *self, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames)
 {
     Check c = {CK_TENSOR, 0, 0, NULL, 0, NULL};
-    if (!check_nargs("check_tensor", nargs, 7, 7) || parse_id(args[6], &c.id) < 0) {
+    PyObject *bind = nargs > 7 ? args[7] : NULL;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        if (PyUnicode_CompareWithASCIIString(name, "bind") != 0 || bind != NULL) {
+            PyErr_Format(PyExc_TypeError, "check_tensor() got an unexpected keyword argument %R", name);
+            return NULL;
+        }
+        bind = args[nargs + i];
+    }
+    if (!check_nargs("check_tensor", nargs, 7, 8) || parse_id(args[6], &c.id) < 0) {
         return NULL;
     }
     int requires_grad = PyObject_IsTrue(args[3]);
     if (requires_grad < 0) {
         return NULL;
     }
-    c.tensor = pyjit_tensor_spec_new(args[0], args[1], args[2], requires_grad, args[4], args[5]);
+    c.tensor = pyjit_tensor_spec_new(args[0], args[1], args[2], requires_grad, args[4], args[5], bind);
     if (c.tensor == NULL) {
         return NULL;
     }
-    return finish_check(self, &c);
+    const TensorSpec *spec = c.tensor;
+    TreeShape *shape = NULL;
+    if (spec->n_bind > 0) {
+        /* Each slot is bound by exactly one (what, dim) of one tensor check in a tree. */
+        if (self->root == NULL) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "check_tensor(bind=...): this node's GuardTree no longer exists");
+            check_release(&c);
+            return NULL;
+        }
+        shape = tree_shape(self->root);
+        if (shape == NULL) {
+            check_release(&c);
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < spec->n_bind; i++) {
+            if (shape->bound[spec->bind[i].slot]) {
+                PyErr_Format(PyExc_ValueError,
+                             "check_tensor: slot %zd is already bound by another tensor check of this tree",
+                             spec->bind[i].slot);
+                check_release(&c);
+                return NULL;
+            }
+        }
+    }
+    if (add_check(self, &c) < 0) {
+        check_release(&c);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < spec->n_bind; i++) {
+        Py_ssize_t slot = spec->bind[i].slot;
+        shape->bound[slot] = 1;
+        if (slot + 1 > shape->n_slots) {
+            shape->n_slots = slot + 1;
+        }
+    }
+    Py_RETURN_NONE;
+}
+
+/* check_symbols(program, id): a relation over the bound slots, run after the walk passed. */
+static PyObject *m_check_symbols(GuardNode *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    long id;
+    if (require_root(self, "check_symbols") == NULL || !check_nargs("check_symbols", nargs, 2, 2) ||
+        parse_id(args[1], &id) < 0) {
+        return NULL;
+    }
+    if (id < 0) {
+        PyErr_SetString(PyExc_ValueError, "guard check ids must be >= 0");
+        return NULL;
+    }
+    TreeShape *shape = tree_shape(self);
+    if (shape == NULL) {
+        return NULL;
+    }
+    SymProgram p = {0, NULL, NULL, 0, 0};
+    if (pyjit_program_parse(args[0], &p) < 0) {
+        return NULL;
+    }
+    p.id = id;
+    if (shape->n_programs == shape->cap_programs) {
+        Py_ssize_t cap = shape->cap_programs ? 2 * shape->cap_programs : 4;
+        SymProgram *grown = PyMem_Realloc(shape->programs, (size_t)cap * sizeof(SymProgram));
+        if (grown == NULL) {
+            pyjit_program_release(&p);
+            return PyErr_NoMemory();
+        }
+        shape->programs = grown;
+        shape->cap_programs = cap;
+    }
+    shape->programs[shape->n_programs++] = p;
+    if (p.n_slots > shape->n_slots) {
+        shape->n_slots = p.n_slots;
+    }
+    Py_RETURN_NONE;
 }
 
 static PyObject *m_check_dict_keys(GuardNode *self, PyObject *const *args, Py_ssize_t nargs)
@@ -438,10 +538,11 @@ static PyObject *describe_check(const Check *c)
     return Py_BuildValue("(slN)", pyjit_check_names[c->kind], c->id, payload);
 }
 
-/* describe() -> {"kind", "key", "checks": [(kind, id, payload)], "children": [...]} */
+/* describe() -> {"kind", "key", "checks": [(kind, id, payload)], "children": [...]}; the root
+ * also has "symbols": [("symbols", id, program)] (run after every other check). */
 static PyObject *m_describe(GuardNode *self, PyObject *Py_UNUSED(ignored))
 {
-    PyObject *checks = PyList_New(0), *children = PyList_New(0), *key = NULL;
+    PyObject *checks = PyList_New(0), *children = PyList_New(0), *key = NULL, *symbols = NULL;
     if (checks == NULL || children == NULL) {
         goto error;
     }
@@ -461,6 +562,22 @@ static PyObject *m_describe(GuardNode *self, PyObject *Py_UNUSED(ignored))
         }
         Py_DECREF(d);
     }
+    if (IS_ROOT(self)) {
+        symbols = PyList_New(0);
+        if (symbols == NULL) {
+            goto error;
+        }
+        Py_ssize_t n = self->shape ? self->shape->n_programs : 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const SymProgram *p = &self->shape->programs[i];
+            PyObject *d = Py_BuildValue("(slO)", "symbols", p->id, p->source);
+            if (d == NULL || PyList_Append(symbols, d) < 0) {
+                Py_XDECREF(d);
+                goto error;
+            }
+            Py_DECREF(d);
+        }
+    }
     if (self->kind == ACC_ARG || self->kind == ACC_CLOSURE) {
         key = PyLong_FromSsize_t(self->index);
     }
@@ -470,12 +587,22 @@ static PyObject *m_describe(GuardNode *self, PyObject *Py_UNUSED(ignored))
     if (key == NULL) {
         goto error;
     }
-    return Py_BuildValue("{sssNsNsN}", "kind", pyjit_accessor_names[self->kind], "key", key,
-                         "checks", checks, "children", children);
+    PyObject *d = Py_BuildValue("{sssNsNsN}", "kind", pyjit_accessor_names[self->kind], "key", key,
+                                "checks", checks, "children", children);
+    if (d != NULL && symbols != NULL) {
+        int r = PyDict_SetItemString(d, "symbols", symbols);
+        Py_CLEAR(symbols);
+        if (r < 0) {
+            Py_CLEAR(d);
+        }
+    }
+    Py_XDECREF(symbols);
+    return d;
 error:
     Py_XDECREF(checks);
     Py_XDECREF(children);
     Py_XDECREF(key);
+    Py_XDECREF(symbols);
     return NULL;
 }
 
@@ -498,12 +625,17 @@ static PyMethodDef node_methods[] = {
     {"check_type", (PyCFunction)(void (*)(void))m_check_type, METH_FASTCALL, "check_type(t, id): type(value) is t."},
     {"check_id", (PyCFunction)(void (*)(void))m_check_id, METH_FASTCALL, "check_id(obj, id): value is obj (weakly held where possible)."},
     {"check_eq", (PyCFunction)(void (*)(void))m_check_eq, METH_FASTCALL, "check_eq(const, id): same type and equal value."},
-    {"check_tensor", (PyCFunction)(void (*)(void))m_check_tensor, METH_FASTCALL,
-     "check_tensor(tensor_type, dtype, device, requires_grad, sizes, strides, id)."},
+    {"check_tensor", (PyCFunction)(void (*)(void))m_check_tensor, METH_FASTCALL | METH_KEYWORDS,
+     "check_tensor(tensor_type, dtype, device, requires_grad, sizes, strides, id, bind=None): "
+     "bind = ((what, dim, slot), ...), what 0 = size(dim), 1 = stride(dim), stored into symbol "
+     "slot `slot` when the check passes."},
     {"check_dict_keys", (PyCFunction)(void (*)(void))m_check_dict_keys, METH_FASTCALL, "check_dict_keys(keys, id): dict with these keys in this order."},
     {"check_len", (PyCFunction)(void (*)(void))m_check_len, METH_FASTCALL, "check_len(n, id): len(value) == n."},
     {"check_not_none", (PyCFunction)m_check_not_none, METH_O, "check_not_none(id): value is not None."},
     {"check_fn", (PyCFunction)(void (*)(void))m_check_fn, METH_FASTCALL, "check_fn(fn, id): bool(fn(value))."},
+    {"check_symbols", (PyCFunction)(void (*)(void))m_check_symbols, METH_FASTCALL,
+     "check_symbols(program, id): a relation over the bound symbol slots (pyjit.guards.shape_program), "
+     "run after every other check passed (root only)."},
     {"check", (PyCFunction)(void (*)(void))m_check, METH_FASTCALL, "check(func, args) -> -1 if all pass, else the failing id (root only)."},
     {"describe", (PyCFunction)m_describe, METH_NOARGS, "describe() -> nested dict of accessors and checks."},
     {NULL, NULL, 0, NULL},
@@ -522,6 +654,11 @@ static int node_traverse(GuardNode *self, visitproc visit, void *arg)
     for (Py_ssize_t i = 0; i < self->n_children; i++) {
         Py_VISIT((PyObject *)self->children[i]);
     }
+    if (self->shape != NULL) {
+        for (Py_ssize_t i = 0; i < self->shape->n_programs; i++) {
+            Py_VISIT(self->shape->programs[i].source);
+        }
+    }
     for (Py_ssize_t i = 0; i < self->n_checks; i++) {
         Py_VISIT(self->checks[i].obj);
         if (self->checks[i].tensor != NULL) {
@@ -534,8 +671,32 @@ static int node_traverse(GuardNode *self, visitproc visit, void *arg)
     return 0;
 }
 
+/* Every node below `n` forgets its root (which is going away, or n is being torn down with
+ * it). A node whose root is NULL has only such nodes below it, so the walk stops there. */
+static void forget_root(GuardNode *n)
+{
+    for (Py_ssize_t i = 0; i < n->n_children; i++) {
+        GuardNode *c = n->children[i];
+        if (c->root != NULL) {
+            c->root = NULL;
+            forget_root(c);
+        }
+    }
+}
+
 static int node_clear(GuardNode *self)
 {
+    forget_root(self);
+    self->root = NULL;
+    TreeShape *shape = self->shape;
+    self->shape = NULL;
+    if (shape != NULL) {
+        for (Py_ssize_t i = 0; i < shape->n_programs; i++) {
+            pyjit_program_release(&shape->programs[i]);
+        }
+        PyMem_Free(shape->programs);
+        PyMem_Free(shape);
+    }
     Py_CLEAR(self->key);
     GuardNode **children = self->children;
     Py_ssize_t n_children = self->n_children;
@@ -570,7 +731,11 @@ static PyObject *tree_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_TypeError, "GuardTree() takes no arguments");
         return NULL;
     }
-    return (PyObject *)node_alloc(type, ACC_ROOT);
+    GuardNode *root = node_alloc(type, ACC_ROOT);
+    if (root != NULL) {
+        root->root = root;
+    }
+    return (PyObject *)root;
 }
 
 PyTypeObject PyjitGuardNode_Type = {

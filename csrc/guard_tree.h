@@ -5,6 +5,7 @@
 
 #include "guards.h"
 #include "tensor_check.h"
+#include "shape_program.h"
 
 typedef enum {
     ACC_ROOT, ACC_ARG, ACC_CLOSURE, ACC_GLOBAL, ACC_BUILTIN, ACC_FRAME_ARGS, ACC_CALL,
@@ -16,6 +17,7 @@ extern const char *const pyjit_accessor_names[];
 typedef enum {
     CK_TYPE, CK_ID, CK_EQ, CK_TENSOR, CK_DICT_KEYS, CK_LEN, CK_NOT_NONE, CK_FN,
 } CheckKind;
+/* Symbol checks (TreeShape.programs) are not Checks: they run after the walk, on the root. */
 
 extern const char *const pyjit_check_names[];
 
@@ -28,8 +30,20 @@ typedef struct {
     TensorSpec *tensor; /* CK_TENSOR; owned */
 } Check;
 
+/* The shape-guard state of a tree (on the root only, allocated on first use). */
+typedef struct {
+    uint8_t bound[PYJIT_MAX_SLOTS]; /* slot k is bound by some tensor check of the tree */
+    Py_ssize_t n_slots;             /* 1 + the largest slot bound or read by a program */
+    SymProgram *programs;           /* symbol checks, in insertion order */
+    Py_ssize_t n_programs, cap_programs;
+} TreeShape;
+
 typedef struct GuardNode {
     PyObject_HEAD
+    /* The tree's root (the root itself for the root), borrowed: set to NULL in every node
+     * below a node that is cleared, so it never dangles. Used to register slot bindings. */
+    struct GuardNode *root;
+    TreeShape *shape;  /* root only; NULL until a binding or symbol check is added */
     AccessorKind kind;
     Py_ssize_t index;  /* ACC_ARG slot, ACC_CLOSURE index, ACC_ITEM int key (if key_is_index) */
     int key_is_index;

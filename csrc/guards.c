@@ -60,7 +60,7 @@ int pyjit_const_equal(PyObject *value, PyObject *expected)
 /* 1 pass, 0 fail, -1 error (treated as fail by the caller). `c` points into its node's
  * check array, which a Python-level check may grow (realloc): every field is read before any
  * Python code can run (objects it names stay alive: checks are never removed). */
-static inline int run_check(const Check *c, PyObject *v)
+static inline int run_check(const Check *c, PyObject *v, const SlotFrame *slots)
 {
     switch (c->kind) {
     case CK_TYPE:
@@ -73,7 +73,7 @@ static inline int run_check(const Check *c, PyObject *v)
     case CK_NOT_NONE:
         return v != Py_None;
     case CK_TENSOR:
-        return pyjit_tensor_match(c->tensor, v);
+        return pyjit_tensor_match(c->tensor, v, slots);
     case CK_LEN: {
         Py_ssize_t expected = c->n, n;
         if (PyList_CheckExact(v)) {
@@ -139,6 +139,7 @@ typedef struct {
     PyObject *const *args;
     Py_ssize_t nargs;
     PyObject *args_tuple; /* built lazily for frame_args() */
+    const SlotFrame *slots; /* this evaluation's symbol slots, NULL if the tree has none */
 } EvalCtx;
 
 /* New reference to the value a root child reads, or NULL (exception possibly set). */
@@ -269,12 +270,12 @@ static inline int swallow_error(void)
 
 /* A node's own checks: -1 all pass, else the failing id or PYJIT_GUARD_ERROR. The array is
  * re-read every iteration: a Python-level check may add checks to this tree (realloc). */
-static inline long run_checks(GuardNode *n, PyObject *value)
+static inline long run_checks(GuardNode *n, PyObject *value, const SlotFrame *slots)
 {
     for (Py_ssize_t i = 0; i < n->n_checks; i++) {
         const Check *c = &n->checks[i];
         long id = c->id;
-        int r = run_check(c, value);
+        int r = run_check(c, value, slots);
         if (r != 1) {
             if (r < 0 && !swallow_error()) {
                 return PYJIT_GUARD_ERROR;
@@ -288,7 +289,7 @@ static inline long run_checks(GuardNode *n, PyObject *value)
 static long eval_node(GuardNode *n, PyObject *value, EvalCtx *ctx)
 {
     /* Nodes and checks are never removed while the tree is alive; n_children is re-read. */
-    long r = run_checks(n, value);
+    long r = run_checks(n, value, ctx->slots);
     if (r != -1) {
         return r;
     }
@@ -306,7 +307,8 @@ static long eval_node(GuardNode *n, PyObject *value, EvalCtx *ctx)
             continue;
         }
         /* Most nodes are leaves (an argument with its checks): no recursive call for them. */
-        r = child->n_children == 0 ? run_checks(child, child_value) : eval_node(child, child_value, ctx);
+        r = child->n_children == 0 ? run_checks(child, child_value, ctx->slots)
+                                   : eval_node(child, child_value, ctx);
         Py_DECREF(child_value);
         if (r != -1) {
             return r; /* a failing id, or PYJIT_GUARD_ERROR */
@@ -315,14 +317,53 @@ static long eval_node(GuardNode *n, PyObject *value, EvalCtx *ctx)
     return -1;
 }
 
+/* The symbol checks, after every other check passed: -1 or the first failing id. Pure C:
+ * no Python code runs, so the program array cannot change under the loop. */
+static long run_programs(const TreeShape *shape, const SlotFrame *slots)
+{
+    for (Py_ssize_t i = 0; i < shape->n_programs; i++) {
+        if (!pyjit_program_run(&shape->programs[i], slots)) {
+            return shape->programs[i].id;
+        }
+    }
+    return -1;
+}
+
 long pyjit_guard_check(PyObject *tree, PyFunctionObject *func, PyObject *const *args,
                        Py_ssize_t nargs)
 {
-    EvalCtx ctx = {func, args, nargs, NULL};
+    GuardNode *root = (GuardNode *)tree;
+    EvalCtx ctx = {func, args, nargs, NULL, NULL};
+    /* Slot values belong to this evaluation (re-entrant: a Python check may evaluate this
+     * tree again): on the C stack for small trees, else on the heap. Sized once here; a
+     * binding added meanwhile to a bigger slot is not stored (its programs then fail). */
+    int64_t small_vals[PYJIT_SLOTS_ON_STACK];
+    uint8_t small_set[PYJIT_SLOTS_ON_STACK];
+    SlotFrame slots = {small_vals, small_set, 0};
+    void *heap = NULL;
+    if (root->shape != NULL && root->shape->n_slots > 0) {
+        Py_ssize_t n = root->shape->n_slots;
+        if (n > PYJIT_SLOTS_ON_STACK) {
+            heap = PyMem_Malloc((size_t)n * (sizeof(int64_t) + 1));
+            if (heap == NULL) {
+                PyErr_NoMemory();
+                return PYJIT_GUARD_ERROR;
+            }
+            slots.vals = heap;
+            slots.set = (uint8_t *)(slots.vals + n);
+        }
+        slots.n = n;
+        memset(slots.set, 0, (size_t)n);
+        ctx.slots = &slots;
+    }
     Py_INCREF(tree); /* a Python check may drop the last other reference (e.g. reset()) */
-    long r = eval_node((GuardNode *)tree, NULL, &ctx);
+    long r = eval_node(root, NULL, &ctx);
+    if (r == -1 && root->shape != NULL) {
+        r = run_programs(root->shape, ctx.slots);
+    }
     Py_XDECREF(ctx.args_tuple);
     Py_DECREF(tree);
+    PyMem_Free(heap);
     return r;
 }
 

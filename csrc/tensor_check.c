@@ -292,9 +292,49 @@ static int match_device(const TensorSpec *spec, PyObject *v)
     return ok;
 }
 
+/* Store the spec's bindings of kind `what` read from `tup`, a metadata tuple that already
+ * matched (a tuple of ndim items). 1 ok, -1 error (an item that is not an int). */
+static int bind_from(const TensorSpec *spec, PyObject *tup, int what, const SlotFrame *slots)
+{
+    for (Py_ssize_t i = 0; i < spec->n_bind; i++) {
+        const SlotBind *b = &spec->bind[i];
+        if (b->what != what) {
+            continue;
+        }
+        int64_t value;
+        if (read_int(PyTuple_GET_ITEM(tup, b->dim), &value) < 0) {
+            return -1;
+        }
+        pyjit_slot_store(slots, b->slot, value);
+    }
+    return 1;
+}
+
+/* Strides when some binding reads one: stride() is read whatever the stride mode (the
+ * contiguity shortcut gives no values), compared where checked, then bound. */
+static int match_and_bind_strides(const TensorSpec *spec, PyObject *v, const SlotFrame *slots)
+{
+    PyObject *o = call_method(&spec->acc->stride, v, "stride");
+    if (o == NULL) {
+        return -1;
+    }
+    int ok;
+    if (spec->strides != NULL) {
+        ok = match_ints(o, spec->strides, spec->ndim);
+    }
+    else {
+        ok = PyTuple_Check(o) && PyTuple_GET_SIZE(o) == spec->ndim;
+    }
+    if (ok == 1) {
+        ok = bind_from(spec, o, BIND_STRIDE, slots);
+    }
+    Py_DECREF(o);
+    return ok;
+}
+
 /* Order: exact type (free), then the bool/singleton getters, then sizes (a tuple), strides,
  * device. A hit pays for all of them; a miss usually fails on dtype, requires_grad or sizes. */
-int pyjit_tensor_match(const TensorSpec *spec, PyObject *v)
+int pyjit_tensor_match(const TensorSpec *spec, PyObject *v, const SlotFrame *slots)
 {
     if (Py_TYPE(v) != spec->type) {
         return 0;
@@ -324,11 +364,20 @@ int pyjit_tensor_match(const TensorSpec *spec, PyObject *v)
         return -1;
     }
     ok = match_ints(o, spec->sizes, spec->ndim);
+    if (ok == 1 && spec->n_bind > 0) {
+        ok = bind_from(spec, o, BIND_SIZE, slots);
+    }
     Py_DECREF(o);
     if (ok <= 0) {
         return ok;
     }
-    if (spec->stride_mode != STRIDES_NONE) {
+    if (spec->bind_strides) {
+        ok = match_and_bind_strides(spec, v, slots);
+        if (ok <= 0) {
+            return ok;
+        }
+    }
+    else if (spec->stride_mode != STRIDES_NONE) {
         ok = match_strides(spec, v);
         if (ok <= 0) {
             return ok;
@@ -367,8 +416,100 @@ static int parse_dims(PyObject *tup, Py_ssize_t n, int64_t *out, const char *wha
 static TensorSpec *build_spec(PyTypeObject *type, PyObject *dtype, PyObject *device,
                               int requires_grad, PyObject *sizes, PyObject *strides);
 
+/* One int field of a binding triple; -1 with an exception on a non-int or a huge value. */
+static int bind_field(PyObject *triple, Py_ssize_t i, Py_ssize_t k, Py_ssize_t *out)
+{
+    static const char *const names[] = {"what", "dim", "slot"};
+    PyObject *item = PySequence_Fast_GET_ITEM(triple, k);
+    if (!PyLong_Check(item) || PyBool_Check(item)) {
+        PyErr_Format(PyExc_TypeError, "check_tensor: bind[%zd].%s must be an int, got %.80s", i,
+                     names[k], Py_TYPE(item)->tp_name);
+        return -1;
+    }
+    *out = PyLong_AsSsize_t(item);
+    if (*out == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "check_tensor: bind[%zd].%s is out of range", i, names[k]);
+        return -1;
+    }
+    return 0;
+}
+
+/* Parse `bind` (None or a sequence of (what, dim, slot)) into the spec. 0 ok, -1 error. */
+static int parse_bind(TensorSpec *spec, PyObject *bind)
+{
+    if (bind == NULL || bind == Py_None) {
+        return 0;
+    }
+    PyObject *seq = PySequence_Fast(bind, "check_tensor: bind must be a tuple of (what, dim, slot) triples");
+    if (seq == NULL) {
+        return -1;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n == 0) {
+        Py_DECREF(seq);
+        return 0;
+    }
+    spec->bind = PyMem_Calloc((size_t)n, sizeof(SlotBind));
+    if (spec->bind == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *triple = PySequence_Fast(PySequence_Fast_GET_ITEM(seq, i),
+                                           "check_tensor: each bind entry must be a (what, dim, slot) triple");
+        if (triple == NULL) {
+            goto error;
+        }
+        Py_ssize_t what, dim, slot;
+        int bad = PySequence_Fast_GET_SIZE(triple) != 3;
+        if (bad) {
+            PyErr_Format(PyExc_ValueError, "check_tensor: bind[%zd] must be a (what, dim, slot) triple", i);
+        }
+        bad = bad || bind_field(triple, i, 0, &what) < 0 || bind_field(triple, i, 1, &dim) < 0 ||
+              bind_field(triple, i, 2, &slot) < 0;
+        Py_DECREF(triple);
+        if (bad) {
+            goto error;
+        }
+        if (what != BIND_SIZE && what != BIND_STRIDE) {
+            PyErr_Format(PyExc_ValueError, "check_tensor: bind[%zd].what must be 0 (size) or 1 (stride), got %zd",
+                         i, what);
+            goto error;
+        }
+        if (dim < 0 || dim >= spec->ndim) {
+            PyErr_Format(PyExc_ValueError, "check_tensor: bind[%zd].dim %zd out of range for %zd dims",
+                         i, dim, spec->ndim);
+            goto error;
+        }
+        if (slot < 0 || slot >= PYJIT_MAX_SLOTS) {
+            PyErr_Format(PyExc_ValueError, "check_tensor: bind[%zd].slot %zd out of range [0, %d)", i,
+                         slot, PYJIT_MAX_SLOTS);
+            goto error;
+        }
+        for (Py_ssize_t j = 0; j < i; j++) {
+            if (spec->bind[j].slot == slot) {
+                PyErr_Format(PyExc_ValueError, "check_tensor: slot %zd is bound twice", slot);
+                goto error;
+            }
+        }
+        spec->bind[i].what = (int)what;
+        spec->bind[i].dim = dim;
+        spec->bind[i].slot = slot;
+        spec->n_bind = i + 1;
+        spec->bind_strides |= what == BIND_STRIDE;
+    }
+    Py_DECREF(seq);
+    return 0;
+error:
+    Py_DECREF(seq);
+    return -1;
+}
+
 TensorSpec *pyjit_tensor_spec_new(PyObject *type, PyObject *dtype, PyObject *device,
-                                  int requires_grad, PyObject *sizes, PyObject *strides)
+                                  int requires_grad, PyObject *sizes, PyObject *strides,
+                                  PyObject *bind)
 {
     if (!PyType_Check(type)) {
         PyErr_SetString(PyExc_TypeError, "check_tensor: tensor_type must be a type");
@@ -390,6 +531,10 @@ TensorSpec *pyjit_tensor_spec_new(PyObject *type, PyObject *dtype, PyObject *dev
     TensorSpec *spec = build_spec((PyTypeObject *)type, dtype, device, requires_grad, sizes_seq, strides_seq);
     Py_DECREF(sizes_seq);
     Py_XDECREF(strides_seq);
+    if (spec != NULL && parse_bind(spec, bind) < 0) {
+        pyjit_tensor_spec_free(spec);
+        return NULL;
+    }
     return spec;
 }
 
@@ -532,6 +677,7 @@ void pyjit_tensor_spec_free(TensorSpec *spec)
     Py_CLEAR(spec->dtype);
     Py_CLEAR(spec->device);
     PyMem_Free(spec->sizes);
+    PyMem_Free(spec->bind);
     PyMem_Free(spec);
 }
 
@@ -577,9 +723,26 @@ PyObject *pyjit_tensor_spec_describe(const TensorSpec *spec)
         Py_DECREF(sizes);
         return NULL;
     }
-    PyObject *d = Py_BuildValue("{sOsOsOsOsNsN}", "tensor_type", (PyObject *)spec->type,
+    PyObject *bind = PyTuple_New(spec->n_bind);
+    if (bind == NULL) {
+        Py_DECREF(sizes);
+        Py_DECREF(strides);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < spec->n_bind; i++) {
+        const SlotBind *b = &spec->bind[i];
+        PyObject *triple = Py_BuildValue("(inn)", b->what, b->dim, b->slot);
+        if (triple == NULL) {
+            Py_DECREF(sizes);
+            Py_DECREF(strides);
+            Py_DECREF(bind);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(bind, i, triple);
+    }
+    PyObject *d = Py_BuildValue("{sOsOsOsOsNsNsN}", "tensor_type", (PyObject *)spec->type,
                                 "dtype", spec->dtype, "device", spec->device, "requires_grad",
                                 spec->requires_grad ? Py_True : Py_False, "sizes", sizes,
-                                "strides", strides);
+                                "strides", strides, "bind", bind);
     return d;
 }

@@ -3,6 +3,7 @@
 #define PYJIT_TENSOR_CHECK_H
 
 #include "compat.h"
+#include "shape_program.h"
 
 /* Marks an unchecked (dynamic) size or stride. Real sizes/strides are never this value. */
 #define PYJIT_DYN INT64_MIN
@@ -62,15 +63,23 @@ typedef struct TensorSpec {
     int64_t *sizes;      /* ndim values, PYJIT_DYN = not checked */
     int64_t *strides;    /* ndim values or NULL = none checked */
     const TensorAccess *acc;
+    /* Dynamic shapes: sizes/strides stored into symbol slots when the check passes. */
+    SlotBind *bind;      /* n_bind entries (PyMem) or NULL */
+    Py_ssize_t n_bind;
+    int bind_strides;    /* some binding reads a stride: stride() is read even when unchecked */
 } TensorSpec;
 
-/* Build a spec from Python values (sizes/strides: tuples of int|None, strides may be None).
+/* Build a spec from Python values (sizes/strides: tuples of int|None, strides may be None;
+ * bind: NULL/None or a sequence of (what, dim, slot) int triples, what 0 = size, 1 = stride).
  * Returns NULL with an exception set on bad input. */
 TensorSpec *pyjit_tensor_spec_new(PyObject *type, PyObject *dtype, PyObject *device,
-                                  int requires_grad, PyObject *sizes, PyObject *strides);
+                                  int requires_grad, PyObject *sizes, PyObject *strides,
+                                  PyObject *bind);
 void pyjit_tensor_spec_free(TensorSpec *spec);
-/* 1: matches, 0: does not, -1: reading metadata raised (exception set; guards.c decides). */
-int pyjit_tensor_match(const TensorSpec *spec, PyObject *value);
+/* 1: matches, 0: does not, -1: reading metadata raised (exception set; guards.c decides).
+ * The spec's bindings are stored into `slots` (may be NULL) as the values are read; they
+ * only count when the match returns 1 (otherwise the whole evaluation fails anyway). */
+int pyjit_tensor_match(const TensorSpec *spec, PyObject *value, const SlotFrame *slots);
 /* Python-visible description of a spec (a dict), for pretty printing and explanations. */
 PyObject *pyjit_tensor_spec_describe(const TensorSpec *spec);
 int pyjit_tensor_spec_traverse(TensorSpec *spec, visitproc visit, void *arg);

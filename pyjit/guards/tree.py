@@ -1,8 +1,11 @@
 """Python-side sugar over ``pyjit._C.GuardTree`` (the compiled guard checker of the C core).
 
 Owns: building accessor paths from plain step tuples (``node_at``), rendering a path as a
-Python expression (``path_expr``), walking a tree's checks (``iter_checks``), and pretty
-printing a tree (``format_tree``) for the ``guards`` log channel and for debugging.
+Python expression (``path_expr``), walking a tree's checks (``iter_checks``), pretty
+printing a tree (``format_tree``) for the ``guards`` log channel and for debugging, and the
+pure-Python reference evaluation (``evaluate``), shape guards included: tensor checks that
+bind sizes/strides to symbol slots and the root's symbol checks (``check_symbols``, programs
+of :mod:`pyjit.guards.shape_program`), printed in source form (``L['x'].size()[0] >= 2``).
 Deduplication of shared accessor prefixes happens in C (asking a node twice for the same
 child returns the same node), so ``node_at`` can be called once per guard without cost.
 This module is torch-free and does not import ``pyjit._C``: it works on the tree objects.
@@ -11,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Any, Iterator, Sequence
+
+from .shape_program import format_program, run_program
 
 # A step of an accessor path: ("arg", slot), ("closure", i), ("global", name),
 # ("builtin", name), ("frame_args",), ("call", fn), ("attr", name), ("item", key),
@@ -98,8 +103,28 @@ class CheckInfo:
     expr: str
 
 
+_BIND_WHAT = ("size", "stride")
+
+
+def _slot_names(d: dict[str, Any], argnames: Sequence[str] | None) -> dict[int, str]:
+    """Slot -> ``L['x'].size()[0]`` / ``L['x'].stride()[1]``, from the tensor checks' bindings."""
+    names: dict[int, str] = {}
+
+    def walk(d: dict[str, Any], expr: str) -> None:
+        for kind, _cid, payload in d["checks"]:
+            if kind == "tensor":
+                for what, dim, slot in payload.get("bind", ()):
+                    names.setdefault(slot, f"{expr}.{_BIND_WHAT[what]}()[{dim}]")
+        for child in d["children"]:
+            walk(child, _step_expr(expr, child["kind"], child["key"], argnames))
+
+    walk(d, "")
+    return names
+
+
 def iter_checks(tree: Any, argnames: Sequence[str] | None = None) -> Iterator[CheckInfo]:
-    """Every check of ``tree`` in evaluation order (depth-first, insertion order)."""
+    """Every check of ``tree`` in evaluation order (depth-first, insertion order), then the
+    symbol checks, whose ``expr`` is the relation in source form and payload the program."""
 
     def walk(d: dict[str, Any], expr: str) -> Iterator[CheckInfo]:
         for kind, cid, payload in d["checks"]:
@@ -107,7 +132,13 @@ def iter_checks(tree: Any, argnames: Sequence[str] | None = None) -> Iterator[Ch
         for child in d["children"]:
             yield from walk(child, _step_expr(expr, child["kind"], child["key"], argnames))
 
-    yield from walk(tree.describe(), "")
+    d = tree.describe()
+    yield from walk(d, "")
+    symbols = d.get("symbols", ())
+    if symbols:
+        names = _slot_names(d, argnames)
+        for kind, cid, program in symbols:
+            yield CheckInfo(cid, kind, program, format_program(program, names))
 
 
 def _format_check(info: CheckInfo) -> str:
@@ -119,9 +150,15 @@ def _format_check(info: CheckInfo) -> str:
     if info.kind == "eq":
         return f"== {p!r}"
     if info.kind == "tensor":
-        return (f"tensor {getattr(p['tensor_type'], '__qualname__', p['tensor_type'])} {p['dtype']} "
+        text = (f"tensor {getattr(p['tensor_type'], '__qualname__', p['tensor_type'])} {p['dtype']} "
                 f"{p['device']} requires_grad={p['requires_grad']} size={list(p['sizes'])} "
                 f"stride={list(p['strides']) if p['strides'] is not None else None}")
+        binds = p.get("bind", ())
+        if binds:
+            text += " bind " + ", ".join(f"{_BIND_WHAT[w]}()[{dim}]->s{slot}" for w, dim, slot in binds)
+        return text
+    if info.kind == "symbols":
+        return info.expr
     if info.kind == "dict_keys":
         return f"keys == {list(p)!r}"
     if info.kind == "len":
@@ -146,7 +183,14 @@ def format_tree(tree: Any, argnames: Sequence[str] | None = None) -> str:
         for child in d["children"]:
             walk(child, _step_expr(expr, child["kind"], child["key"], argnames), depth + (d["kind"] != "root"))
 
-    walk(tree.describe(), "", 0)
+    d = tree.describe()
+    walk(d, "", 0)
+    symbols = d.get("symbols", ())
+    if symbols:
+        lines.append("shape relations (after every check above):")
+        names = _slot_names(d, argnames)
+        for kind, cid, program in symbols:
+            lines.append(f"  [{cid}] {format_program(program, names)}")
     return "\n".join(lines) if lines else "<empty guard tree: always passes>"
 
 
@@ -220,7 +264,45 @@ def _read(kind: str, key: Any, value: Any, func: Any, args: tuple[Any, ...]) -> 
     raise ValueError(f"unknown accessor kind {kind!r}")
 
 
-def _check(kind: str, payload: Any, value: Any) -> bool:
+def _match_dims(values: Any, expected: Sequence[int | None], bound: Sequence[int]) -> dict[int, int] | None:
+    """The C match of a metadata tuple: a tuple of ``len(expected)`` items whose static
+    entries equal ``expected``; returns the values of the ``bound`` dims, or None. Only the
+    entries it needs are read as ints (a non-int raises: the check fails, as in C)."""
+    if not isinstance(values, tuple) or len(values) != len(expected):
+        return None
+    for e, v in zip(expected, values):
+        if e is not None and v.__index__() != e:
+            return None
+    return {dim: values[dim].__index__() for dim in bound}
+
+
+def _tensor(p: dict[str, Any], value: Any, slots: dict[int, int]) -> bool:
+    """The C tensor match (same facts, same order), storing the bindings into ``slots``."""
+    if type(value) is not p["tensor_type"] or value.dtype is not p["dtype"]:
+        return False
+    if (value.requires_grad is True) != bool(p["requires_grad"]):
+        return False
+    binds = p.get("bind", ())
+    sizes = _match_dims(value.shape, p["sizes"], [dim for what, dim, _s in binds if what == 0])
+    if sizes is None:
+        return False
+    stride_dims = [dim for what, dim, _s in binds if what == 1]
+    strides: dict[int, int] | None = {}
+    if p["strides"] is not None or stride_dims:
+        expected = p["strides"] if p["strides"] is not None else (None,) * len(p["sizes"])
+        strides = _match_dims(value.stride(), expected, stride_dims)
+        if strides is None:
+            return False
+    if not (value.device == p["device"]):
+        return False
+    for what, dim, slot in binds:
+        slots[slot] = sizes[dim] if what == 0 else strides[dim]
+    return True
+
+
+def _check(kind: str, payload: Any, value: Any, slots: dict[int, int]) -> bool:
+    if kind == "tensor":
+        return _tensor(payload, value, slots)
     if kind == "type":
         return payload is not None and type(value) is payload
     if kind == "id":
@@ -241,7 +323,9 @@ def _check(kind: str, payload: Any, value: Any) -> bool:
 
 
 def evaluate(tree: Any, func: Any, args: tuple[Any, ...]) -> int:
-    """What ``tree.check(func, args)`` returns, computed in Python from ``tree.describe()``."""
+    """What ``tree.check(func, args)`` returns, computed in Python from ``tree.describe()``:
+    the depth-first walk, then (if it passed) the symbol checks over the slots bound by it."""
+    slots: dict[int, int] = {}
 
     def first_id(d: dict[str, Any]) -> int:
         if d["checks"]:
@@ -255,7 +339,7 @@ def evaluate(tree: Any, func: Any, args: tuple[Any, ...]) -> int:
     def walk(d: dict[str, Any], value: Any) -> int:
         for kind, cid, payload in d["checks"]:
             try:
-                ok = _check(kind, payload, value)
+                ok = _check(kind, payload, value, slots)
             except Exception:
                 ok = False
             if not ok:
@@ -275,4 +359,11 @@ def evaluate(tree: Any, func: Any, args: tuple[Any, ...]) -> int:
                 return r
         return -1
 
-    return walk(tree.describe(), None)
+    d = tree.describe()
+    r = walk(d, None)
+    if r >= 0:
+        return r
+    for _kind, cid, program in d.get("symbols", ()):
+        if not run_program(program, slots):
+            return int(cid)
+    return -1
