@@ -235,36 +235,47 @@ def format_program(program: tuple[int, ...], slot_names: Sequence[str] | Mapping
         except (IndexError, KeyError):
             return f"s{k}"
 
-    stack: list[tuple[str, int]] = []
+    # Entries: (text, precedence, is_logic). Python's `and`/`or` yield an operand, not 0/1:
+    # where such a value feeds arithmetic or a comparison it is printed as bool(...).
+    stack: list[tuple[str, int, bool]] = []
+
+    def operand() -> tuple[str, int]:
+        t, p, logic = stack.pop()
+        return (f"bool({t})", _P_ATOM) if logic else (t, p)
+
     pc = 0
     while pc < len(program):
         op = program[pc]
         if op == CONST:
             pc += 1
             c = program[pc]
-            stack.append((str(c), _P_NEG if c < 0 else _P_ATOM))
+            stack.append((str(c), _P_NEG if c < 0 else _P_ATOM, False))
         elif op == SLOT:
             pc += 1
-            stack.append((name(program[pc]), _P_ATOM))
+            stack.append((name(program[pc]), _P_ATOM, False))
         elif op == NEG:
-            t, p = stack.pop()
-            stack.append((f"-{_paren(t, p < _P_NEG)}", _P_NEG))
+            t, p = operand()
+            stack.append((f"-{_paren(t, p < _P_NEG)}", _P_NEG, False))
         elif op == NOT:
-            t, p = stack.pop()
-            stack.append((f"not {_paren(t, p < _P_NOT)}", _P_NOT))
+            t, p, _logic = stack.pop()
+            stack.append((f"not {_paren(t, p < _P_NOT)}", _P_NOT, False))
         elif op in (MIN, MAX):
-            (tb, _), (ta, _) = stack.pop(), stack.pop()
-            stack.append((f"{'min' if op == MIN else 'max'}({ta}, {tb})", _P_ATOM))
+            (tb, _), (ta, _) = operand(), operand()
+            stack.append((f"{'min' if op == MIN else 'max'}({ta}, {tb})", _P_ATOM, False))
+        elif op in (AND, OR):
+            sym, prec = _INFIX[op]
+            (tb, pb, _lb), (ta, pa, _la) = stack.pop(), stack.pop()
+            stack.append((f"{_paren(ta, pa < prec)} {sym} {_paren(tb, pb <= prec)}", prec, True))
         else:
             sym, prec = _INFIX[op]
-            (tb, pb), (ta, pa) = stack.pop(), stack.pop()
+            (tb, pb), (ta, pa) = operand(), operand()
             if op == POW:  # right-associative; -a ** b is -(a ** b)
                 left, right = pa <= prec, pb < prec
             elif prec == _P_CMP:  # comparisons chain in Python: never leave one bare inside another
                 left, right = pa <= prec, pb <= prec
             else:
                 left, right = pa < prec, pb <= prec
-            stack.append((f"{_paren(ta, left)} {sym} {_paren(tb, right)}", prec))
+            stack.append((f"{_paren(ta, left)} {sym} {_paren(tb, right)}", prec, False))
         pc += 1
     return stack[0][0]
 
