@@ -5,8 +5,9 @@ The parent (:mod:`bench.suites`) starts this module in a fresh interpreter with
 directory that is empty (cold) or was filled by the cold run (warm). It prints one line
 ``BENCH_RESULT <json>`` with: import time, eager first call, compiled first call, steady call,
 ``compile_s`` = compiled first call - steady call, the correctness verdict, pyjit's
-compile-phase breakdown when the ``compile_times`` channel logged one, and TorchDynamo's
-(``dynamo_phases_s``) for the backends that run under ``torch.compile``.
+compile-phase breakdown when the ``compile_times`` channel logged one and its warm-start counters
+(``warm_start``: frame records loaded, entries installed without tracing, whether the tracer was
+imported), and TorchDynamo's (``dynamo_phases_s``) for the backends that run under ``torch.compile``.
 """
 from __future__ import annotations
 
@@ -70,9 +71,19 @@ def measure(workload_name: str, backend_name: str, device_name: str, size: str) 
     out["reason"] = verdict.reason or None
     if backend.uses_pyjit:
         out["pyjit_logs"] = summarize_logs(logs.records)
+        out["warm_start"] = warm_start_stats()
     if backend_name in ("torch.compile", "dynamo+pyjit"):
         out["dynamo_phases_s"] = dynamo_phases()
     return out
+
+
+def warm_start_stats() -> dict[str, Any]:
+    """What pyjit's warm start did in this process (frame records loaded, entries installed
+    without tracing) and whether the tracer was imported at all."""
+    mod = sys.modules.get("pyjit.frame.warm_start")
+    stats = dict(getattr(mod, "stats", {}) or {})
+    stats["tracer_imported"] = "pyjit.frame.convert" in sys.modules
+    return stats
 
 
 # TorchDynamo's own timers, renamed to the phases pyjit logs (the names differ across torch versions;

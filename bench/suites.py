@@ -254,6 +254,9 @@ def _compile_row(ctx: RunContext, w: Workload, b: Backend, row: dict[str, Any], 
         if phase in compile_info and "compile_s" in compile_info[phase]:
             compile_info[f"{phase}_s"] = compile_info[phase]["compile_s"]
             compile_info[f"{phase}_process_s"] = compile_info[phase].get("wall_s")
+    if compile_info.get("cold_s") and "warm_s" in compile_info:
+        # warm start's figure of merit: the new process's first call with a populated cache
+        compile_info["warm_over_cold"] = compile_info["warm_s"] / compile_info["cold_s"]
     row["compile"] = compile_info
 
 

@@ -22,7 +22,10 @@ Two rules keep a rebuilt guard as strong as the original:
 - an ``ID_MATCH`` on an ``nn.Module`` instance is recorded as "an instance of class C" and
   re-bound, when the entry is installed, to the object the installing call holds at that source
   (its class checked); every fact the trace read off the module (attributes by value,
-  parameters and children by path, hooks, ``__dict__`` shadowing) has its own guard.
+  parameters and children by path, hooks, ``__dict__`` shadowing) has its own guard. The same
+  holds for the class ``pyjit.jit(module)`` derives (checked to derive from the recorded class)
+  and for ``fn.__code__`` identities (re-bound to a code object of the same content, by
+  ``frame_key``).
 """
 from __future__ import annotations
 
@@ -210,6 +213,9 @@ def dump_guard(g: Guard) -> dict[str, Any]:
             raise NotSerializable(f"{g.describe()}: the object it was traced with no longer exists")
         if _is_module_instance(target):
             expected = {"module_instance": encode(type(target))}
+        elif isinstance(target, types.CodeType):
+            # ``fn.__code__ is <code>`` (an inlined function's body): by content
+            expected = {"code_object": frame_key(target)}
         else:
             try:
                 expected = encode(target)
@@ -254,7 +260,12 @@ def load_guards(data: list[dict[str, Any]], frame: FrameValues | None) -> GuardS
             value = _value_at(source, frame)
             expected = _check_class(value if kind is GuardKind.ID_MATCH else type(value), expected, source)
         elif kind is GuardKind.ID_MATCH:
-            if isinstance(expected, dict) and "module_instance" in expected:
+            if isinstance(expected, dict) and "code_object" in expected:
+                value = _value_at(source, frame)
+                if not isinstance(value, types.CodeType) or frame_key(value) != expected["code_object"]:
+                    raise RebuildError(f"the code at {source.name() if source else '?'} changed since it was traced")
+                expected = value
+            elif isinstance(expected, dict) and "module_instance" in expected:
                 value = _value_at(source, frame)
                 _check_class(type(value), expected["module_instance"], source)
                 expected = value
