@@ -33,6 +33,49 @@ EXTERN_BY_DESIGN = {
 }
 
 
+def _output_meta(target: Any, args: tuple, kwargs: dict, graph_val: Any) -> Any:
+    """The extern's outputs as it will produce them from the buffers actually passed.
+
+    The aten graph's meta value was computed from the original inputs; realizing an input can
+    change its strides (a transposed view becomes a contiguous buffer), and some kernels lay
+    out their output after an input's strides (CPU flash attention follows ``query``). Wrapper
+    code that views the output with the graph's strides would then read the wrong elements.
+    So the op runs again on fake tensors with the passed layouts; sizes that are not plain
+    ints (dynamic shapes) keep the graph's value."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    layouts: list[Any] = []
+
+    def collect(a: Any) -> Any:
+        if isinstance(a, IRNode):
+            layout = getattr(a, "layout", None)
+            if layout is None or not all(isinstance(x, int) for x in (*layout.size, *layout.stride)):
+                raise _KeepGraphValue
+            layouts.append(layout)
+        return a
+
+    try:
+        tree_map(collect, (args, kwargs))
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+
+        def fake(a: Any) -> Any:
+            if isinstance(a, IRNode):
+                lay = a.layout
+                with mode:
+                    return torch.empty_strided(lay.size, lay.stride, dtype=lay.dtype, device=lay.device)
+            return a
+
+        fargs, fkwargs = tree_map(fake, (args, kwargs))
+        with mode:
+            return target(*fargs, **fkwargs)
+    except Exception:  # noqa: BLE001 - an op fake tensors cannot run: the graph's value
+        return graph_val
+
+
+class _KeepGraphValue(Exception):
+    pass
+
+
 def make_extern(ctx: "GraphLowering", target: Any, args: tuple, kwargs: dict, reason: str = "") -> Any:
     """An :class:`ExternKernel` calling ``target``; returns IR nodes shaped like its outputs."""
     if target not in EXTERN_BY_DESIGN:
@@ -44,7 +87,7 @@ def make_extern(ctx: "GraphLowering", target: Any, args: tuple, kwargs: dict, re
             log.info("no lowering for %s%s; calling aten from the wrapper%s", name,
                      f" ({reason})" if reason else "", f" [{where}]" if where else "")
     real_args, real_kwargs = tree_map(lambda a: ctx.realize(a) if isinstance(a, IRNode) else a, (args, kwargs))
-    val = ctx.current_meta_val()
+    val = _output_meta(target, real_args, real_kwargs, ctx.current_meta_val())
     name = ctx.new_buffer_name()
     if isinstance(val, torch.Tensor):
         node = ExternKernel(name, Layout.of(val), target, real_args, real_kwargs, ctx.current_origins(), reason)
