@@ -29,6 +29,7 @@ Two rules keep a rebuilt guard as strong as the original:
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import sys
 import types
@@ -47,6 +48,8 @@ _KNOWN_KINDS = {k.value: k for k in (
     GuardKind.TYPE_MATCH, GuardKind.ID_MATCH, GuardKind.EQUALS_MATCH, GuardKind.TENSOR_MATCH,
     GuardKind.DICT_KEYS, GuardKind.LEN_MATCH, GuardKind.GLOBAL_STATE, GuardKind.SAME_OBJECT,
     GuardKind.DISTINCT, GuardKind.HASATTR, GuardKind.DICT_CONTAINS)}
+
+_TENSOR_FIELDS = ("type", "dtype", "device", "requires_grad", "sizes", "strides")
 
 _DESCRIPTORS = (types.MethodDescriptorType, types.WrapperDescriptorType, types.ClassMethodDescriptorType,
                 types.GetSetDescriptorType, types.MemberDescriptorType)
@@ -223,6 +226,10 @@ def dump_guard(g: Guard) -> dict[str, Any]:
                 raise NotSerializable(f"{g.describe()} pins an object of this process ({e})") from None
     elif k is GuardKind.TENSOR_MATCH:
         t: TensorSpec = g.expected
+        for f in dataclasses.fields(t):
+            # a field added after this format (dynamic shapes' slot bindings) must be at its default
+            if f.name not in _TENSOR_FIELDS and getattr(t, f.name) != f.default:
+                raise NotSerializable(f"{g.describe()}: tensor guard field {f.name!r} is not serialised")
         expected = {"type": encode(t.type), "dtype": encode(t.dtype), "device": encode(t.device),
                     "requires_grad": bool(t.requires_grad), "sizes": list(t.sizes), "strides": list(t.strides)}
         if not all(isinstance(s, int) for s in (*t.sizes, *t.strides)):
