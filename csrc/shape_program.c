@@ -115,7 +115,11 @@ int pyjit_program_parse(PyObject *program, SymProgram *out)
         goto error;
     }
     Py_DECREF(seq);
-    out->source = Py_NewRef(program);
+    out->source = PySequence_Tuple(program); /* a copy: a list given here may change later */
+    if (out->source == NULL) {
+        PyMem_Free(code);
+        return -1;
+    }
     out->code = code;
     out->len = len;
     out->n_slots = n_slots;

@@ -72,7 +72,7 @@ static inline void pyjit_slot_store(const SlotFrame *slots, Py_ssize_t slot, int
 /* A validated program. */
 typedef struct {
     long id;
-    PyObject *source;  /* the tuple given to check_symbols (strong; for describe()) */
+    PyObject *source;  /* the program as a tuple (strong; for describe()) */
     int64_t *code;     /* PyMem; opcodes with their operands inline */
     Py_ssize_t len;
     Py_ssize_t n_slots; /* 1 + the largest slot it reads (0 if none) */

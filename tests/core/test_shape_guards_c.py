@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import random
+import sys
 
 import pytest
 
@@ -534,3 +535,41 @@ def test_run_program_rejects_malformed_programs():
     with pytest.raises(TypeError):
         run_program((CONST, "1"), [])
     assert sp.OP_COUNT == 20 and sp.MAX_SLOTS == 1024 and sp.MAX_DEPTH == 64
+
+
+# --- memory ---------------------------------------------------------------------------------
+
+
+def test_building_and_evaluating_does_not_leak():
+    from .test_leaks import _traced_growth
+
+    program = (SLOT, 0, CONST, 2, GE, SLOT, 900, CONST, 0, GT, AND)
+    x = FakeTensor((3, 4))
+    bind = ((0, 0, 0), (1, 0, 900))  # slot 900: heap slot storage on every evaluation
+
+    def cycle():
+        tree = _C.GuardTree()
+        node = tree.arg(0)
+        node.check_tensor(*spec(2), 0, bind=bind)
+        tree.check_symbols(program, 1)
+        for bad in ((ADD,), (SLOT, 5000)):
+            with pytest.raises(ValueError):
+                tree.check_symbols(bad, 2)
+        with pytest.raises(ValueError):
+            tree.arg(1).check_tensor(*spec(1), 3, bind=((0, 0, 0),))
+        assert tree.check(f, (x,)) == -1
+        assert tree.check(f, (FakeTensor((1, 4)),)) == 1
+        tree.describe()
+        del tree
+        with pytest.raises(RuntimeError):
+            node.check_tensor(*spec(2), 4, bind=((0, 0, 7),))
+
+    cycle()  # the first check_tensor of a type caches its readers for the process (holds the type)
+    gc.collect()  # the exceptions' tracebacks of that cycle
+    before = [sys.getrefcount(o) for o in (program, x, bind, FakeTensor)]
+    for _ in range(200):
+        cycle()
+    gc.collect()
+    assert [sys.getrefcount(o) for o in (program, x, bind, FakeTensor)] == before
+    growth = _traced_growth(cycle, 50, 2000)
+    assert growth < 16 * 1024, f"tracemalloc grew by {growth} bytes over 2000 build/check cycles"
