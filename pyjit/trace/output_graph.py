@@ -71,6 +71,9 @@ class OutputGraph:
         # policy makes symbolic (trace/dynamic.py): those are symbols of this ShapeEnv.
         self.dynamic = dynamic
         self.shape_env = new_shape_env() if dynamic is not None else None
+        self.current_tx: Any = None  # set by the translator at each step (log locations)
+        if self.shape_env is not None:
+            self.shape_env.pyjit_output = self  # type: ignore[attr-defined]  # a cycle gc frees
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=False, shape_env=self.shape_env)
         self.symbolic_inputs: list[GraphInput] = []  # inputs with a symbol (tensors or scalars)
         self.symbol_origins: dict[Any, Any] = {}     # bare symbol -> SlotOrigin (where it is read)

@@ -174,6 +174,7 @@ class Translator:
             inst = insts[self.ip]
             self.current_index = self.ip
             self.current = inst
+            self.output.current_tx = self  # whose file:line a specialisation is logged with
             self.steps[0] += 1
             step = self.steps[0]
             if step == self.stop_step[0]:

@@ -14,7 +14,7 @@ from ..errors import Unsupported
 from .base import KnownCallableVariable, VariableTracker
 from .constant import ConstantVariable
 from .lists import BaseListVariable, ListIteratorVariable, ListVariable, TupleVariable
-from .symbolic import SymNodeVariable, symbolic_binary, symbolic_call
+from .symbolic import SymNodeVariable, contains_symbolic, symbolic_binary, symbolic_call
 
 if TYPE_CHECKING:
     from ..trace.translator import Translator
@@ -80,14 +80,22 @@ def binary_op(tx: "Translator", op: Callable[[Any, Any], Any], a: VariableTracke
             repeated = ListVariable(a.items * b.as_python_constant())
             a.call_method(tx, "__setitem__", [ConstantVariable(slice(None)), repeated], {})
         return a
-    if a.is_python_constant() and b.is_python_constant():
-        return fold(tx, op, [a, b], {})
     base = _INPLACE_TO_BINARY.get(op, op)
+    symbolic_items = contains_symbolic(a) or contains_symbolic(b)
+    if a.is_python_constant() and b.is_python_constant() and not symbolic_items:
+        return fold(tx, op, [a, b], {})
+    if symbolic_items:  # ``(-1,) + x.shape[1:]``: the literal tuple as items, the sizes kept
+        a, b = _as_sequence(a), _as_sequence(b)
     if isinstance(a, BaseListVariable) and isinstance(b, BaseListVariable) and base is operator.add:
         if op is operator.iadd and isinstance(a, ListVariable):
             a.call_method(tx, "extend", [b], {})
             return a
-        return a.new(a.items + b.items) if type(a) is type(b) else unsupported("exception", "can only concatenate same sequence types")
+        if type(a) is type(b) or (isinstance(a, TupleVariable) and isinstance(b, TupleVariable)):
+            # tuple + torch.Size is a tuple, torch.Size + tuple a torch.Size (Python's rule: the left type)
+            return a.new(a.items + b.items)
+        unsupported("exception", "can only concatenate same sequence types")
+    if a.is_python_constant() and b.is_python_constant():
+        return fold(tx, op, [a, b], {})  # e.g. a size times a tuple: specialised
     if isinstance(a, ListVariable) and op is operator.iadd:
         a.call_method(tx, "extend", [b], {})
         return a
@@ -100,6 +108,14 @@ def binary_op(tx: "Translator", op: Callable[[Any, Any], Any], a: VariableTracke
     if isinstance(a, DictVariable) and isinstance(b, DictVariable) and base is operator.or_:
         return DictVariable({**a.items, **b.items})
     unsupported("unsupported_call", f"{getattr(op, '__name__', op)} on {a} and {b}")
+
+
+def _as_sequence(value: VariableTracker) -> VariableTracker:
+    """A literal tuple/list constant as a tuple/list of constants (other values unchanged)."""
+    if isinstance(value, ConstantVariable) and type(value.value) in (tuple, list):
+        items = [ConstantVariable(v) for v in value.value]
+        return TupleVariable(items) if type(value.value) is tuple else ListVariable(items)
+    return value
 
 
 def unary_op(tx: "Translator", op: Callable[[Any], Any], a: VariableTracker) -> VariableTracker:

@@ -98,8 +98,11 @@ class SymNodeVariable(VariableTracker):
 
     def as_python_constant(self) -> Any:
         value = concrete(self.example)  # the ShapeEnv records the equality as a guard
-        if _dyn_log.isEnabledFor(10):
-            _dyn_log.debug("specialised %s to %r (the value was needed as a Python constant)", self.node.name, value)
+        if _dyn_log.isEnabledFor(20):
+            tx = _current_tx(self.example)
+            where = f" at {tx.location().filename}:{tx.location().lineno}" if tx is not None else ""
+            _dyn_log.info("specialised %s = %s to %r%s (the value was needed as a Python constant; "
+                          "the entry is guarded on it)", self.node.name, self.example, value, where)
         return value
 
     def truth(self, tx: "Translator") -> bool:
@@ -138,6 +141,21 @@ class SymNodeVariable(VariableTracker):
 
     def __repr__(self) -> str:
         return f"SymNodeVariable({self.node.name}, {self.example})"
+
+
+def contains_symbolic(value: VariableTracker) -> bool:
+    """Does ``value`` (a tuple/list, possibly nested) hold a symbolic size or scalar? Folding
+    such a container into a Python constant would specialise every symbol in it."""
+    if isinstance(value, (SymNodeVariable, SymSliceVariable)):
+        return True
+    items = getattr(value, "items", None)
+    return isinstance(items, list) and any(contains_symbolic(i) for i in items)
+
+
+def _current_tx(example: Any) -> Any:
+    """The translator running the step that needs ``example`` (for log locations), if known."""
+    shape_env = getattr(getattr(example, "node", None), "shape_env", None)
+    return getattr(getattr(shape_env, "pyjit_output", None), "current_tx", None)
 
 
 class SymSliceVariable(VariableTracker):

@@ -294,3 +294,21 @@ def test_non_contiguous_inputs_keep_their_strides_guarded():
     base = torch.randn(8, 6)
     for x in [base[:, :3], base.t(), base[::2], torch.randn(5, 7)]:
         close(jf(x), f(x))
+
+
+def shape_arithmetic_on_tuples(x, y):
+    out_shape = (-1,) + x.shape[1:] + (y.size(-1),)  # GPT-2's output_shape spelling
+    lead = x.shape[:1] + torch.Size([y.size(0)])
+    return (x.unsqueeze(-1) * y[0]).view(out_shape), x.new_zeros(lead), list(x.shape) + [2]
+
+
+def test_tuple_concatenation_keeps_sizes_symbolic(caplog):
+    """``tuple + torch.Size`` and ``Size + Size`` keep their symbolic items (no specialisation
+    of the sequence length), and the result types are Python's (left operand's type)."""
+    jf = pyjit.jit(shape_arithmetic_on_tuples, backend="eager")
+    with caplog.at_level(logging.INFO, logger="pyjit.dynamic"):
+        for t in [8, 12, 5, 16, 9]:
+            x, y = torch.randn(3, t), torch.randn(4, 6)
+            close(jf(x, y), shape_arithmetic_on_tuples(x, y))
+    assert compiles(shape_arithmetic_on_tuples) == 2
+    assert not [r for r in caplog.records if "specialised" in r.getMessage()]
