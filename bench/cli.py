@@ -78,6 +78,9 @@ def _list(device: Any) -> int:
         for w in items:
             print(f"  {w.name:<22} {'(quick) ' if w.quick else ''}{w.description}")
     print("compile workloads:", ", ".join(COMPILE_WORKLOADS))
+    from bench.dynamic import DYNAMIC
+
+    print("dynamic workloads (20 sizes of one dimension):", ", ".join(w.name for w in DYNAMIC))
     print(f"backends on {device}:")
     for name in ALL_BACKENDS:
         b = make_backend(name, device)

@@ -113,6 +113,11 @@ def format_results(doc: dict[str, Any]) -> str:
         if suite == "compile":
             parts.append(_compile_table(srows))
             continue
+        if suite == "dynamic":
+            from bench.dynamic import table
+
+            parts.append(table(srows))
+            continue
         names = _ordered(r["backend"] for r in srows)
         table_lines = []
         for wl in _ordered(r["workload"] for r in srows):

@@ -33,7 +33,8 @@ TIMING_KEYS = {"unit": str, "timer": str, "samples": list, "calls_per_sample": i
 OPTIONAL_ROW_KEYS = {"timing": dict, "speedup_vs_eager": (int, float), "bandwidth": dict, "correctness": (dict, type(None)),
                      "first_call_s": (int, float), "compile": dict, "pyjit_logs": dict, "overhead_vs_eager_s": (int, float),
                      "tflops": (int, float), "traceback": str, "timing_hook_off": dict,
-                     "hook_overhead_fraction": (int, float, type(None)), "per_tensor_s": (int, float)}
+                     "hook_overhead_fraction": (int, float, type(None)), "per_tensor_s": (int, float),
+                     "dynamic": dict}
 
 
 def _check(obj: dict[str, Any], spec: dict[str, Any], where: str, errors: list[str], required: bool = True) -> None:

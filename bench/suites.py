@@ -1,4 +1,5 @@
-"""The suites: ``overhead``, ``compile``, ``kernels``, ``models`` and ``quick`` (the default).
+"""The suites: ``overhead``, ``compile``, ``kernels``, ``models``, ``dynamic`` (see
+:mod:`bench.dynamic`) and ``quick`` (the default).
 
 Each suite appends result rows to a :class:`RunContext`. Time is shared out by
 :class:`Budget`: a suite gets an equal share of what is left when it starts (so time a suite does
@@ -19,7 +20,7 @@ from typing import Any, Callable
 
 import torch
 
-from bench import external, models, probes, workloads
+from bench import dynamic, external, models, probes, workloads
 from bench.backends import Backend
 from bench.compile_worker import RESULT_TAG
 from bench.env import REPO_ROOT
@@ -102,6 +103,8 @@ def planned_units(suite: str, ctx: RunContext) -> int:
         return len(_model_workloads(ctx)) * n_b
     if suite == "compile":
         return len(_compile_workloads(ctx)) * len(_compile_backends(ctx))
+    if suite == "dynamic":
+        return len(dynamic.selected(ctx.quick, ctx.workload_filter)) * len(_dynamic_backends(ctx))
     return 0
 
 
@@ -298,10 +301,27 @@ def run_quick(ctx: RunContext) -> None:
         ctx.suite_deadline = end
 
 
+def _dynamic_backends(ctx: RunContext) -> list[Backend]:
+    """The compilers with a dynamic=False switch to compare against (the crossings have none)."""
+    return [b for b in ctx.backends if b.name in dynamic.COMPILERS]
+
+
+def run_dynamic(ctx: RunContext) -> None:
+    """20 sizes per workload: first-call totals, compile counts, dynamic vs static steady state."""
+    for w in dynamic.selected(ctx.quick, ctx.workload_filter):
+        for b in _dynamic_backends(ctx):
+            left = ctx.time_left()
+            if left is not None and left < 5.0:
+                _skip_rows(ctx, "dynamic", w, "time budget exhausted", [b])  # type: ignore[arg-type]
+                continue
+            ctx.add(dynamic.run_one(w, b, ctx.device, ctx.size, ctx.plan))
+
+
 RUNNERS: dict[str, Callable[[RunContext], None]] = {
     "quick": run_quick,
     "overhead": run_overhead,
     "compile": run_compile,
     "kernels": run_kernels,
     "models": run_models,
+    "dynamic": run_dynamic,
 }

@@ -192,3 +192,17 @@ def test_compare_from_the_command_line(tmp_path, kernels_doc, capsys):
         entries, _ = compare_docs(doc, json.load(f))
     assert entries  # softmax/eager is in both runs
     assert code == (2 if any(e["regression"] for e in entries) else 0)
+
+
+def test_dynamic_suite_sweeps_twenty_sizes_with_two_compiles(tmp_path):
+    """pyjit over 20 row counts: every result checked against eager, the first size static and
+    then one dynamic entry (2 compiles), whose graph pyjit's backend compiled with symbolic sizes;
+    the steady-state row compares it with a static compile at the full shape."""
+    doc = _run(tmp_path, "--suite", "dynamic", "--workloads", "softmax", "--backends", "pyjit")
+    assert schema.validate(doc) == []
+    (row,) = [r for r in doc["results"] if r["suite"] == "dynamic"]
+    assert row["status"] == "OK", row.get("reason")
+    d = row["dynamic"]
+    assert len(set(row["params"]["sizes"])) == 20 and row["params"]["sizes"][-1] == 256
+    assert d["compiles"] == 2 and d["sweep_s"] > 0 and d["dynamic_over_static"] > 0
+    assert d["backend_graphs"]["symbolic"] >= 1 and d["backend_graphs"]["as_captured"] == 0
