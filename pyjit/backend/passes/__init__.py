@@ -1,0 +1,36 @@
+"""Aten-graph passes run between ``trace_to_aten`` and lowering (``compile_fx._compile``).
+
+Each pass rewrites the functional aten graph in place, keeps every graph output's value (up to
+floating-point reassociation), and leaves the graph alone where it cannot prove that:
+
+* :mod:`.attention` -- hand-written ``softmax(q @ k^T * scale + mask) @ v`` -> torch's fused
+  scaled-dot-product attention kernels (extern calls);
+* :mod:`.conv_bn` -- an eval-mode batch norm (any per-channel affine chain) after a
+  convolution folded into the convolution's weight and bias, computed inside the graph.
+
+The passes are always on for graphs with static shapes; tests check them through
+``pyjit.backend.metrics`` (``attention_rewrites``, ``attention_skipped``, ``conv_bn_folds``).
+"""
+from __future__ import annotations
+
+import torch
+import torch.fx
+
+from .attention import rewrite_attention
+from .conv_bn import fold_conv_bn
+
+__all__ = ["run_passes", "rewrite_attention", "fold_conv_bn"]
+
+
+def run_passes(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Run pyjit's aten-graph passes on ``gm`` (in place; returned for chaining).
+
+    Graphs with symbolic sizes are left alone: the passes compare static shapes.
+    """
+    for n in gm.graph.nodes:
+        v = n.meta.get("val")
+        if n.op == "placeholder" and isinstance(v, torch.Tensor) and not all(isinstance(d, int) for d in v.shape):
+            return gm
+    rewrite_attention(gm)
+    fold_conv_bn(gm)
+    return gm
