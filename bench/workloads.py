@@ -59,6 +59,12 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
     return torch.softmax(scores, dim=-1) @ v
 
 
+def attention_handwritten_bf16(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    # The common mixed-precision spelling: bf16 matmuls, softmax in fp32, weights cast back.
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return torch.softmax(scores.float(), dim=-1).to(q.dtype) @ v
+
+
 # --- kernel workloads: the builders ----------------------------------------------------------
 
 _ROWS_COLS = {"small": (256, 1024), "large": (8192, 4096)}
@@ -121,6 +127,33 @@ def _build_attention(device: torch.device, size: str) -> Built:
     return Built(causal_attention, make, f"[{b},{h},{n},{d}] f32", flops=4.0 * b * h * n * n * d)
 
 
+def _build_attention_bf16(device: torch.device, size: str) -> Built:
+    b, h, n, d = {"small": (2, 4, 128, 32), "large": (16, 16, 512, 64)}[size]
+
+    def make(g: torch.Generator) -> tuple[Any, ...]:
+        return tuple(randn(g, device, b, h, n, d).to(torch.bfloat16) for _ in range(3))
+
+    return Built(attention_handwritten_bf16, make, f"[{b},{h},{n},{d}] bf16", flops=4.0 * b * h * n * n * d)
+
+
+def _build_conv_bn_relu(device: torch.device, size: str) -> Built:
+    b, c, hw = {"small": (4, 16, 16), "large": (32, 64, 56)}[size]
+    torch.manual_seed(0)
+    block = torch.nn.Sequential(
+        torch.nn.Conv2d(c, c, 3, 1, 1), torch.nn.BatchNorm2d(c), torch.nn.ReLU(),
+        torch.nn.Conv2d(c, c, 3, 1, 1, bias=False), torch.nn.BatchNorm2d(c), torch.nn.ReLU(),
+    )
+    with torch.no_grad():  # running statistics of a trained network, not the identity
+        for bn in (block[1], block[4]):
+            bn.running_mean.normal_(0.0, 0.5)
+            bn.running_var.uniform_(0.5, 1.5)
+            bn.weight.normal_(1.0, 0.2)
+            bn.bias.normal_(0.0, 0.2)
+    built = module_built(block, device, lambda g: (randn(g, device, b, c, hw, hw),), f"[{b},{c},{hw},{hw}] 2x conv3x3 f32")
+    built.flops = 2 * 2.0 * b * c * c * 9 * hw * hw
+    return built
+
+
 def _build_gpt2_block(device: torch.device, size: str) -> Built:
     b, t, d, h = {"small": (2, 64, 128, 4), "large": (8, 1024, 768, 12)}[size]
     torch.manual_seed(0)
@@ -154,6 +187,10 @@ KERNELS: tuple[Workload, ...] = (
     Workload("linear_gelu_residual", "kernels", _build_linear_gelu_residual, "x + gelu(linear(x))",
              atol=1e-3, rtol=1e-3),
     Workload("attention", "kernels", _build_attention, "causal attention, explicit softmax", atol=1e-3, rtol=1e-3),
+    Workload("attention_handwritten_bf16", "kernels", _build_attention_bf16,
+             "softmax(q@kT/sqrt(d)) @ v in bf16, fp32 softmax (rewritten to fused SDPA)", atol=2e-2, rtol=2e-2),
+    Workload("conv_bn_relu_block", "kernels", _build_conv_bn_relu,
+             "2x (conv3x3 + eval BatchNorm + ReLU) (BN folded into the conv)", atol=1e-3, rtol=1e-3),
     Workload("gpt2_block", "kernels", _build_gpt2_block, "GPT-2 style pre-LN block", atol=1e-3, rtol=1e-3),
     Workload("resnet_block", "kernels", _build_resnet_block, "ResNet basic block (eval BN)", atol=1e-3, rtol=1e-3),
     Workload("mlp", "kernels", _build_mlp, "Linear-GELU-Linear", atol=1e-3, rtol=1e-3),

@@ -372,6 +372,53 @@ def test_module_buffer_mask_updates(cpu_backend: str) -> None:
                                    equal_nan=True)
 
 
+def test_minus_1e9_fill_fully_masked_rows(cpu_backend: str) -> None:
+    """The annotated-transformer spelling ``masked_fill(mask == 0, -1e9)``: masked weights are 0,
+    and a row with no key left is uniform (eager), not NaN."""
+    q, k, v = qkv()
+    mask = (torch.rand(2, 1, 8, 8, generator=torch.Generator().manual_seed(11)) > 0.5).int()
+    mask[1, :, 2] = 0
+
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        return F.softmax(s.masked_fill(mask == 0, -1e9), dim=-1) @ v
+
+    out = run_jit(fn, q, k, v, mask)
+    assert not out.isnan().any()
+    _assert_rewritten()
+
+
+def test_soft_fill_with_additive_mask_refused(cpu_backend: str) -> None:
+    q, k, v = qkv()
+    keep = torch.rand(8, 8, generator=torch.Generator().manual_seed(12)) > 0.5
+    bias = torch.randn(8, 8)
+
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor, bias: torch.Tensor
+           ) -> torch.Tensor:
+        s = q @ k.transpose(-2, -1) * 0.25 + bias
+        return s.masked_fill(~keep, -1e9).softmax(-1) @ v
+
+    run_jit(fn, q, k, v, keep, bias)
+    _assert_refused("combined with another mask")
+
+
+def test_absorbing_fill_with_additive_mask(cpu_backend: str) -> None:
+    """fp32's finfo.min after an additive bias: exact as one additive mask (fully masked rows
+    uniform as in eager)."""
+    q, k, v = qkv()
+    keep = torch.rand(8, 8, generator=torch.Generator().manual_seed(13)) > 0.5
+    keep[0] = False
+    bias = torch.randn(8, 8)
+
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor, bias: torch.Tensor
+           ) -> torch.Tensor:
+        s = q @ k.transpose(-2, -1) * 0.25 + bias
+        return s.masked_fill(~keep, torch.finfo(torch.float32).min).softmax(-1) @ v
+
+    run_jit(fn, q, k, v, keep, bias)
+    _assert_rewritten()
+
+
 # ----------------------------------------------------------------------------- attention: refusals
 def test_weights_also_returned_refused(cpu_backend: str) -> None:
     def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -546,6 +593,15 @@ def test_conv2d_bn_relu_folded(cpu_backend: str, bias: bool, residual: bool) -> 
     m = ConvBN(nn.Conv2d(4, 4, 3, padding=1, bias=bias), _randomize_bn(nn.BatchNorm2d(4)), residual=residual).eval()
     run_module(m, torch.randn(2, 4, 8, 8))
     assert backend.metrics.conv_bn_folds == 1
+
+
+def test_conv_bn_bf16_not_folded(cpu_backend: str) -> None:
+    """A bf16 batch norm computes in fp32 and rounds once: the chain changes dtype, so it is not
+    folded into bf16 weights (which would round the scaled weights instead)."""
+    torch.manual_seed(0)
+    m = ConvBN(nn.Conv2d(8, 8, 3, padding=1), _randomize_bn(nn.BatchNorm2d(8))).eval().to(torch.bfloat16)
+    run_module(m, torch.randn(2, 8, 8, 8, dtype=torch.bfloat16), atol=5e-2, rtol=5e-2)
+    assert backend.metrics.conv_bn_folds == 0
 
 
 def test_grouped_conv_bn(cpu_backend: str) -> None:
