@@ -123,7 +123,7 @@ def unary_op(tx: "Translator", op: Callable[[Any], Any], a: VariableTracker) -> 
         return tx.output.call(tx, "call_function", op, [a], {})
     if op is operator.not_:
         return ConstantVariable(not a.truth(tx))
-    if isinstance(a, SymNodeVariable) and op in (operator.neg, operator.pos):
+    if isinstance(a, SymNodeVariable) and op in (operator.neg, operator.pos, operator.abs):
         return symbolic_call(tx, op, [a])
     if a.is_python_constant():
         return fold(tx, op, [a], {})
@@ -247,6 +247,10 @@ def contains(tx: "Translator", container: VariableTracker, item: VariableTracker
 
 
 def subscript(tx: "Translator", obj: VariableTracker, key: VariableTracker) -> VariableTracker:
+    cls = getattr(obj, "fn", None)
+    if cls in (list, tuple, dict, set, frozenset, type) and key.is_python_constant():
+        # ``list[Tensor]`` (typing.cast in torch.optim's foreach paths): a types.GenericAlias.
+        return ConstantVariable(cls[key.as_python_constant()])
     return obj.call_method(tx, "__getitem__", [key], {})
 
 
@@ -679,6 +683,19 @@ def _sum(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, Variab
 def _minmax(fn: Callable[..., Any]) -> Handler:
     def handler(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         items = _iter_items(tx, args[0]) if len(args) == 1 else args
+        symbolic = any(isinstance(i, SymNodeVariable) for i in items)
+        if symbolic and not kwargs and len(items) > 1 and all(
+                isinstance(i, SymNodeVariable) or (i.is_python_constant() and type(i.as_python_constant()) in (int, float))
+                for i in items):
+            # min/max of sizes stay symbolic (torch.sym_min/sym_max add no guard), so
+            # ``x[:min(n, 4)]`` does not specialise n.
+            import torch
+
+            sym_fn = torch.sym_min if fn is min else torch.sym_max
+            acc = items[0]
+            for i in items[1:]:
+                acc = symbolic_call(tx, sym_fn, [acc, i])
+            return acc
         if all(i.is_python_constant() for i in items) and all_constant([], kwargs):
             return fold(tx, fn, [ListVariable(items)], kwargs)
         if any(_is_tensor(i) for i in items):

@@ -312,3 +312,24 @@ def test_tuple_concatenation_keeps_sizes_symbolic(caplog):
             close(jf(x, y), shape_arithmetic_on_tuples(x, y))
     assert compiles(shape_arithmetic_on_tuples) == 2
     assert not [r for r in caplog.records if "specialised" in r.getMessage()]
+
+
+def min_max_abs_of_sizes(x):
+    n = min(x.size(0), 4)
+    m = max(x.size(0) // 2, 3, 2)
+    return x[:n].sum(0) + x[:m].mean(0), abs(-x.size(0)), min(x.shape[0], x.shape[0] + 1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_min_max_abs_of_sizes_stay_symbolic(backend, caplog):
+    jf = pyjit.jit(min_max_abs_of_sizes, backend=backend)
+    with caplog.at_level(logging.INFO, logger="pyjit.dynamic"):
+        for b in [5, 7, 9, 11, 4, 6]:
+            x = torch.randn(b, 3)
+            close(jf(x), min_max_abs_of_sizes(x))
+    assert compiles(min_max_abs_of_sizes) == 2
+    assert not [r for r in caplog.records if "specialised" in r.getMessage()]
+    for b in [3, 2]:  # below the slice bound 4: the slice's relation (s0 >= 4) fails, one recompile
+        x = torch.randn(b, 3)
+        close(jf(x), min_max_abs_of_sizes(x))
+    assert compiles(min_max_abs_of_sizes) == 3
