@@ -11,8 +11,16 @@ by this function, run by one ``torch.autograd.Function``. Graphs that this backe
 compile run as captured (``gm.forward``), with the reason logged on the ``fallbacks`` channel
 and recorded in ``metrics.eager_graphs``: CPU graphs under ``PYJIT_CPU_BACKEND=eager`` or
 without a working C++ compiler (``runtime/cpp_build.py``),
-non-tensor or dynamic-shape inputs, mixed devices, and internal errors (raised instead
-under ``config.raise_on_internal_error``).
+non-tensor inputs of a static graph, symbolic-shape graphs that need autograd, mixed devices,
+and internal errors (raised instead under ``config.raise_on_internal_error``).
+
+Dynamic shapes: when a placeholder's ``meta['example_value']`` has symbolic sizes (a FakeTensor
+of the tracer's ``ShapeEnv``) or is a ``SymInt``/``SymFloat`` (a symbolic scalar input), the
+graph is traced to aten on those fake values (``sym_size`` nodes and size arithmetic stay in the
+graph), lowered with sympy sizes, and compiled once for every size; the example inputs only
+give the symbols' hints (block sizes). Guards the aten trace adds to the ``ShapeEnv`` (the
+tracer did not install them) are checked by the module's ``check(args)`` on each call, with the
+symbolic layouts; a call that fails it runs as captured.
 """
 from __future__ import annotations
 
@@ -39,16 +47,19 @@ cache_log = get_logger("cache")
 
 def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
     """torch.compile's backend protocol: compile ``gm`` for inputs like ``example_inputs``."""
-    reason = _eager_reason(example_inputs)
+    symbolic = symbolic_inputs(gm)
+    reason = _eager_reason(example_inputs, symbolic is not None)
     if reason is not None:
         return _run_as_captured(gm, reason)
-    if torch.is_grad_enabled() and (any(t.requires_grad for t in example_inputs)
+    if torch.is_grad_enabled() and (any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
                                     or any(p.requires_grad for p in gm.parameters())):
+        if symbolic is not None:
+            return _run_as_captured(gm, "symbolic sizes in a graph that needs autograd are not compiled")
         # Training (or inference with grad enabled): joint graph, partition, autograd.Function.
         from .aot import compile_training
         return compile_training(gm, list(example_inputs))
     try:
-        return _compile(gm, list(example_inputs))
+        return _compile(gm, list(example_inputs), symbolic)
     except _data_dependent_errors() as e:
         # Not a pyjit bug: output shapes that depend on data (nonzero, masked_select...)
         # cannot be traced with static fake tensors.
@@ -80,12 +91,25 @@ def _run_as_captured(gm: torch.fx.GraphModule, reason: str) -> Callable[..., Any
     return gm.forward
 
 
-def _eager_reason(example_inputs: Sequence[Any]) -> str | None:
+def symbolic_inputs(gm: torch.fx.GraphModule) -> list[Any] | None:
+    """The placeholders' traced values when any is symbolic (a size symbol or a Sym scalar), else None."""
+    vals = [n.meta.get("example_value", n.meta.get("val")) for n in gm.graph.nodes if n.op == "placeholder"]
+    for v in vals:
+        if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return vals
+        if isinstance(v, torch.Tensor) and not all(isinstance(s, int) for s in (*v.shape, *v.stride())):
+            return vals
+    return None
+
+
+def _eager_reason(example_inputs: Sequence[Any], symbolic: bool = False) -> str | None:
     tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
-    if len(tensors) != len(example_inputs):
-        return "non-tensor graph inputs (symbolic sizes or scalars) are not compiled yet"
+    if len(tensors) != len(example_inputs) and not symbolic:
+        return "non-tensor graph inputs of a static graph (not symbolic scalars)"
+    if symbolic and any(not isinstance(t, (torch.Tensor, int, float)) or isinstance(t, bool) for t in example_inputs):
+        return "graph inputs other than tensors, ints and floats"
     if any(not isinstance(s, int) for t in tensors for s in t.shape):
-        return "dynamic shapes are not compiled yet"
+        return "example inputs with symbolic sizes (the backend expects real example values)"
     devices = {t.device.type for t in tensors}
     if len(devices) > 1:
         return f"inputs on several devices {sorted(devices)}"
@@ -101,9 +125,13 @@ def _eager_reason(example_inputs: Sequence[Any]) -> str | None:
     return None
 
 
-def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]
+def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
                   ) -> tuple[torch.fx.GraphModule, Any]:
-    """The functional aten graph of ``gm`` (flat outputs) and the output tree spec."""
+    """The functional aten graph of ``gm`` (flat outputs) and the output tree spec.
+
+    ``example_inputs`` may be fake tensors with symbolic sizes and ``SymInt``/``SymFloat``
+    scalars of one ``ShapeEnv``: the aten graph then keeps the size arithmetic.
+    """
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -123,7 +151,8 @@ def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tenso
     if len(modes) > 1:
         raise NotImplementedError("example inputs come from several fake tensor modes")
     fake_mode = next(iter(modes.values())) if modes else FakeTensorMode(allow_non_fake_inputs=True)
-    fake_inputs = [fake_mode.from_tensor(t, static_shapes=True) if not _is_fake(t) else t for t in example_inputs]
+    fake_inputs = [fake_mode.from_tensor(t, static_shapes=True) if isinstance(t, torch.Tensor) and not _is_fake(t)
+                   else t for t in example_inputs]
     fn = torch.func.functionalize(flat_forward, remove="mutations")
     with fake_mode, torch.no_grad():
         aten_gm = make_fx(fn, decomposition_table=decomposition_table(), tracing_mode="real",
@@ -140,46 +169,55 @@ def _is_fake(t: torch.Tensor) -> bool:
     return isinstance(t, FakeTensor)
 
 
-def _compile(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
+def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], symbolic: list[Any] | None = None
+             ) -> Callable[..., Any]:
     from ..runtime import cache
     from ..runtime.launcher import load_module
 
     start = time.perf_counter()
-    device = example_inputs[0].device if example_inputs else torch.device("cpu")
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    device = tensors[0].device if tensors else torch.device("cpu")
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    gkey = graph_cache.graph_key_fields(gm, example_inputs) if config.backend_disk_cache else None
+    gkey = graph_cache.graph_key_fields(gm, symbolic or example_inputs) if config.backend_disk_cache else None
     if gkey is not None:
         warm = _load_cached_graph(gm, gkey, device, example_inputs)
         if warm is not None:
             return warm
     # Imported here, after the warm-start check: lowering imports sympy and registers ~500 ops.
-    from .codegen.wrapper import WrapperCodegen
-    from .graph import GraphLowering
-    from .scheduler import Scheduler
+    from .symbolic import size_hints
 
     fallbacks_before = dict(metrics.fallback_ops)
-    aten_gm, out_spec = trace_to_aten(gm, example_inputs)
+    hints: dict[Any, int] = {}
+    lower: dict[Any, Any] = {}
+    facts: list[Any] = []
+    extra_guards: list[Any] = []
+    if symbolic is not None:
+        shape_env = _shape_env_of(symbolic)
+        guards_before = len(shape_env.guards) if shape_env is not None else 0
+        aten_gm, out_spec = trace_to_aten(gm, symbolic)
+        if shape_env is not None:
+            values = getattr(shape_env, "backed_var_to_val", None) or shape_env.var_to_val
+            hints = {s: (int(v) if v.is_integer else float(v)) for s, v in values.items()}
+            lower = _lower_bounds(shape_env)
+            extra_guards = _new_guards(shape_env, guards_before)
+            facts = _guard_facts(shape_env)
+    else:
+        aten_gm, out_spec = trace_to_aten(gm, example_inputs)
+    from .passes import run_passes  # attention -> fused SDPA, eval BN folded into conv
+    run_passes(aten_gm)
     traced = time.perf_counter()
-    lowering = GraphLowering(aten_gm, device)
-    lowering.run(*[None] * len(example_inputs))
-    rmax = config.backend_persistent_reduction_max
-    output_names = set()
-    for value in list(lowering.outputs) + [v for _, v in lowering.mutations]:
-        from .ir import Buffer, ReinterpretView
-        if isinstance(value, ReinterpretView):
-            output_names.add(value.data.name)
-        elif isinstance(value, Buffer):
-            output_names.add(value.name)
-    scheduler = Scheduler(lowering.buffers, lowering.graph_inputs, output_names, rmax)
-    module = WrapperCodegen(lowering, scheduler, device, rmax).generate()
+    with size_hints(hints, lower, facts):
+        module, lowering = _lower_and_generate(aten_gm, device, extra_guards)
     key, path, hit = cache.write_module(module.source)
+
     interpret = device.type == "cpu" and config.cpu_backend == "triton_interpret"
     compiled = load_module(path, key, interpret)
     metrics.generated_kernel_count += len(module.kernel_names)
     metrics.extern_calls += module.extern_calls
     metrics.reused_buffers += module.reused_buffers
     metrics.compiled_graphs += 1
+    metrics.dynamic_graphs += int(symbolic is not None)
     metrics.cache_hits += int(hit)
     code_log.info("generated module for %s (%s):\n%s", _graph_label(gm), path, module.source)
     if config.debug_dir:
@@ -197,7 +235,85 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Ca
                                            "kernels": len(module.kernel_names), "externs": module.extern_calls,
                                            "fallbacks": [op for op, n in metrics.fallback_ops.items()
                                                          if n > fallbacks_before.get(op, 0)]})
-    return _make_callable(gm, compiled.call, out_spec, example_inputs, constants)
+    return _make_callable(gm, compiled.call, out_spec, example_inputs, constants, getattr(compiled, "check", None))
+
+
+def _lower_and_generate(aten_gm: torch.fx.GraphModule, device: torch.device, extra_guards: list[Any]
+                        ) -> tuple[Any, Any]:
+    """Loop IR, schedule and generated module of an aten graph: (GeneratedModule, GraphLowering)."""
+    from .codegen.wrapper import WrapperCodegen
+    from .graph import GraphLowering
+    from .ir import Buffer, ReinterpretView
+    from .scheduler import Scheduler
+
+    lowering = GraphLowering(aten_gm, device)
+    lowering.extra_guards = extra_guards
+    lowering.run(*[None] * sum(1 for n in aten_gm.graph.nodes if n.op == "placeholder"))
+    rmax = config.backend_persistent_reduction_max
+    output_names = set()
+    for value in list(lowering.outputs) + [v for _, v in lowering.mutations]:
+        if isinstance(value, ReinterpretView):
+            output_names.add(value.data.name)
+        elif isinstance(value, Buffer):
+            output_names.add(value.name)
+    scheduler = Scheduler(lowering.buffers, lowering.graph_inputs, output_names, rmax)
+    return WrapperCodegen(lowering, scheduler, device, rmax).generate(), lowering
+
+
+def _shape_env_of(values: list[Any]) -> Any:
+    for v in values:
+        if isinstance(v, (torch.SymInt, torch.SymFloat)):
+            return v.node.shape_env
+        mode = getattr(v, "fake_mode", None)
+        if mode is not None and mode.shape_env is not None:
+            return mode.shape_env
+    return None
+
+
+def _new_guards(shape_env: Any, before: int) -> list[Any]:
+    """Guards the aten trace added (decompositions may compare sizes the tracer never did),
+    as relations over our index functions, for the module's per-call ``check``. A guard the
+    ``ShapeEnv`` proves from the symbols' ranges and earlier guards is dropped; one we cannot
+    express raises ``NotImplementedError`` (the graph then runs as captured, never unchecked)."""
+    from .symbolic import from_torch_expr
+    out = []
+    for i in range(before, len(shape_env.guards)):
+        expr = shape_env.simplify(shape_env.guards[i].expr)
+        if bool(expr.is_Boolean) and expr == True:  # noqa: E712 - sympy.true: nothing to check
+            continue
+        try:
+            # Only the guards before this one are axioms (all of them would include itself).
+            axioms = tuple(g.expr for g in shape_env.guards[:i])
+            static = shape_env._maybe_evaluate_static(expr, axioms=axioms)
+        except Exception:  # noqa: BLE001 - a private helper: undecided is the safe answer
+            static = None
+        if static is not None and bool(static.is_Boolean) and static == True:  # noqa: E712
+            continue
+        out.append(from_torch_expr(expr))
+    return out
+
+
+def _guard_facts(shape_env: Any) -> list[Any]:
+    """Every guard of the ``ShapeEnv`` that our index language expresses: each holds on every
+    call (the tracer's guards are checked before the frame runs, the aten trace's by the
+    module's ``check``), so lowerings may rely on them (``symbolic.known_true``)."""
+    from .symbolic import from_torch_expr
+    facts = []
+    for guard in shape_env.guards:
+        try:
+            facts.append(from_torch_expr(shape_env.simplify(guard.expr)))
+        except NotImplementedError:
+            continue  # not usable as a fact; still checked where it was installed
+    return facts
+
+
+def _lower_bounds(shape_env: Any) -> dict[Any, Any]:
+    """Each symbol's lower bound from its ``ShapeEnv`` range (None: unbounded below)."""
+    out: dict[Any, Any] = {}
+    for s, r in getattr(shape_env, "var_to_range", {}).items():
+        lo = getattr(r, "lower", None)
+        out[s] = int(lo) if lo is not None and getattr(lo, "is_Integer", False) else None
+    return out
 
 
 def _load_cached_graph(gm: torch.fx.GraphModule, gkey: dict[str, str], device: torch.device,
@@ -232,12 +348,13 @@ def _load_cached_graph(gm: torch.fx.GraphModule, gkey: dict[str, str], device: t
     metrics.graph_cache_hits += 1
     for op in entry.get("fallbacks", []):
         metrics.fallback_ops[op] += 1
-    return _make_callable(gm, compiled.call, out_spec, example_inputs, [])
+    return _make_callable(gm, compiled.call, out_spec, example_inputs, [], getattr(compiled, "check", None))
 
 
 def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], out_spec: Any,
-                   example_inputs: list[torch.Tensor], constants: list[torch.Tensor]) -> Callable[..., Any]:
-    expected = [(t.shape, t.stride(), t.dtype, t.device) for t in example_inputs]
+                   example_inputs: list[torch.Tensor], constants: list[torch.Tensor],
+                   check: Callable[[Sequence[Any]], bool] | None = None) -> Callable[..., Any]:
+    expected = [(t.shape, t.stride(), t.dtype, t.device) for t in example_inputs] if check is None else []
     # Rebuilding the output structure is per-call overhead: ``tree_unflatten`` costs ~2 us for a
     # plain tuple. Decide once, by unflattening a probe, whether the structure is exactly one
     # leaf or a plain tuple of leaves (namedtuples, lists and dicts keep the generic path).
@@ -250,6 +367,10 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
         # The kernels bake in sizes, strides and dtypes: anything else runs as captured.
         # Grad-requiring inputs under grad mode need autograd, which the kernels do not record.
         grad = torch.is_grad_enabled()
+        if check is not None:
+            # Symbolic sizes: the module checks the inputs against its symbolic layouts.
+            if not check(args) or (grad and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)):
+                return gm.forward(*args)
         for a, (shape, stride, dtype, dev) in zip(args, expected):
             if not isinstance(a, torch.Tensor) or a.shape != shape or a.stride() != stride or a.dtype != dtype \
                     or a.device != dev or (grad and a.requires_grad):

@@ -3,12 +3,19 @@
 It owns the lowering context every lowering receives explicitly (``ctx``): registered
 buffers, graph inputs/outputs, input mutations, the fx node being lowered (for origins and
 source lines), and the realization policy (when a value becomes a named buffer).
+
+Dynamic shapes: sizes of the aten graph's fake values are ``SymInt`` s; size arithmetic nodes
+(``sym_size``, ``operator.mul`` on sizes...) lower to sympy expressions over the size symbols,
+read from the node's traced value, and a scalar placeholder (a symbolic ``int``/``float``
+graph input) lowers to its symbol (see ``symbolic.as_size``; kernels receive symbols as
+arguments).
 """
 from __future__ import annotations
 
 import operator
 from typing import Any
 
+import sympy
 import torch
 import torch.fx
 
@@ -28,7 +35,7 @@ from .ir import (
 from .lowering import LOWERINGS
 from .lowering.fallbacks import make_extern
 from .ops_handler import RecordHandler
-from .symbolic import sym
+from .symbolic import as_size, from_torch_expr, is_static, sym
 
 # A multi-reader pointwise value this cheap is recomputed in each reader instead of stored:
 # e.g. log_softmax's ``x - amax`` is read by the exp-sum loop and by nll_loss's gather; storing
@@ -76,6 +83,8 @@ def _dense_layout_hint(val: Any) -> tuple[int, ...] | None:
     """Eager's strides for an output when they are dense and non-overlapping (so kernels can write them)."""
     if not isinstance(val, torch.Tensor):
         return None
+    if not all(is_static(s) for s in (*val.shape, *val.stride())):
+        return None  # symbolic: asking torch would add shape guards; contiguous is always valid
     if val.is_contiguous() or not torch._prims_common.is_non_overlapping_and_dense_or_false(val):
         return None
     return tuple(int(s) for s in val.stride())
@@ -86,6 +95,10 @@ class GraphLowering(torch.fx.Interpreter):
         super().__init__(gm, garbage_collect_values=False)
         self.device = device
         self.graph_inputs: list[InputBuffer] = []
+        # Every placeholder in order: an input buffer, or the sympy expression of a symbolic
+        # int/float input (its name in the wrapper is ``input_names``).
+        self.placeholders: list[Any] = []
+        self.input_names: list[str] = []
         self.constants: list[tuple[InputBuffer, torch.Tensor]] = []
         self.buffers: list[Buffer] = []
         self.outputs: list[Any] = []
@@ -157,6 +170,11 @@ class GraphLowering(torch.fx.Interpreter):
     def run_node(self, n: torch.fx.Node) -> Any:
         self.current_node = n
         self.node_info[n.name] = (self._op_name(n), self._source_line(n))
+        val = n.meta.get("val")
+        if n.op == "call_function" and isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            # Size arithmetic: the traced value already is the expression (with the shape
+            # environment's replacements applied).
+            return self._sym_value(val)
         result = super().run_node(n)
         if n.op == "call_function" and len(n.users) > 1 and isinstance(result, StorageBox) \
                 and isinstance(result.data, Pointwise) and not _cheap_to_recompute(result.data, len(n.users)):
@@ -167,9 +185,31 @@ class GraphLowering(torch.fx.Interpreter):
 
     def placeholder(self, target: Any, args: Any, kwargs: Any) -> Any:
         val = self.current_meta_val()
-        buf = InputBuffer(f"arg{len(self.graph_inputs)}_1", Layout.of(val))
+        name = f"arg{len(self.placeholders)}_1"
+        if isinstance(val, (torch.SymInt, torch.SymFloat)):
+            expr = self._sym_value(val)
+            self.placeholders.append(expr)
+            bare = isinstance(expr, sympy.Symbol) and expr.name not in self.input_names
+            self.input_names.append(expr.name if bare else name)
+            return expr
+        if not isinstance(val, torch.Tensor):
+            raise LoweringError("placeholder", reason=f"graph input of type {type(val).__name__}")
+        buf = InputBuffer(name, Layout.of(val))
         self.graph_inputs.append(buf)
+        self.placeholders.append(buf)
+        self.input_names.append(name)
         return buf
+
+    @staticmethod
+    def _sym_value(val: Any) -> Any:
+        expr = val.node.expr
+        if isinstance(val, torch.SymFloat):
+            return float(expr) if expr.is_number else from_torch_expr(expr)
+        if isinstance(val, torch.SymBool):
+            if expr in (sympy.true, sympy.false):
+                return bool(expr)
+            raise NotImplementedError(f"symbolic bool {expr}")
+        return as_size(val)
 
     def get_attr(self, target: Any, args: Any, kwargs: Any) -> Any:
         # A constant tensor of the traced graph: passed to ``call`` after the inputs.
@@ -250,10 +290,21 @@ class GraphLowering(torch.fx.Interpreter):
         if scatter.target is aten.slice_scatter.default:
             dim, start, end, step = (list(scatter.args[2:]) + [None] * 4)[:4]
             kw = scatter.kwargs
-            view = slice_view(dst, kw.get("dim", dim if dim is not None else 0), kw.get("start", start),
-                              kw.get("end", end), kw.get("step", step if step is not None else 1))
+            # Symbolic bounds are fx nodes whose values (sympy expressions) are in the env.
+            dim, start, end, step = [self.env.get(v, v) if isinstance(v, torch.fx.Node) else v for v in
+                                     (kw.get("dim", dim if dim is not None else 0), kw.get("start", start),
+                                      kw.get("end", end), kw.get("step", step if step is not None else 1))]
+            d = dim if dim >= 0 else dim + len(src.get_size())
+            try:
+                view = slice_view(dst, dim, start, end, step, src.get_size()[d])
+            except NotImplementedError:
+                return None  # a symbolic region we cannot place: the general path scatters
         elif scatter.target is aten.select_scatter.default:
-            view = select_view(dst, scatter.args[2], scatter.args[3])
+            dim, index = [self.env.get(v, v) if isinstance(v, torch.fx.Node) else v for v in scatter.args[2:4]]
+            try:
+                view = select_view(dst, dim, index)
+            except (NotImplementedError, TypeError):
+                return None  # a symbolic index: the general path scatters
         else:
             return None
         if not isinstance(view, (ReinterpretView, InputBuffer)) or view.get_size() != src.get_size():

@@ -1,7 +1,8 @@
 """Graph-level compile cache: a warm start skips tracing, lowering and code generation.
 
 The key hashes the FX graph's code, the example inputs' metadata (sizes, strides, dtypes,
-devices, requires_grad), the backend settings that change generated code, the source of
+devices, requires_grad; for a dynamic-shape graph its symbolic sizes and strides, never the
+example sizes), the backend settings that change generated code, the source of
 ``pyjit/backend`` itself and the torch/Triton/pyjit versions. Only graphs whose behaviour is
 fully described by their code are cached: every call target must be a torch op or a torch /
 operator / builtins function (a user function called from the graph could change without its
@@ -64,7 +65,10 @@ def graph_key_fields(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Te
             return None
         if node.op == "call_function" and not _is_torch_callable(node.target):
             return None
-    inputs = [(tuple(t.shape), tuple(t.stride()), str(t.dtype), str(t.device), t.requires_grad)
+    # Symbolic inputs (fake tensors / Sym scalars of a dynamic-shape graph) key on their size
+    # expressions, never on the example sizes: one entry serves every size.
+    inputs = [(tuple(str(s) for s in t.shape), tuple(str(s) for s in t.stride()), str(t.dtype), str(t.device),
+               t.requires_grad) if isinstance(t, torch.Tensor) else (type(t).__name__, str(t))
               for t in example_inputs]
     settings = (config.cpu_backend, config.backend_fusion, config.backend_persistent_reduction_max,
                 config.backend_persistent_multi_pass_max,

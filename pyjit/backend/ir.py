@@ -18,7 +18,7 @@ import sympy
 import torch
 
 from .ops_handler import OpsHandler, ReductionType
-from .symbolic import contiguous_strides, prod, strided_index
+from .symbolic import as_size, contiguous_strides, prod, strided_index
 
 Index = Sequence[sympy.Expr]
 Loader = Callable[[OpsHandler[Any], Index], Any]
@@ -26,7 +26,11 @@ Loader = Callable[[OpsHandler[Any], Index], Any]
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    """Where a buffer's elements live: ``storage[offset + sum(index[d] * stride[d])]``."""
+    """Where a buffer's elements live: ``storage[offset + sum(index[d] * stride[d])]``.
+
+    Sizes, strides and the offset are ints, or sympy expressions over size symbols when the
+    graph has dynamic shapes (see ``symbolic.as_size``).
+    """
 
     device: torch.device
     dtype: torch.dtype
@@ -36,7 +40,7 @@ class Layout:
 
     @staticmethod
     def contiguous(device: torch.device, dtype: torch.dtype, size: Sequence[int]) -> "Layout":
-        return Layout(device, dtype, tuple(int(s) for s in size), tuple(contiguous_strides(size)), 0)
+        return Layout(device, dtype, tuple(as_size(s) for s in size), tuple(contiguous_strides(size)), 0)
 
     @staticmethod
     def of(t: torch.Tensor) -> "Layout":
@@ -45,7 +49,7 @@ class Layout:
         Offsets in pyjit layouts count from the data pointer of the named buffer, which is what
         kernels receive; the wrapper adds the tensor's storage offset when it builds views.
         """
-        return Layout(t.device, t.dtype, tuple(int(s) for s in t.shape), tuple(int(s) for s in t.stride()), 0)
+        return Layout(t.device, t.dtype, tuple(as_size(s) for s in t.shape), tuple(as_size(s) for s in t.stride()), 0)
 
     def index(self, index: Index) -> sympy.Expr:
         return strided_index(index, self.stride, self.offset)
@@ -220,7 +224,7 @@ class View(IRNode):
     def __init__(self, base: IRNode, size: Sequence[int], reindex: Callable[[Index], Index],
                  dtype: torch.dtype | None = None):
         self.base = base
-        self.size = [int(s) for s in size]
+        self.size = [as_size(s) for s in size]
         self.reindex = reindex
         self.origins = base.get_origins()
 

@@ -4,12 +4,21 @@ Owns the integer index language the loop bodies speak: :class:`FloorDiv` and
 :class:`ModularIndexing` (non-negative integer division and ``(x // d) % m``), helpers to
 build contiguous index expressions from sizes/strides, range-aware simplification, and
 :func:`texpr`, which prints an index expression as Triton/Python source.
-All sizes are static integers (dynamic shapes come in a later issue).
+Sizes are Python ints for static dimensions and sympy expressions over the ``ShapeEnv``'s
+size symbols (``s0``, ``s1``...; each >= 2) for dynamic ones (:func:`as_size` converts torch's
+``SymInt`` s); the helpers here accept both and return plain ints when everything is static, so
+static graphs build exactly the expressions they always did. :func:`size_hints` holds the
+example values of the symbols while one graph compiles: heuristics (block sizes) read them
+through :func:`hint`, correctness never does. :func:`pexpr` prints an expression as host Python
+(the wrapper), :func:`texpr` as Triton.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import dataclasses
 import math
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import sympy
 
@@ -50,7 +59,42 @@ class FloorDiv(sympy.Function):
                 coeff, rest = base.as_coeff_Mul()
                 if coeff.is_Integer and int(coeff) % d == 0:
                     return sympy.Integer(int(coeff) // d) * rest
+        elif divisor.free_symbols:
+            # A symbolic divisor (a dynamic size): pull out the terms it divides exactly.
+            out, keep = _split_multiples(base, divisor)
+            if out:
+                return sympy.Add(*out) + FloorDiv(sympy.Add(*keep), divisor)
         return None
+
+
+def _split_multiples(base: Expr, divisor: Expr) -> tuple[list[Expr], list[Expr]]:
+    """(quotients of the terms of ``base`` that ``divisor`` divides exactly, the other terms)."""
+    out, keep = [], []
+    dcoeff, drest = divisor.as_coeff_Mul()
+    dpowers = drest.as_powers_dict()
+    for term in (base.args if base.is_Add else (base,)):
+        q = _exact_quotient(term, dcoeff, dpowers)
+        if q is None:
+            keep.append(term)
+        else:
+            out.append(q)
+    return out, keep
+
+
+def _exact_quotient(term: Expr, dcoeff: Expr, dpowers: dict[Expr, Expr]) -> Expr | None:
+    """``term / divisor`` when it is a monomial with integer coefficient, else None (no
+    ``sympy.cancel``: it would rebuild, and so re-evaluate, the index functions inside)."""
+    coeff, rest = term.as_coeff_Mul()
+    if not (coeff.is_Integer and dcoeff.is_Integer) or int(coeff) % int(dcoeff) != 0:
+        return None
+    powers = dict(rest.as_powers_dict())
+    for base, exp in dpowers.items():
+        have = powers.get(base, 0)
+        if not (exp.is_Integer and (have.is_Integer if isinstance(have, sympy.Basic) else True)) \
+                or int(have) < int(exp):
+            return None
+        powers[base] = int(have) - int(exp)
+    return sympy.Integer(int(coeff) // int(dcoeff)) * sympy.Mul(*[b ** e for b, e in powers.items() if e != 0])
 
 
 class ModularIndexing(sympy.Function):
@@ -81,6 +125,11 @@ class ModularIndexing(sympy.Function):
                     keep.append(term)
             if changed:
                 return ModularIndexing(sympy.Add(*keep), divisor, modulus)
+        if (divisor.free_symbols or modulus.free_symbols) and not base.is_Integer:
+            # Symbolic sizes: drop the terms that are multiples of divisor*modulus.
+            dropped, keep = _split_multiples(base, divisor * modulus)
+            if dropped:
+                return ModularIndexing(sympy.Add(*keep), divisor, modulus)
         return None
 
 
@@ -89,25 +138,188 @@ def sym(name: str) -> sympy.Symbol:
     return sympy.Symbol(name, integer=True, nonnegative=True)
 
 
-def contiguous_strides(sizes: Sequence[int]) -> list[int]:
+Size = Any  # int, or a sympy expression over size symbols
+
+
+def is_static(value: Any) -> bool:
+    """True for a concrete integer size (Python int or sympy Integer)."""
+    return isinstance(value, int) or (isinstance(value, sympy.Basic) and value.is_Integer)
+
+
+def as_size(value: Any) -> Size:
+    """A size as the IR keeps it: ``int`` when concrete, else a sympy expression.
+
+    Accepts ints, sympy expressions and torch ``SymInt`` s (whose expression is converted from
+    torch's sympy functions to ours, see :func:`from_torch_expr`).
+    """
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, sympy.Basic):
+        return int(value) if value.is_Integer else value
+    node = getattr(value, "node", None)
+    if node is not None and hasattr(node, "expr"):
+        expr = from_torch_expr(node.expr)
+        return int(expr) if expr.is_Integer else expr
+    return int(value)
+
+
+def from_torch_expr(expr: Expr) -> Expr:
+    """A ShapeEnv expression rewritten with this module's index functions.
+
+    Sizes are non-negative, so torch's ``FloorDiv``/``CleanDiv``/``Mod``/``PythonMod`` map to
+    :class:`FloorDiv` / :class:`ModularIndexing`; a function we do not know raises
+    ``NotImplementedError`` (the graph then runs as captured).
+    """
+    if not expr.args or expr.is_Symbol or expr.is_Number:
+        return expr
+    args = [from_torch_expr(a) for a in expr.args]
+    name = type(expr).__name__
+    if name in ("FloorDiv", "CleanDiv"):
+        return FloorDiv(*args)
+    if name in ("Mod", "PythonMod"):
+        return ModularIndexing(args[0], sympy.Integer(1), args[1])
+    if name == "ModularIndexing":
+        return ModularIndexing(*args)
+    if name in ("Max",):
+        return sympy.Max(*args)
+    if name in ("Min",):
+        return sympy.Min(*args)
+    if name == "PowByNatural":
+        return sympy.Pow(*args)
+    if isinstance(expr, (sympy.Add, sympy.Mul, sympy.Pow)):
+        return expr.func(*args)
+    if isinstance(expr, (sympy.Eq, sympy.Ne, sympy.Lt, sympy.Le, sympy.Gt, sympy.Ge, sympy.And, sympy.Or,
+                         sympy.Not)):
+        # Guards (relations between sizes): checked on the host, printed by :func:`pexpr`.
+        return expr.func(*args)
+    raise NotImplementedError(f"size expression {expr} uses {name}, which pyjit does not compile")
+
+
+@dataclasses.dataclass(frozen=True)
+class _SizeContext:
+    hints: dict[sympy.Symbol, int]
+    lower: dict[sympy.Symbol, Any]  # a symbol's lower bound (an int, or None: unbounded)
+    facts: frozenset[Expr]  # relations the graph's guards make true on every call
+
+
+_CTX: contextvars.ContextVar[_SizeContext] = contextvars.ContextVar(
+    "pyjit_size_context", default=_SizeContext({}, {}, frozenset()))
+
+
+@contextlib.contextmanager
+def size_hints(hints: dict[sympy.Symbol, int], lower: dict[sympy.Symbol, Any] | None = None,
+               facts: Iterable[Expr] = ()) -> Iterator[None]:
+    """What is known about the size symbols while one graph compiles.
+
+    ``hints``: their example values (heuristics only, see :func:`hint`). ``lower``: each
+    symbol's lower bound from the ``ShapeEnv`` (None for a scalar input that may be negative;
+    a symbol missing here is a size, >= 2). ``facts``: relations the graph's guards check on
+    every call (the tracer's guards and the module's ``check``), used by :func:`known_true`.
+    """
+    ctx = _SizeContext(dict(hints), dict(lower or {}), frozenset(_canonical(f) for f in facts))
+    token = _CTX.set(ctx)
+    try:
+        yield
+    finally:
+        _CTX.reset(token)
+
+
+def hint(value: Size) -> int:
+    """The example value of a size: the value itself when static. For heuristics only."""
+    if is_static(value):
+        return int(value)
+    expr = sympy.sympify(value)
+    hints = _CTX.get().hints
+    out = expr.xreplace({s: sympy.Integer(hints[s]) for s in expr.free_symbols if s in hints})
+    if not out.is_number:
+        raise NotImplementedError(f"no size hint for {value}")
+    return int(out) if out.is_integer else float(out)  # type: ignore[return-value]
+
+
+def _canonical(rel: Expr) -> Expr:
+    """A relation in sympy's canonical orientation (``a >= b`` and ``b <= a`` compare equal)."""
+    try:
+        return rel.canonical if isinstance(rel, sympy.core.relational.Relational) else rel
+    except (TypeError, AttributeError):
+        return rel
+
+
+def _nonneg_form(rel: Expr) -> Expr | None:
+    """``e`` with ``rel`` equivalent to ``e >= 0``, for an inequality between integer sizes
+    (``a < b`` is ``b - a - 1 >= 0``); None for anything else."""
+    if not isinstance(rel, (sympy.Ge, sympy.Gt, sympy.Le, sympy.Lt)) \
+            or not all(s.is_integer for s in rel.free_symbols):
+        return None
+    e = rel.lhs - rel.rhs if isinstance(rel, (sympy.Ge, sympy.Gt)) else rel.rhs - rel.lhs
+    return sympy.expand(e - 1 if isinstance(rel, (sympy.Gt, sympy.Lt)) else e)
+
+
+def _from_bounds(cond: Expr, lower: dict[sympy.Symbol, Any]) -> bool:
+    """Whether sympy proves ``cond`` from the symbols' lower bounds alone."""
+    try:
+        shift = {}
+        for s in cond.free_symbols:
+            lo = lower.get(s, 2)
+            if lo is not None:
+                shift[s] = sympy.Symbol(f"_{s.name}_lo", integer=True, nonnegative=True) + int(lo)
+        return bool(cond.xreplace(shift)) is True
+    except TypeError:
+        return False
+
+
+def known_true(cond: Any) -> bool:
+    """Whether a size relation holds on every call of the graph being compiled.
+
+    True when sympy proves it from the symbols' lower bounds (a size symbol is >= 2, a scalar
+    input symbol has the bound its ``ShapeEnv`` range gives, see :func:`size_hints`), or when it
+    follows from one guarded fact: ``e >= 0`` follows from a fact ``f >= 0`` when ``e - f >= 0``
+    follows from the bounds (so ``s1 - s0 >= 0`` follows from a guard ``s0 <= s1``), and an
+    equation follows from itself. A relation that cannot be decided is False: callers take the
+    conservative branch or refuse.
+    """
+    if isinstance(cond, bool):
+        return cond
+    ctx = _CTX.get()
+    if _from_bounds(cond, ctx.lower):
+        return True
+    if not ctx.facts:
+        return False
+    if _canonical(cond) in ctx.facts:
+        return True
+    e = _nonneg_form(cond)
+    if e is None:
+        return False
+    for fact in ctx.facts:
+        f = _nonneg_form(fact)
+        if f is not None and _from_bounds(sympy.Ge(sympy.expand(e - f), 0), ctx.lower):
+            return True
+    return False
+
+
+def contiguous_strides(sizes: Sequence[Size]) -> list[Size]:
     strides = []
-    acc = 1
+    acc: Size = 1
     for s in reversed(sizes):
         strides.append(acc)
-        acc *= max(int(s), 1)
-    return list(reversed(strides))
+        acc = acc * max(int(s), 1) if is_static(s) else acc * s
+    return [as_size(st) for st in reversed(strides)]
 
 
-def prod(values: Iterable[int]) -> int:
-    return int(math.prod(int(v) for v in values))
+def prod(values: Iterable[Size]) -> Size:
+    values = list(values)
+    if all(is_static(v) for v in values):
+        return int(math.prod(int(v) for v in values))
+    return as_size(sympy.Mul(*[sympy.sympify(v) for v in values]))
 
 
-def strided_index(index: Sequence[Expr], strides: Sequence[int], offset: int = 0) -> Expr:
+def strided_index(index: Sequence[Expr], strides: Sequence[Size], offset: Size = 0) -> Expr:
     """The linear storage offset of ``index`` under ``strides`` (+ ``offset``)."""
-    expr: Expr = sympy.Integer(offset)
+    expr: Expr = sympy.sympify(offset)
     for i, s in zip(index, strides):
         if s != 0:
-            expr = expr + i * int(s)
+            expr = expr + i * (int(s) if is_static(s) else s)
     return expr
 
 
@@ -116,14 +328,14 @@ def unflatten_index(flat: Expr, sizes: Sequence[int]) -> list[Expr]:
     out: list[Expr] = []
     stride = 1
     for k in range(len(sizes) - 1, -1, -1):
-        size = int(sizes[k])
+        size = as_size(sizes[k])
         if size == 1:
             out.append(sympy.Integer(0))
         elif k == 0:
             out.append(FloorDiv(flat, stride))
         else:
             out.append(ModularIndexing(flat, stride, size))
-        stride *= max(size, 1)
+        stride = stride * (max(size, 1) if is_static(size) else size)
     return list(reversed(out))
 
 
@@ -140,7 +352,8 @@ def simplify_with_ranges(expr: Expr, ranges: dict[sympy.Symbol, int]) -> Expr:
         if e.is_Integer:
             return int(e) + 1
         if isinstance(e, sympy.Symbol):
-            return ranges.get(e)
+            r = ranges.get(e)
+            return r if isinstance(r, int) else None  # a symbolic range has no integer bound
         if e.is_Add:
             total = 0
             for a in e.args:
@@ -151,6 +364,8 @@ def simplify_with_ranges(expr: Expr, ranges: dict[sympy.Symbol, int]) -> Expr:
             return total + 1
         if e.is_Mul:
             coeff, rest = e.as_coeff_Mul()
+            if rest == e:  # a product of non-numbers (e.g. xindex * s0): no bound
+                return None
             if coeff.is_Integer and int(coeff) >= 0:
                 u = upper(rest)
                 return None if u is None else (u - 1) * int(coeff) + 1
@@ -262,14 +477,26 @@ def texpr(expr: Expr) -> str:
     return _Printer().doprint(expr)
 
 
+def pexpr(expr: Any) -> str:
+    """Print a size expression as host Python (the wrapper): ``min``/``max`` builtins."""
+    if is_static(expr):
+        return str(int(expr))
+    return _PythonPrinter().doprint(expr)
+
+
 class _Printer(sympy.printing.str.StrPrinter):
     def _print_FloorDiv(self, e: FloorDiv) -> str:
-        return f"({self._paren(e.args[0])} // {self._paren(e.args[1])})"
+        return f"({self._paren(e.args[0])} // {self._atom(e.args[1])})"
 
     def _print_ModularIndexing(self, e: ModularIndexing) -> str:
         base, d, m = e.args
-        inner = self._paren(base) if d == 1 else f"({self._paren(base)} // {self._paren(d)})"
-        return f"({inner} % {self._paren(m)})"
+        inner = self._paren(base) if d == 1 else f"({self._paren(base)} // {self._atom(d)})"
+        return f"({inner} % {self._atom(m)})"
+
+    def _atom(self, e: Expr) -> str:
+        """``e`` as the right operand of ``//`` or ``%`` (a symbolic size like ``8*s0`` needs parentheses)."""
+        text = self._print(e)
+        return text if (e.is_Symbol or (e.is_Integer and int(e) >= 0)) else f"({text})"
 
     def _print_Mul(self, e: sympy.Mul) -> str:
         return " * ".join(self._paren(a) for a in e.args)
@@ -302,6 +529,12 @@ class _Printer(sympy.printing.str.StrPrinter):
     def _print_Integer(self, e: sympy.Integer) -> str:
         return str(int(e))
 
+    def _print_Pow(self, e: sympy.Pow) -> str:
+        base, exp = e.args
+        if exp.is_Integer and int(exp) > 0:
+            return "(" + " * ".join([self._paren(base)] * int(exp)) + ")"
+        raise NotImplementedError(f"cannot print {e} as an index")
+
     def _print_Symbol(self, e: sympy.Symbol) -> str:
         return e.name
 
@@ -310,3 +543,40 @@ class _Printer(sympy.printing.str.StrPrinter):
         if e.is_Add or (e.is_Integer and int(e) < 0):
             return f"({text})"
         return text
+
+
+class _PythonPrinter(_Printer):
+    """Host Python: builtins ``min``/``max``, relations and ``and``/``or``/``not`` (guards)."""
+
+    def _print_Min(self, e: sympy.Min) -> str:
+        return "min(" + ", ".join(self._print(a) for a in e.args) + ")"
+
+    def _print_Max(self, e: sympy.Max) -> str:
+        return "max(" + ", ".join(self._print(a) for a in e.args) + ")"
+
+    def _print_Relational(self, e: Any) -> str:
+        return f"({self._print(e.lhs)} {e.rel_op} {self._print(e.rhs)})"
+
+    def _print_And(self, e: Any) -> str:
+        return "(" + " and ".join(self._print(a) for a in e.args) + ")"
+
+    def _print_Or(self, e: Any) -> str:
+        return "(" + " or ".join(self._print(a) for a in e.args) + ")"
+
+    def _print_Not(self, e: Any) -> str:
+        return f"(not {self._print(e.args[0])})"
+
+    def _print_BooleanTrue(self, e: Any) -> str:
+        return "True"
+
+    def _print_BooleanFalse(self, e: Any) -> str:
+        return "False"
+
+    def _print_Float(self, e: sympy.Float) -> str:
+        return repr(float(e))
+
+    def _print_Rational(self, e: sympy.Rational) -> str:
+        return f"({int(e.p)} / {int(e.q)})"
+
+    def _print_Function(self, e: Any) -> str:
+        raise NotImplementedError(f"cannot print {e} ({type(e).__name__}) as host Python")

@@ -186,8 +186,16 @@ def _cached_so(source: str, cc: Compiler) -> str:
         return stored
 
 
-def load_kernels(source: str, signatures: dict[str, int]) -> dict[str, Any]:
-    """Build (or fetch) ``source`` and return its kernels, each taking ``n`` data pointers."""
+_SCALAR_CTYPES = {"int64_t": ctypes.c_int64, "double": ctypes.c_double}
+
+
+def load_kernels(source: str, signatures: dict[str, int | tuple[int, tuple[str, ...]]]) -> dict[str, Any]:
+    """Build (or fetch) ``source`` and return its kernels as ``ctypes`` functions.
+
+    A signature is ``n`` (the kernel takes ``n`` data pointers: static sizes) or
+    ``(n, ("int64_t", "double", ...))``: ``n`` pointers, then scalars of those C types (the size
+    symbols of a dynamic-shape graph), which ``ctypes`` then converts from Python ints/floats.
+    """
     cc = compiler()
     if cc is None:
         raise RuntimeError(f"no working C++ compiler: {unavailable_reason()}")
@@ -196,9 +204,10 @@ def load_kernels(source: str, signatures: dict[str, int]) -> dict[str, Any]:
 
     lib.pyjit_set_num_threads(ctypes.c_int(torch.get_num_threads()))
     kernels = {}
-    for name, nargs in signatures.items():
+    for name, sig in signatures.items():
+        nptrs, scalars = (sig, ()) if isinstance(sig, int) else sig
         fn = getattr(lib, name)
-        fn.argtypes = [ctypes.c_void_p] * nargs
+        fn.argtypes = [ctypes.c_void_p] * nptrs + [_SCALAR_CTYPES[t] for t in scalars]
         fn.restype = None
         kernels[name] = fn
     return kernels

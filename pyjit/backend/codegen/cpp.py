@@ -17,7 +17,14 @@ shapes:
   ``S2 - S1^2/n`` in double; argmax/argmin keep the first extreme (first NaN wins).
 
 fp16/bf16 are stored as ``uint16_t`` and computed in fp32 (round to nearest even on store).
-Sizes are literals (static shapes): a kernel takes only data pointers.
+
+Static graphs: sizes are literals and a kernel takes only data pointers. Symbolic sizes (a
+dynamic-shape graph): the size symbols the kernel uses (``s0``...) are ``int64_t`` parameters
+after the pointers (``double`` for a symbolic float scalar input), listed in
+:attr:`CppKernelSource.size_args` in order; loop bounds, index expressions and reduction counts
+are printed from sympy with those names (:func:`cexpr`). Nothing is specialised to the example
+sizes: no 2-D tiling, no per-row value buffers (their length would be symbolic), and OpenMP
+parallelism is decided per call (``if(parallel: ...)`` on the element count).
 """
 from __future__ import annotations
 
@@ -32,7 +39,7 @@ import torch
 from ...config import config
 from ..ops_handler import BinaryOp, ReductionType, UnaryOp
 from ..scheduler import FusedGroup
-from ..symbolic import _Printer, simplify_with_ranges
+from ..symbolic import _Printer, hint, is_static, simplify_with_ranges
 from .common import IndentedBuffer, compute_dtype
 from .triton import XINDEX, YINDEX, CSEVar, TritonKernel
 
@@ -171,12 +178,12 @@ class _CppPrinter(_Printer):
     """Index expressions as C++ (non-negative int64 arithmetic)."""
 
     def _print_FloorDiv(self, e: Any) -> str:
-        return f"({self._paren(e.args[0])} / {self._paren(e.args[1])})"
+        return f"({self._paren(e.args[0])} / {self._atom(e.args[1])})"
 
     def _print_ModularIndexing(self, e: Any) -> str:
         base, d, m = e.args
-        inner = self._paren(base) if d == 1 else f"({self._paren(base)} / {self._paren(d)})"
-        return f"({inner} % {self._paren(m)})"
+        inner = self._paren(base) if d == 1 else f"({self._paren(base)} / {self._atom(d)})"
+        return f"({inner} % {self._atom(m)})"
 
     def _print_Min(self, e: sympy.Min) -> str:
         args = [self._print(a) for a in e.args]
@@ -202,9 +209,30 @@ class _CppPrinter(_Printer):
         v = int(e)
         return f"INT64_C({v})" if abs(v) >= 2 ** 31 else str(v)
 
+    def _print_Float(self, e: sympy.Float) -> str:
+        return repr(float(e))  # a double literal (symbolic float scalar inputs)
+
+    def _print_Rational(self, e: sympy.Rational) -> str:
+        return f"({int(e.p)}.0 / {int(e.q)}.0)"  # only in float expressions of scalar inputs
+
+    def _print_Function(self, e: Any) -> str:
+        raise NotImplementedError(f"no C++ code for the size expression {e} ({type(e).__name__})")
+
+    _print_Relational = _print_Function
+    _print_Piecewise = _print_Function
+
 
 def cexpr(expr: sympy.Expr) -> str:
+    """``expr`` (an int, or a sympy index/size expression) as C++ int64 arithmetic."""
+    if isinstance(expr, int):
+        return _CppPrinter()._print_Integer(sympy.Integer(expr))
     return _CppPrinter().doprint(expr)
+
+
+def _bound(size: Any) -> str:
+    """A loop bound: the literal of a static size (exactly what static kernels always printed),
+    else the C++ expression over the size parameters."""
+    return str(size) if is_static(size) else cexpr(sympy.sympify(size))
 
 
 def _literal(value: Any, dtype: torch.dtype) -> str:
@@ -277,15 +305,22 @@ class CppKernelSource:
     name: str
     source: str
     arg_names: list[str]  # buffer names passed as data pointers, in order
+    # Size symbols passed after the pointers, in order, with their C types (int64_t, double).
+    size_args: list[str] = dataclasses.field(default_factory=list)
+    size_types: list[str] = dataclasses.field(default_factory=list)
 
 
 class CppKernel(TritonKernel):
     """Generates one C++ kernel. Implements the ops-handler Protocol with ``CSEVar`` values."""
 
     def __init__(self, group: FusedGroup, kernel_index: int, removed: set[str], dtypes: dict[str, torch.dtype],
-                 node_info: dict[str, tuple[str, str]]):
-        # persistent_rmax=0: every reduction row is walked by explicit rindex loops.
-        super().__init__(_in_dependency_order(group), kernel_index, removed, dtypes, 0, node_info)
+                 node_info: dict[str, tuple[str, str]], size_symbols: frozenset[str] = frozenset(),
+                 float_symbols: frozenset[str] = frozenset()):
+        # persistent_rmax=0: every reduction row is walked by explicit rindex loops (so a
+        # symbolic row length needs nothing special). The base class turns 2-D tiling off for
+        # symbolic sizes.
+        super().__init__(_in_dependency_order(group), kernel_index, removed, dtypes, 0, node_info, size_symbols)
+        self.float_symbols = float_symbols
         # Reduction clauses of each rindex loop; None once a loop holds a reduction that cannot
         # be written as one (argmax/argmin), which then runs without ``omp simd``.
         self.simd: dict[int, list[str] | None] = {}
@@ -363,6 +398,10 @@ class CppKernel(TritonKernel):
 
     def constant(self, value: bool | int | float, dtype: torch.dtype) -> CSEVar:
         cdt = compute_dtype(dtype)
+        if isinstance(value, sympy.Basic) and not value.is_number:
+            # A size or a symbolic scalar input: its symbols are kernel parameters.
+            text = cexpr(value)
+            return self._emit(f"({text}) != 0" if cdt == torch.bool else f"static_cast<{cpp_type(cdt)}>({text})", cdt)
         return self._emit(_literal(value, cdt), cdt)
 
     def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> CSEVar:
@@ -512,8 +551,11 @@ class CppKernel(TritonKernel):
             acc_buf.writeline(f"double {acc} = 0, {acc}_sq = 0;")
             loop.writeline(f"{acc} += {value}; {acc}_sq += (double){value} * (double){value};")
             self._clause(f"+:{acc},{acc}_sq")
-            n = float(max(self.rnumel, 1))
-            return self._post(f"static_cast<{t}>(pyjit_max<double>({acc}_sq - {acc} * {acc} / {n!r}, 0.0))", vdt)
+            if is_static(self.rnumel):
+                n = repr(float(max(self.rnumel, 1)))
+            else:
+                n = f"(double)pyjit_max<int64_t>({cexpr(self.rnumel)}, 1)"
+            return self._post(f"static_cast<{t}>(pyjit_max<double>({acc}_sq - {acc} * {acc} / {n}, 0.0))", vdt)
         raise NotImplementedError(f"reduction {reduction_type}")
 
     def _post(self, expr: str, dtype: torch.dtype) -> CSEVar:
@@ -532,8 +574,8 @@ class CppKernel(TritonKernel):
         (``_canonical``), so only the same computation on the same row is shared. Returns the
         buffer declarations for the row body.
         """
-        if self.rnumel > ROW_BUFFER_MAX or self.num_loops < 2:
-            return []
+        if not is_static(self.rnumel) or self.rnumel > ROW_BUFFER_MAX or self.num_loops < 2:
+            return []  # a symbolic row length: the later loops recompute (no stack buffer of unknown size)
         assign = re.compile(r"(\s*)(\w+) (tmp\d+) = (.*);$")
         seen: dict[str, tuple[int, str, str]] = {}
         stored: set[str] = set()
@@ -566,14 +608,27 @@ class CppKernel(TritonKernel):
         name = self.kernel_name()
         params = [f"const {cpp_type(self.dtypes[n])}* __restrict__ {p}" for n, p in self.inputs.items()]
         params += [f"{cpp_type(self.dtypes[n])}* __restrict__ {p}" for n, p in self.outputs.items()]
+        size_args, size_types = self._size_params()
+        params += [f"{t} {a}" for a, t in zip(size_args, size_types)]
         code = IndentedBuffer()
         code.writeline(f'extern "C" void {name}({", ".join(params)}) {{')
         with code.indent():
             for line in self._origin_comments():
                 code.writeline("//" + line[1:])
-            work = self.xnumel * max(self.rnumel, 1)
-            parallel = work >= config.cpp_parallel_min and self.xnumel > 1
             threads = " num_threads(pyjit_threads)"
+            if self.dynamic:
+                # Symbolic sizes: parallel or not is decided per call, on the same rule.
+                rn = max(int(self.rnumel), 1) if is_static(self.rnumel) else self.rnumel
+                work = sympy.sympify(self.xnumel) * rn
+                conds = [f"{cexpr(work)} >= {config.cpp_parallel_min}"]
+                if not is_static(self.xnumel):
+                    conds.append(f"{cexpr(self.xnumel)} > 1")
+                parallel = not is_static(self.xnumel) or int(self.xnumel) > 1
+                threads += f" if(parallel: {' && '.join(conds)})"
+            else:
+                work = self.xnumel * max(self.rnumel, 1)
+                parallel = work >= config.cpp_parallel_min and self.xnumel > 1
+            xbound, rbound = _bound(self.xnumel), _bound(self.rnumel)
             if self.tiling is not None:
                 y, x = self.tiling.ynumel, self.tiling.xnumel
                 if parallel:
@@ -591,14 +646,14 @@ class CppKernel(TritonKernel):
             elif not self.is_reduction:
                 code.writeline(f"#pragma omp parallel for simd schedule(static){threads}" if parallel
                                else "#pragma omp simd")
-                code.writeline(f"for (int64_t xindex = 0; xindex < {self.xnumel}; ++xindex) {{")
+                code.writeline(f"for (int64_t xindex = 0; xindex < {xbound}; ++xindex) {{")
                 with code.indent():
                     code.writelines(self.sections["pre"].lines)
                 code.writeline("}")
             else:
                 if parallel:
                     code.writeline(f"#pragma omp parallel for schedule(static){threads}")
-                code.writeline(f"for (int64_t xindex = 0; xindex < {self.xnumel}; ++xindex) {{")
+                code.writeline(f"for (int64_t xindex = 0; xindex < {xbound}; ++xindex) {{")
                 with code.indent():
                     code.writelines(row_buffers)
                     code.writelines(self.sections["pre"].lines)
@@ -609,19 +664,34 @@ class CppKernel(TritonKernel):
                             if clauses is not None:
                                 red = "".join(f" reduction({c})" for c in clauses)
                                 code.writeline(f"#pragma omp simd{red}")
-                            code.writeline(f"for (int64_t rindex = 0; rindex < {self.rnumel}; ++rindex) {{")
+                            code.writeline(f"for (int64_t rindex = 0; rindex < {rbound}; ++rindex) {{")
                             with code.indent():
                                 code.writelines(self._section(f"loop{i}").lines)
                             code.writeline("}")
                         code.writelines(self._section(f"post{i}").lines)
                 code.writeline("}")
         code.writeline("}")
-        return CppKernelSource(name, code.getvalue(), [*self.inputs.keys(), *self.outputs.keys()])
+        return CppKernelSource(name, code.getvalue(), [*self.inputs.keys(), *self.outputs.keys()], size_args,
+                               size_types)
+
+    def _size_params(self) -> tuple[list[str], list[str]]:
+        """(size symbols the kernel's code uses, their C types), sorted by name."""
+        if not self.size_symbols:
+            return [], []
+        sizes = [sympy.sympify(self.xnumel), sympy.sympify(self.rnumel)]
+        used = {s.name for e in sizes for s in e.free_symbols}
+        body = "\n".join(line for sec in self.sections.values() for line in sec.lines)
+        used |= {n for n in self.size_symbols if re.search(rf"\b{re.escape(n)}\b", body)}
+        names = sorted(used & set(self.size_symbols))
+        if used - set(self.size_symbols):
+            raise NotImplementedError(f"kernel sizes use unbound symbols {sorted(used - set(self.size_symbols))}")
+        return names, ["double" if n in self.float_symbols else "int64_t" for n in names]
 
 
 def generate_cpp_kernel(group: FusedGroup, kernel_index: int, removed: set[str], dtypes: dict[str, torch.dtype],
-                        node_info: dict[str, tuple[str, str]]) -> CppKernelSource:
-    return CppKernel(group, kernel_index, removed, dtypes, node_info).cpp_source()
+                        node_info: dict[str, tuple[str, str]], size_symbols: frozenset[str] = frozenset(),
+                        float_symbols: frozenset[str] = frozenset()) -> CppKernelSource:
+    return CppKernel(group, kernel_index, removed, dtypes, node_info, size_symbols, float_symbols).cpp_source()
 
 
 def translation_unit(kernels: list[CppKernelSource]) -> str:

@@ -8,6 +8,12 @@ temporaries (:class:`CSEVar`, common subexpressions reused). Kernel shapes:
   x-only nodes before the loop (producers) or after it (epilogues).
 fp16/bf16 are loaded as fp32 and rounded only when stored or explicitly cast. Variance uses
 two passes over registers (persistent) or per-lane Welford accumulators (looped).
+
+Dynamic shapes: a symbolic ``xnumel``/``rnumel`` is a kernel argument, the size symbols the
+index expressions use (``s0``...) are kernel arguments (``size_args``), block sizes come from
+the example sizes (``symbolic.hint``), and a reduction over a symbolic ``rnumel`` is looped.
+Kernels index in int32 when the example sizes fit; the wrapper checks at run time that every
+size fits (``int32_limits``) and otherwise runs the graph as captured.
 """
 from __future__ import annotations
 
@@ -21,7 +27,7 @@ import torch
 
 from ..ops_handler import BinaryOp, ReductionType, UnaryOp
 from ..scheduler import RINDEX, XINDEX, FusedGroup, SchedulerNode
-from ..symbolic import simplify_with_ranges, sym, texpr, unflatten_index
+from ..symbolic import FloorDiv, hint, is_static, simplify_with_ranges, sym, texpr, unflatten_index
 from .common import IndentedBuffer, compute_dtype, next_power_of_2, triton_dtype
 from .reduction_heuristics import looped_meta, persistent_meta
 from .tiling import XBLOCK_2D, YBLOCK_2D, Tiling, choose_tiling
@@ -46,8 +52,10 @@ class KernelSource:
     xnumel: int
     rnumel: int
     meta: dict[str, int]  # XBLOCK, RBLOCK, num_warps
-    grid: tuple[int, ...]
+    grid: tuple[Any, ...]  # ints, or sympy expressions over size symbols
     ynumel: int = 1  # > 1 for 2-D tiled pointwise kernels
+    size_args: list[str] = dataclasses.field(default_factory=list)  # size symbols passed after the pointers
+    int64: bool = False  # indexes in int64
 
 
 _LIBDEVICE_UNARY = {"expm1", "log10", "log1p", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh",
@@ -73,15 +81,27 @@ def _literal(value: Any, dtype: torch.dtype) -> str:
     return str(int(value))
 
 
+def _symbolic_literal(value: sympy.Expr, dtype: torch.dtype) -> str:
+    """A kernel-invariant value computed from size symbols / symbolic scalar inputs."""
+    text = texpr(value)
+    if dtype == torch.bool:
+        return f"({text}) != 0"
+    return f"({text})"
+
+
 class TritonKernel:
     """Generates one kernel. Implements the ops-handler Protocol with ``CSEVar`` values."""
 
     def __init__(self, group: FusedGroup, kernel_index: int, removed: set[str], dtypes: dict[str, torch.dtype],
-                 persistent_rmax: int, node_info: dict[str, tuple[str, str]]):
+                 persistent_rmax: int, node_info: dict[str, tuple[str, str]], size_symbols: frozenset[str] = frozenset()):
         self.group = group
         self.xnumel, self.rnumel = group.group
+        self.size_symbols = size_symbols
+        self.dynamic = not (is_static(self.xnumel) and is_static(self.rnumel))
         self.is_reduction = self.rnumel != 1
-        self.persistent = not self.is_reduction or self.rnumel <= persistent_rmax
+        # A symbolic row length is looped: the loop is correct for every length.
+        self.persistent = not self.is_reduction or (is_static(self.rnumel) and self.rnumel <= persistent_rmax)
+        self.rnumel_text = str(self.rnumel) if is_static(self.rnumel) else "rnumel"
         self.removed = removed
         self.dtypes = dtypes
         self.node_info = node_info
@@ -103,8 +123,9 @@ class TritonKernel:
         # sum(exp(value - max)) run online in the max's loop (see _online_exp_sum).
         self.max_of: dict[str, tuple[int, str]] = {}
         self.mask = "xmask"
-        self.int64 = self.xnumel * self.rnumel >= 2 ** 31
-        self.tiling: Tiling | None = None if self.is_reduction else choose_tiling(group)
+        # Symbolic sizes: decided on the example sizes; the wrapper checks each call's sizes.
+        self.int64 = hint(self.xnumel * self.rnumel) >= 2 ** 31
+        self.tiling: Tiling | None = None if (self.is_reduction or self.dynamic) else choose_tiling(group)
         # Shape of kernel-invariant values: Triton broadcasts only between blocks of equal rank.
         self.unit = "[1, 1]" if (self.is_reduction or self.tiling) else "[1]"
         self.full_shape = "[YBLOCK, XBLOCK]" if self.tiling else "[XBLOCK]"
@@ -158,7 +179,7 @@ class TritonKernel:
         kernel variables the index uses; gathered (indirect) indices take the node's full shape.
         """
         text = f"{ptr} + ({self._index_str(index)})"
-        names = {s.name for s in index.free_symbols}
+        names = {s.name for s in index.free_symbols} - self.size_symbols  # sizes are kernel-invariant
         if not names and not store:
             # One address for every lane: a unit block (not a 0-d scalar) keeps ranks uniform.
             return f"{text} + tl.zeros({self.unit}, tl.int32)", None
@@ -219,6 +240,11 @@ class TritonKernel:
 
     def constant(self, value: bool | int | float, dtype: torch.dtype) -> CSEVar:
         cdt = compute_dtype(dtype)
+        if isinstance(value, sympy.Basic) and not value.is_number:
+            # A size or a symbolic scalar input: its symbols are kernel arguments.
+            return self._emit(f"tl.full({self.unit}, 0, {triton_dtype(cdt)}) + {_symbolic_literal(value, cdt)}"
+                              if cdt != torch.bool else f"tl.full({self.unit}, 0, tl.int1) | "
+                              f"{_symbolic_literal(value, cdt)}", cdt)
         return self._emit(f"tl.full({self.unit}, {_literal(value, cdt)}, {triton_dtype(cdt)})", cdt)
 
     def index_expr(self, expr: sympy.Expr, dtype: torch.dtype) -> CSEVar:
@@ -345,7 +371,8 @@ class TritonKernel:
             # var_mean) shares this reduction instead of running a second one.
             m = self._emit(f"tl.where({mask}, {full}, 0)", vdt)
             s = self._emit(f"tl.sum({m}, 1)[:, None]", vdt)
-            mean = self._emit(f"{s} / {float(self.rnumel)!r}", vdt)
+            count = f"{float(self.rnumel)!r}" if is_static(self.rnumel) else "rnumel"
+            mean = self._emit(f"{s} / {count}", vdt)
             d = self._emit(f"tl.where({mask}, {full} - {mean}, 0)", vdt)
             return self._emit(f"tl.sum({d} * {d}, 1)[:, None]", vdt)
         if rtype in ("max", "min"):
@@ -366,14 +393,15 @@ class TritonKernel:
                 isnan = self._emit(f"({full} != {full}) & {mask}", torch.bool)
                 m = self._emit(f"tl.where({mask} & ~{isnan}, {full}, {ident})", vdt)
                 best = self._emit(f"{fn}({m}, 1)[:, None]", vdt)
-                idx = self._emit(f"tl.min(tl.where(({m} == {best}) & {mask}, {rfull}, {self.rnumel}), 1)[:, None]",
+                idx = self._emit(f"tl.min(tl.where(({m} == {best}) & {mask}, {rfull}, {self.rnumel_text}), 1)[:, None]",
                                  torch.int32)
-                nan_idx = self._emit(f"tl.min(tl.where({isnan}, {rfull}, {self.rnumel}), 1)[:, None]", torch.int32)
-                idx = self._emit(f"tl.where({nan_idx} < {self.rnumel}, {nan_idx}, {idx})", torch.int32)
+                nan_idx = self._emit(f"tl.min(tl.where({isnan}, {rfull}, {self.rnumel_text}), 1)[:, None]",
+                                     torch.int32)
+                idx = self._emit(f"tl.where({nan_idx} < {self.rnumel_text}, {nan_idx}, {idx})", torch.int32)
             else:
                 m = self._emit(f"tl.where({mask}, {full}, {ident})", vdt)
                 best = self._emit(f"{fn}({m}, 1)[:, None]", vdt)
-                idx = self._emit(f"tl.min(tl.where(({m} == {best}) & {mask}, {rfull}, {self.rnumel}), 1)[:, None]",
+                idx = self._emit(f"tl.min(tl.where(({m} == {best}) & {mask}, {rfull}, {self.rnumel_text}), 1)[:, None]",
                                  torch.int32)
             return self._emit(f"{idx}.to(tl.int64)", torch.int64)
         raise NotImplementedError(f"reduction {rtype}")
@@ -421,7 +449,7 @@ class TritonKernel:
             loop.writeline(f"{take} = {mask} & (({full} {cmp} {acc}){nan_take})")
             loop.writeline(f"{acc} = tl.where({take}, {full}, {acc})")
             if rtype in ("argmax", "argmin"):
-                acc_buf.writeline(f"{acc}_idx = tl.full([XBLOCK, RBLOCK], {self.rnumel}, tl.int64)")
+                acc_buf.writeline(f"{acc}_idx = tl.full([XBLOCK, RBLOCK], 0, tl.int64) + {self.rnumel_text}")
                 loop.writeline(f"{acc}_idx = tl.where({take}, tl.broadcast_to(rindex, [XBLOCK, RBLOCK]).to(tl.int64), "
                                f"{acc}_idx)")
             fn = "tl.max" if cmp == ">" else "tl.min"
@@ -434,7 +462,7 @@ class TritonKernel:
                     self.max_of[best.name] = (self.loop, value.name)
                 return best
             hit = f"({acc} == {best})" + (f" | (({acc} != {acc}) & ({best} != {best}))" if fp else "")
-            return self._post(f"tl.min(tl.where({hit}, {acc}_idx, {self.rnumel}), 1)[:, None]", torch.int64)
+            return self._post(f"tl.min(tl.where({hit}, {acc}_idx, {self.rnumel_text}), 1)[:, None]", torch.int64)
         if rtype == "m2":
             acc_buf.writeline(f"{acc}_mean = tl.zeros([XBLOCK, RBLOCK], {tdt})")
             acc_buf.writeline(f"{acc}_m2 = tl.zeros([XBLOCK, RBLOCK], {tdt})")
@@ -592,7 +620,10 @@ class TritonKernel:
             self._drop_dead_loop_temporaries()
         name = self.kernel_name()
         meta = self._launch_meta()
-        params = [*self.inputs.values(), *self.outputs.values()] + (["ynumel"] if self.tiling else []) + ["xnumel"]
+        body = "\n".join(line for sec in self.sections.values() for line in sec.lines)
+        size_args = sorted(n for n in self.size_symbols if re.search(rf"\b{n}\b", body))
+        params = [*self.inputs.values(), *self.outputs.values(), *size_args] + (["ynumel"] if self.tiling else []) \
+            + ["xnumel"]
         if self.is_reduction:
             params.append("rnumel")
         params += (["YBLOCK: tl.constexpr"] if self.tiling else []) + ["XBLOCK: tl.constexpr"]
@@ -630,7 +661,7 @@ class TritonKernel:
                 # The trip count is a literal (shapes are static per kernel): Triton 3.6's
                 # interpreter passes int arguments as 1-element arrays that ``range`` rejects,
                 # and a compile-time bound lets the compiler drop the loop's bound checks.
-                code.writeline(f"for roffset in range(0, {self.rnumel}, RBLOCK):")
+                code.writeline(f"for roffset in range(0, {self.rnumel_text}, RBLOCK):")
                 with code.indent():
                     code.writeline(f"rindex = roffset + tl.arange(0, RBLOCK)[None, :]{self._i64()}")
                     code.writeline("rmask = rindex < rnumel")
@@ -639,10 +670,15 @@ class TritonKernel:
         arg_names = [*self.inputs.keys(), *self.outputs.keys()]
         if self.tiling is not None:
             t = self.tiling
-            grid: tuple[int, ...] = (-(-t.xnumel // meta["XBLOCK"]), -(-t.ynumel // meta["YBLOCK"]))
-            return KernelSource(name, code.getvalue(), arg_names, t.xnumel, self.rnumel, meta, grid, t.ynumel)
-        grid = (-(-self.xnumel // meta["XBLOCK"]),)
-        return KernelSource(name, code.getvalue(), arg_names, self.xnumel, self.rnumel, meta, grid)
+            grid: tuple[Any, ...] = (-(-t.xnumel // meta["XBLOCK"]), -(-t.ynumel // meta["YBLOCK"]))
+            return KernelSource(name, code.getvalue(), arg_names, t.xnumel, self.rnumel, meta, grid, t.ynumel,
+                                size_args, self.int64)
+        if is_static(self.xnumel):
+            grid = (-(-self.xnumel // meta["XBLOCK"]),)
+        else:
+            grid = (FloorDiv(self.xnumel + meta["XBLOCK"] - 1, meta["XBLOCK"]),)
+        return KernelSource(name, code.getvalue(), arg_names, self.xnumel, self.rnumel, meta, grid, 1, size_args,
+                            self.int64)
 
     def _i64(self) -> str:
         return ".to(tl.int64)" if self.int64 else ""
@@ -659,7 +695,7 @@ class TritonKernel:
         return lines[:12]
 
     def _launch_meta(self) -> dict[str, int]:
-        X, R = self.xnumel, self.rnumel
+        X, R = hint(self.xnumel), hint(self.rnumel)  # symbolic sizes: tuned for the example sizes
         if self.tiling is not None:
             return {"YBLOCK": YBLOCK_2D, "XBLOCK": XBLOCK_2D, "num_warps": 4}
         if not self.is_reduction:
@@ -677,10 +713,11 @@ class TritonKernel:
 
 def generate_kernel(group: FusedGroup, kernel_index: int, removed: set[str], dtypes: dict[str, torch.dtype],
                     persistent_rmax: int, node_info: dict[str, tuple[str, str]],
-                    multi_pass_rmax: int = 0) -> KernelSource:
-    kernel = TritonKernel(group, kernel_index, removed, dtypes, persistent_rmax, node_info)
+                    multi_pass_rmax: int = 0, size_symbols: frozenset[str] = frozenset()) -> KernelSource:
+    kernel = TritonKernel(group, kernel_index, removed, dtypes, persistent_rmax, node_info, size_symbols)
     source = kernel.source()
-    if kernel.is_reduction and not kernel.persistent and kernel.row_passes() > 1 and kernel.rnumel <= multi_pass_rmax:
+    if kernel.is_reduction and not kernel.persistent and kernel.row_passes() > 1 and is_static(kernel.rnumel) \
+            and kernel.rnumel <= multi_pass_rmax:
         # Several passes over each row (statistics, then the normalising pass) would read it
         # from memory once per pass: hold the row in registers instead and read it once. A
         # kernel whose passes were folded into one loop (online log-sum-exp) keeps its loop:

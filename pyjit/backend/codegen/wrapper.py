@@ -5,12 +5,21 @@ buffer of the same layout, planned by ``pyjit.runtime.allocator``), kernel launc
 their grids, extern aten calls, ``del`` at each buffer's last use, write-back of mutated
 inputs, and the outputs. ``python <module>.py`` runs it standalone on random inputs and
 prints its time per call.
+
+Dynamic shapes: ``call`` first binds each size symbol from the inputs (``s0 = arg0_1.shape[0]``,
+or a stride; a symbolic scalar input is unpacked under its symbol's name), then allocates,
+launches and computes grids with expressions over them. Such a module also defines
+``check(args)``: True when the call's inputs fit the symbolic layouts the kernels were
+generated for (dtype, device, rank, every size and stride equal to its expression, guards the
+aten trace added, int32 index range of Triton kernels; C++ kernels index in int64); the compiled
+callable runs the graph as captured otherwise.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
+import sympy
 import torch
 
 from ...config import config
@@ -18,6 +27,7 @@ from ...runtime.allocator import Step, plan_buffers
 from ..graph import GraphLowering
 from ..ir import Buffer, ExternKernel, IRNode, MultiOutput, ReinterpretView
 from ..scheduler import Scheduler
+from ..symbolic import hint, is_static, pexpr
 from .common import IndentedBuffer
 from .cpp import CppKernelSource, generate_cpp_kernel, translation_unit
 from .triton import KernelSource, generate_kernel
@@ -38,6 +48,8 @@ def _op_path(op: Any) -> str:
 
 
 def _const(value: Any) -> str:
+    if isinstance(value, sympy.Basic):
+        return pexpr(value)  # a size expression: its symbols are bound at the top of call()
     if isinstance(value, torch.dtype):
         return str(value)
     if isinstance(value, torch.device):
@@ -68,6 +80,15 @@ class WrapperCodegen:
         # CPU graphs under PYJIT_CPU_BACKEND=cpp get C++ kernels (codegen/cpp.py), one
         # translation unit per graph, called with data pointers; everything else gets Triton.
         self.cpp = device.type == "cpu" and config.cpu_backend == "cpp"
+        self.input_names = list(graph.input_names) + [b.name for b, _ in graph.constants]
+        self.extra_guards: list[sympy.Expr] = list(getattr(graph, "extra_guards", []))
+        self.bindings, self.symbols = self._bind_symbols()
+        self.dynamic = bool(self.symbols)
+        # Symbolic float scalar inputs (``double`` parameters of C++ kernels).
+        self.float_symbols = frozenset(p.name for p in graph.placeholders
+                                       if isinstance(p, sympy.Symbol) and not p.is_integer)
+        # Symbolic element counts that kernels index with int32: each call checks they fit.
+        self.int32_limits: list[sympy.Expr] = []
 
     def value(self, node: Any) -> str:
         if isinstance(node, ReinterpretView):
@@ -109,16 +130,19 @@ class WrapperCodegen:
                 lines.append(("extern", step_lines))
                 continue
             if self.cpp:
-                cks = generate_cpp_kernel(group, len(kernels), removed, self.dtypes, graph.node_info)
+                cks = generate_cpp_kernel(group, len(kernels), removed, self.dtypes, graph.node_info,
+                                          frozenset(self.symbols), self.float_symbols)
                 kernels.append(cks)
                 allocs = [(n.name, (n.buf.layout.size, n.buf.layout.stride, n.buf.layout.dtype))
                           for n in group.nodes if n.name not in removed]
                 steps.append(Step(allocs, {a for a in cks.arg_names if a not in group.names}))
-                ptrs = ", ".join(f"{a}.data_ptr()" for a in cks.arg_names)
+                ptrs = ", ".join([f"{a}.data_ptr()" for a in cks.arg_names] + list(cks.size_args))
                 lines.append(("kernel", [f"{cks.name}({ptrs})"]))
                 continue
             ks = generate_kernel(group, len(kernels), removed, self.dtypes, self.persistent_rmax, graph.node_info,
-                                 config.backend_persistent_multi_pass_max)
+                                 config.backend_persistent_multi_pass_max, frozenset(self.symbols))
+            if not ks.int64 and not is_static(ks.xnumel * ks.rnumel):
+                self.int32_limits.append(sympy.sympify(ks.xnumel * ks.rnumel * ks.ynumel))
             kernels.append(ks)
             allocs = []
             for n in group.nodes:
@@ -128,8 +152,8 @@ class WrapperCodegen:
                 allocs.append((n.name, (lay.size, lay.stride, lay.dtype)))
             reads = {a for a in ks.arg_names if a not in {n.name for n in group.nodes}}
             steps.append(Step(allocs, reads))
-            sizes = ([str(ks.ynumel)] if ks.ynumel != 1 else []) + [str(ks.xnumel)]
-            args = ", ".join(ks.arg_names + sizes + ([str(ks.rnumel)] if ks.rnumel != 1 else []))
+            sizes = ([pexpr(ks.ynumel)] if ks.ynumel != 1 else []) + [pexpr(ks.xnumel)]
+            args = ", ".join(ks.arg_names + ks.size_args + sizes + ([pexpr(ks.rnumel)] if ks.rnumel != 1 else []))
             meta = ", ".join(f"{k}={v}" for k, v in ks.meta.items())
             lines.append(("kernel", [f"{ks.name}[{_const(ks.grid)}]({args}, {meta})"]))
         recyclable = {name for s in steps for name, _ in s.allocs}
@@ -144,11 +168,14 @@ class WrapperCodegen:
             out.writelines(ks.source.rstrip("\n").split("\n"))
         out.writeline("")
         out.writeline("")
+        if self.dynamic:
+            out.writelines(self._check_function(steps))
         out.writeline("def call(args):")
         with out.indent():
-            names = [b.name for b in self.inputs]
+            names = self.input_names
             if names:
                 out.writeline(f"{', '.join(names)}, = args")
+            out.writelines(self.bindings)
             for step, (kind, step_lines), frees in zip(steps, lines, plan.frees):
                 for name, key in step.allocs:
                     size, stride, dtype = key
@@ -166,6 +193,75 @@ class WrapperCodegen:
             out.writeline(f"return ({outs}{',' if len(graph.outputs) == 1 else ''})")
         out.writelines(self._benchmark_main())
         return GeneratedModule(out.getvalue(), [k.name for k in kernels], extern_calls, len(plan.reuse))
+
+    # ------------------------------------------------------------------ dynamic shapes
+    def _bind_symbols(self) -> tuple[list[str], list[str]]:
+        """(lines binding each size symbol from the inputs, all symbol names), in call() order.
+
+        A scalar input is bound by the unpacking itself; a tensor input binds the symbols that
+        are a whole size or stride of it. A symbol no input binds this way cannot be computed.
+        """
+        graph = self.graph
+        bound: set[str] = {name for name, p in zip(graph.input_names, graph.placeholders)
+                           if isinstance(p, sympy.Symbol) and p.name == name}
+        used: set[str] = set()
+        lines: list[str] = []
+        for p in [*graph.placeholders, *self.extra_guards]:
+            if isinstance(p, sympy.Basic):
+                used |= {s.name for s in p.free_symbols}
+        for buf in graph.graph_inputs:
+            lay = buf.layout
+            for kind, values in (("shape", lay.size), ("stride()", lay.stride)):
+                for d, v in enumerate(values):
+                    if is_static(v):
+                        continue
+                    used |= {s.name for s in v.free_symbols}
+                    if isinstance(v, sympy.Symbol) and v.name not in bound:
+                        bound.add(v.name)
+                        lines.append(f"{v.name} = {buf.name}.{kind}[{d}]")
+        if used - bound:
+            raise NotImplementedError(f"size symbols {sorted(used - bound)} are not a size of any input")
+        return lines, sorted(bound)
+
+    def _check_function(self, steps: list[Step]) -> list[str]:
+        """``check(args)``: do the call's inputs fit the symbolic layouts (see the module docstring)?"""
+        graph = self.graph
+        lines = ["def check(args):"]
+        body = [f"{', '.join(self.input_names)}, = args"] if self.input_names else []
+        conds_pre: list[str] = []
+        for name, p in zip(graph.input_names, graph.placeholders):
+            if isinstance(p, sympy.Basic):
+                kind = "int" if p.is_integer else "float"
+                conds_pre.append(f"type({name}) is {kind}")
+                if p.name != name:
+                    conds_pre.append(f"{name} == {pexpr(p)}")
+                continue
+            lay = p.layout
+            conds_pre.append(f"isinstance({name}, torch.Tensor) and {name}.dim() == {len(lay.size)} and "
+                             f"{name}.dtype == {lay.dtype} and {name}.device == DEVICE")
+        body.append(f"if not ({' and '.join(conds_pre) or 'True'}):")
+        body.append("    return False")
+        body += self.bindings
+        conds: list[str] = []
+        for buf in graph.graph_inputs:
+            lay = buf.layout
+            conds.append(f"{buf.name}.shape == ({''.join(pexpr(s) + ', ' for s in lay.size)})")
+            conds.append(f"{buf.name}.stride() == ({''.join(pexpr(s) + ', ' for s in lay.stride)})")
+            if not self.cpp and not all(is_static(s) for s in (*lay.size, *lay.stride)):
+                span = sympy.Add(1, *[(s - 1) * st for s, st in zip(lay.size, lay.stride)])
+                self.int32_limits.append(span)
+        for step in steps if not self.cpp else []:  # C++ kernels index in int64
+            for _, (size, _stride, _dtype) in step.allocs:
+                if not all(is_static(s) for s in size):
+                    self.int32_limits.append(sympy.Mul(*size))
+        limits = sorted({pexpr(e) for e in self.int32_limits if not is_static(e)})
+        if limits:
+            conds.append(f"max({', '.join(limits)}{',' if len(limits) == 1 else ''}) < 2 ** 31" if len(limits) > 1
+                         else f"{limits[0]} < 2 ** 31")
+        conds += [pexpr(g) for g in self.extra_guards]
+        body.append(f"return {' and '.join(f'({c})' for c in conds) or 'True'}")
+        lines += ["    " + ln for ln in body]
+        return lines + ["", ""]
 
     def _kept_names(self) -> set[str]:
         keep = {b.name for b in self.inputs}
@@ -194,7 +290,10 @@ class WrapperCodegen:
             return []
         source = translation_unit(kernels)
         assert "'''" not in source and "\\" not in source
-        sigs = ", ".join(f"{k.name!r}: {len(k.arg_names)}" for k in kernels)
+        # Static kernels take data pointers only (``name: n``); dynamic ones also their size
+        # symbols (``name: (n, ("int64_t", ...))``), so ctypes passes them as 64-bit integers.
+        sigs = ", ".join(f"{k.name!r}: {len(k.arg_names)}" if not k.size_args
+                         else f"{k.name!r}: ({len(k.arg_names)}, {tuple(k.size_types)!r})" for k in kernels)
         lines = ["", "", "from pyjit.runtime.cpp_build import load_kernels", "", f"CPP_SOURCE = r'''", *source.split("\n"),
                  "'''", "", f"_kernels = load_kernels(CPP_SOURCE, {{{sigs}}})"]
         lines += [f"{k.name} = _kernels[{k.name!r}]" for k in kernels]
@@ -230,14 +329,23 @@ class WrapperCodegen:
         ]
 
     def _benchmark_main(self) -> list[str]:
-        specs = [(tuple(b.layout.size), tuple(b.layout.stride), b.layout.dtype) for b in self.inputs]
+        # Symbolic sizes and scalar inputs take their example values.
+        specs: list[Any] = [hint(p) if not isinstance(p, Buffer) else
+                            (tuple(hint(s) for s in p.layout.size), tuple(hint(s) for s in p.layout.stride),
+                             p.layout.dtype) for p in self.graph.placeholders]
+        specs += [(tuple(b.layout.size), tuple(b.layout.stride), b.layout.dtype) for b, _ in self.graph.constants]
+        # Scalar inputs (symbolic graphs only) are passed as they are; a static graph's module
+        # keeps the plain loop it always had.
+        loop = ["    for spec in specs:", "        if not isinstance(spec, tuple):", "            out.append(spec)",
+                "            continue", "        size, stride, dtype = spec"] \
+            if any(not isinstance(sp, tuple) for sp in specs) else ["    for size, stride, dtype in specs:"]
         return [
             "",
             "",
             "def make_inputs():",
             f"    specs = {_const(specs)}",
             "    out = []",
-            "    for size, stride, dtype in specs:",
+            *loop,
             "        t = torch.empty_strided(size, stride, device=DEVICE, dtype=dtype)",
             "        t.copy_(torch.randn(size).to(dtype) if dtype.is_floating_point else torch.randint(0, 2, size).to(dtype))",
             "        out.append(t)",

@@ -10,6 +10,7 @@ import sympy
 import torch
 
 from ..ir import IRNode, Pointwise, StorageBox
+from ..symbolic import as_size
 from .registry import aten, prims, register_lowering
 
 
@@ -29,7 +30,7 @@ def full(ctx: Any, size: Sequence[int], value: Any, dtype: torch.dtype, device: 
     def inner_fn(ops: Any, index: Sequence[sympy.Expr]) -> Any:
         return ops.constant(value, dtype)
 
-    return StorageBox(Pointwise(dev, dtype, [int(s) for s in size], set(ctx.current_origins()), inner_fn=inner_fn))
+    return StorageBox(Pointwise(dev, dtype, [as_size(s) for s in size], set(ctx.current_origins()), inner_fn=inner_fn))
 
 
 @register_lowering(aten.full.default)
@@ -87,7 +88,7 @@ def _arange(ctx: Any, *args: Any, dtype: torch.dtype | None = None, layout: Any 
     else:
         start, end, step = args[:3]
     val = ctx.current_meta_val()
-    length = int(val.shape[0])
+    length = as_size(val.shape[0])
     if dtype is None:
         dtype = val.dtype
     return _range(ctx, start, step, length, dtype, device)
@@ -96,4 +97,4 @@ def _arange(ctx: Any, *args: Any, dtype: torch.dtype | None = None, layout: Any 
 @register_lowering(prims.iota)
 def _iota(ctx: Any, length: int, *, start: int, step: int, dtype: torch.dtype, device: Any,
           requires_grad: bool) -> IRNode:
-    return _range(ctx, start, step, int(length), dtype, device)
+    return _range(ctx, start, step, as_size(length), dtype, device)

@@ -14,7 +14,7 @@ import sympy
 import torch
 
 from ..ir import IRNode, Pointwise, StorageBox
-from ..symbolic import FloorDiv
+from ..symbolic import FloorDiv, as_size, is_static, known_true
 from .registry import (
     aten,
     broadcast_shapes,
@@ -27,7 +27,7 @@ from .registry import (
 
 def _clamp(expr: sympy.Expr, hi: int) -> sympy.Expr:
     """``expr`` clamped into ``[0, hi - 1]`` (an address that is always valid)."""
-    return sympy.Min(sympy.Max(expr, 0), max(hi - 1, 0))
+    return sympy.Min(sympy.Max(expr, 0), max(hi - 1, 0) if is_static(hi) else hi - 1)
 
 
 def _in_range(ops: Any, expr: sympy.Expr, lo: int, hi: int) -> Any:
@@ -38,7 +38,7 @@ def _in_range(ops: Any, expr: sympy.Expr, lo: int, hi: int) -> Any:
 
 def _box(ctx: Any, inputs: Sequence[IRNode], dtype: torch.dtype, size: Sequence[int], inner_fn: Any) -> StorageBox:
     origins = set().union(*[i.get_origins() for i in inputs]) | ctx.current_origins()
-    return StorageBox(Pointwise(inputs[0].get_device(), dtype, [int(s) for s in size], origins, inner_fn=inner_fn))
+    return StorageBox(Pointwise(inputs[0].get_device(), dtype, [as_size(s) for s in size], origins, inner_fn=inner_fn))
 
 
 @register_lowering(aten.cat)
@@ -187,10 +187,20 @@ def _slice_scatter(ctx: Any, x: IRNode, src: IRNode, dim: int = 0, start: int | 
     size = x.get_size()
     dim = canonical_dim(dim, len(size))
     n = size[dim]
-    start = 0 if start is None else (start + n if start < 0 else start)
-    end = n if end is None else (end + n if end < 0 else end)
-    start, end = max(0, min(n, start)), max(0, min(n, end))
     m = src.get_size()[dim]
+    if all(is_static(v) for v in (n, 0 if start is None else start, 0 if end is None else end, m)):
+        start = 0 if start is None else (start + n if start < 0 else start)
+        end = n if end is None else (end + n if end < 0 else end)
+        start, end = max(0, min(n, start)), max(0, min(n, end))
+    else:
+        # Symbolic sizes: the start as ``slice_view`` takes it (provably inside [0, n], else
+        # refused); the region ends after ``src``'s traced length (torch's clamped end).
+        start = 0 if start is None else as_size(start)
+        if known_true(sympy.sympify(start) < 0):
+            start = as_size(n + start)
+        if not (known_true(sympy.sympify(start) >= 0) and known_true(sympy.sympify(start) <= n)):
+            raise NotImplementedError(f"slice_scatter into a symbolic size from {start} (not provably inside)")
+        end = as_size(start + (m - 1) * step + 1)
     xload, sload = x.make_loader(), src.make_loader()
     dtype = x.get_dtype()
 

@@ -15,7 +15,7 @@ import torch
 
 from ..ir import IRNode, Reduction, StorageBox
 from ..ops_handler import ReductionType
-from ..symbolic import prod, unflatten_index
+from ..symbolic import is_static, known_true, prod, unflatten_index
 from .registry import aten, canonical_dims, make_pointwise, prims, register_lowering
 from .views import _view
 
@@ -98,6 +98,8 @@ def _split_factor(xnumel: int, rnumel: int, reduction_type: ReductionType) -> in
     """
     from ...config import config
 
+    if not (is_static(xnumel) and is_static(rnumel)):
+        return 1  # symbolic: no split (chunks must divide every size the graph serves)
     if reduction_type not in _SPLITTABLE or xnumel >= 128 or rnumel < config.backend_split_reduction_min:
         return 1
     split = 1
@@ -128,6 +130,11 @@ def _split_reduction(ctx: Any, x: IRNode, ranges: list[int], rnumel: int, split:
     return ctx.realize(StorageBox(Reduction(
         x.get_device(), out_dtype, ranges, set(origins), inner_fn=second, reduction_ranges=[split],
         reduction_type=_SPLITTABLE[reduction_type], src_dtype=partial_dtype)))
+
+
+def _float_size(n: Any) -> Any:
+    """A count as a float constant; a symbolic count stays an expression (printed in the kernel)."""
+    return float(n) if is_static(n) else n
 
 
 def reduced_numel(x: IRNode, dim: Any) -> int:
@@ -165,7 +172,7 @@ def _mean(ctx: Any, x: IRNode, dim: Any = None, keepdim: bool = False, *, dtype:
         raise NotImplementedError("mean of an integer tensor raises in eager")
     n = reduced_numel(x, dim)
     total = make_reduction(ctx, x, dim, keepdim, "sum", out, acc_dtype(out))
-    return make_pointwise(ctx, [total], lambda ops, v: ops.binary("truediv", v, ops.constant(float(n), out)), out)
+    return make_pointwise(ctx, [total], lambda ops, v: ops.binary("truediv", v, ops.constant(_float_size(n), out)), out)
 
 
 @register_lowering(aten.amax, aten.amin)
@@ -228,11 +235,16 @@ def _var_parts(ctx: Any, x: IRNode, dim: Any, correction: float | None, keepdim:
     corr = 1.0 if correction is None else float(correction)
     vdt = acc_dtype(dt)
     m2 = make_reduction(ctx, x, dim, keepdim, "m2", dt, vdt)
-    denom = max(0.0, n - corr)
+    if is_static(n):
+        denom = max(0.0, n - corr)
+    elif known_true(n - corr >= 0):
+        denom = n - corr
+    else:
+        raise NotImplementedError(f"var with correction {corr} over a symbolic count {n}")
     var = make_pointwise(ctx, [m2], lambda ops, v: ops.binary("truediv", v, ops.constant(denom, vdt)), dt,
                          compute_dtype=vdt)
     total = make_reduction(ctx, x, dim, keepdim, "sum", dt, vdt)
-    mean = make_pointwise(ctx, [total], lambda ops, v: ops.binary("truediv", v, ops.constant(float(n), vdt)), dt,
+    mean = make_pointwise(ctx, [total], lambda ops, v: ops.binary("truediv", v, ops.constant(_float_size(n), vdt)), dt,
                           compute_dtype=vdt)
     return var, mean
 

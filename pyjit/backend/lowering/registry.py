@@ -60,27 +60,44 @@ def is_float(dtype: torch.dtype) -> bool:
 
 def meta_of(x: Any) -> Any:
     """A meta tensor (or scalar) standing for ``x`` in torch's type-promotion helpers."""
+    from ..symbolic import is_static
     if isinstance(x, IRNode):
-        return torch.empty(x.get_size(), dtype=x.get_dtype(), device="meta")
+        # Promotion depends on the dtype and on 0-dim-ness only: a symbolic size stands as 2.
+        size = [s if is_static(s) else 2 for s in x.get_size()]
+        return torch.empty(size, dtype=x.get_dtype(), device="meta")
+    if isinstance(x, sympy.Basic):  # a symbolic scalar graph input
+        return 1.0 if (x.is_real and not x.is_integer) or not x.is_integer else 1
     return x
 
 
 def promote(*args: Any, kind: ELEMENTWISE_TYPE_PROMOTION_KIND = ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT
             ) -> tuple[torch.dtype, torch.dtype]:
     """(computation dtype, result dtype) under torch's elementwise promotion rules."""
-    metas = [meta_of(a) for a in args if isinstance(a, (IRNode, bool, int, float))]
+    metas = [meta_of(a) for a in args if isinstance(a, (IRNode, bool, int, float, sympy.Basic))]
     return elementwise_dtypes(*metas, type_promotion_kind=kind)
 
 
 # --------------------------------------------------------------------------- broadcasting
 def broadcast_shapes(*shapes: Sequence[int]) -> list[int]:
-    return list(torch.broadcast_shapes(*[tuple(s) for s in shapes]))
+    from ..symbolic import is_static
+    if all(is_static(s) for shape in shapes for s in shape):
+        return list(torch.broadcast_shapes(*[tuple(s) for s in shapes]))
+    # Symbolic sizes (never 0 or 1): a dimension is its non-1 size, which all must share.
+    ndim = max((len(s) for s in shapes), default=0)
+    out = []
+    for d in range(ndim):
+        sizes = {s[d - ndim + len(s)] for s in shapes if d - ndim + len(s) >= 0} - {1}
+        if len(sizes) > 1:
+            raise NotImplementedError(f"cannot broadcast symbolic sizes {sorted(map(str, sizes))}")
+        out.append(sizes.pop() if sizes else 1)
+    return out
 
 
 def expand_to(x: IRNode, size: Sequence[int]) -> IRNode:
     """Broadcast ``x`` to ``size`` (numpy rules) as an index transformation."""
+    from ..symbolic import as_size
     old = x.get_size()
-    size = [int(s) for s in size]
+    size = [as_size(s) for s in size]
     if old == size:
         return x
     lead = len(size) - len(old)

@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 import sympy
+import torch
 
 from ..ir import IRNode, Layout, ReinterpretView, View, as_strided_layout
-from ..symbolic import contiguous_strides, prod
+from ..symbolic import FloorDiv, as_size, contiguous_strides, is_static, known_true, prod
 from .registry import (
     aten,
     canonical_dim,
@@ -38,16 +39,20 @@ def make_view(x: IRNode, size: Sequence[int], reindex: Reindex,
 
 
 def _with(layout: Layout, size: Sequence[int], stride: Sequence[int], offset: int) -> Layout:
-    return Layout(layout.device, layout.dtype, tuple(int(s) for s in size), tuple(int(s) for s in stride), int(offset))
+    return Layout(layout.device, layout.dtype, tuple(as_size(s) for s in size), tuple(as_size(s) for s in stride),
+                  as_size(offset))
 
 
 # --------------------------------------------------------------------------- reshape
 def infer_size(size: Sequence[int], numel: int) -> list[int]:
-    size = [int(s) for s in size]
+    size = [as_size(s) for s in size]
     if -1 in size:
         k = size.index(-1)
         rest = prod(s for i, s in enumerate(size) if i != k)
-        size[k] = numel // rest if rest else 0
+        if is_static(numel) and is_static(rest):
+            size[k] = int(numel) // int(rest) if rest else 0
+        else:
+            size[k] = as_size(FloorDiv(sympy.sympify(numel), sympy.sympify(rest)))
     return size
 
 
@@ -58,11 +63,15 @@ def reshape_strides(old_size: Sequence[int], old_stride: Sequence[int], new_size
     among themselves; each chunk must be split exactly by consecutive new dimensions (the rule
     aten's ``view`` applies).
     """
-    new_size = [int(s) for s in new_size]
+    new_size = [as_size(s) for s in new_size]
     if prod(old_size) == 0 or prod(new_size) == 0:
         return contiguous_strides(new_size)
-    old_size = [int(s) for s in old_size] or [1]
-    old_stride = [int(s) for s in old_stride] or [1]
+    old_size = [as_size(s) for s in old_size] or [1]
+    old_stride = [as_size(s) for s in old_stride] or [1]
+    # With symbolic sizes ``<`` is decided by known_true: an undecidable comparison stops the
+    # chunk early, the sizes then fail to match and the view is an index map (always correct).
+    less = (lambda a, b: a < b) if all(is_static(v) for v in [*old_size, *old_stride, *new_size]) \
+        else (lambda a, b: known_true(sympy.sympify(a) < sympy.sympify(b)))
     new_stride = [0] * len(new_size)
     view_d = len(new_size) - 1
     chunk_base_stride = old_stride[-1]
@@ -73,11 +82,11 @@ def reshape_strides(old_size: Sequence[int], old_stride: Sequence[int], new_size
         chunk_ends = tensor_d == 0 or (
             old_size[tensor_d - 1] != 1 and old_stride[tensor_d - 1] != tensor_numel * chunk_base_stride)
         if chunk_ends:
-            while view_d >= 0 and (view_numel < tensor_numel or new_size[view_d] == 1):
+            while view_d >= 0 and (less(view_numel, tensor_numel) or new_size[view_d] == 1):
                 new_stride[view_d] = view_numel * chunk_base_stride
                 view_numel *= new_size[view_d]
                 view_d -= 1
-            if view_numel != tensor_numel:
+            if as_size(view_numel) != as_size(tensor_numel):
                 return None
             if tensor_d > 0:
                 chunk_base_stride = old_stride[tensor_d - 1]
@@ -156,7 +165,7 @@ def _numpy_t(ctx: Any, x: IRNode) -> IRNode:
 # --------------------------------------------------------------------------- expand
 def expand(x: IRNode, size: Sequence[int]) -> IRNode:
     old = x.get_size()
-    size = [int(s) for s in size]
+    size = [as_size(s) for s in size]
     lead = len(size) - len(old)
     size = [old[i - lead] if (s == -1 and i >= lead) else s for i, s in enumerate(size)]
     if size == old:
@@ -212,15 +221,31 @@ def _squeeze(ctx: Any, x: IRNode, dim: Any = None) -> IRNode:
 
 
 # --------------------------------------------------------------------------- slice / select
-def slice_view(x: IRNode, dim: int, start: int | None, end: int | None, step: int = 1) -> IRNode:
+def slice_view(x: IRNode, dim: int, start: int | None, end: int | None, step: int = 1,
+               length: Any = None) -> IRNode:
+    """``x[..., start:end:step, ...]``; ``length`` (the traced result size) is required when
+    the bounds or the size are symbolic."""
     size = x.get_size()
     dim = canonical_dim(dim, len(size))
     n = size[dim]
-    start = 0 if start is None else start
-    end = n if end is None else end
-    start = max(0, min(n, start + n if start < 0 else start))
-    end = max(start, min(n, end + n if end < 0 else end))
-    length = (end - start + step - 1) // step
+    start = 0 if start is None else as_size(start)
+    end = n if end is None else as_size(end)
+    if all(is_static(v) for v in (n, start, end)):
+        start = max(0, min(n, start + n if start < 0 else start))
+        end = max(start, min(n, end + n if end < 0 else end))
+        length = (end - start + step - 1) // step
+    else:
+        # Symbolic: torch's trace normalised and clamped the bounds (guarding on each
+        # comparison), so the result size is the traced one. A negative start counts from the
+        # end, as torch's; the start is then taken as is only where it is provably inside
+        # [0, n] (from the sizes' bounds or a guarded fact): there torch's clamp kept it too.
+        if (is_static(start) and start < 0) or (not is_static(start) and known_true(sympy.sympify(start) < 0)):
+            start = as_size(n + start)
+        if length is None or not known_true(sympy.sympify(start) >= 0) \
+                or not (start == n or known_true(sympy.sympify(start) <= n)):
+            raise NotImplementedError(f"slice of a symbolic size with bounds {start}:{end} (the start is not "
+                                      "provably inside the dimension)")
+        length = as_size(length)
     if start == 0 and length == n and step == 1:
         return x
     new = list(size)
@@ -243,22 +268,38 @@ def slice_view(x: IRNode, dim: int, start: int | None, end: int | None, step: in
 @register_lowering(aten.slice, aten.slice_copy)
 def _slice(ctx: Any, x: IRNode, dim: int = 0, start: int | None = None, end: int | None = None,
            step: int = 1) -> IRNode:
-    return slice_view(x, dim, start, end, step)
+    return slice_view(x, dim, start, end, step, _meta_size(ctx, dim))
+
+
+def _meta_size(ctx: Any, dim: int, which: int | None = None) -> Any:
+    """Size ``dim`` of the traced result (of output ``which``), or None when static/unknown."""
+    val = ctx.current_meta_val()
+    if which is not None:
+        val = val[which] if isinstance(val, (list, tuple)) and which < len(val) else None
+    if not isinstance(val, torch.Tensor):
+        return None
+    return as_size(val.shape[canonical_dim(dim, val.dim())])
 
 
 @register_lowering(aten.narrow)
 def _narrow(ctx: Any, x: IRNode, dim: int, start: int, length: int) -> IRNode:
-    return slice_view(x, dim, start, start + length)
+    return slice_view(x, dim, start, start + length, 1, as_size(length))
 
 
 def select_view(x: IRNode, dim: int, index: int) -> IRNode:
     size = x.get_size()
     dim = canonical_dim(dim, len(size))
-    index = index + size[dim] if index < 0 else index
+    index = as_size(index)
+    if is_static(index):
+        index = as_size(index + size[dim]) if index < 0 else index
+    elif known_true(sympy.sympify(index) < 0):  # a symbolic index: its sign must be known
+        index = as_size(index + size[dim])
+    elif not known_true(sympy.sympify(index) >= 0):
+        raise NotImplementedError(f"select at a symbolic index {index} of unknown sign")
     new = size[:dim] + size[dim + 1:]
 
     def reindex(idx: Sequence[sympy.Expr]) -> list[sympy.Expr]:
-        return list(idx[:dim]) + [sympy.Integer(index)] + list(idx[dim:])
+        return list(idx[:dim]) + [sympy.sympify(index)] + list(idx[dim:])
 
     def strided(layout: Layout) -> Layout:
         stride = list(layout.stride)
@@ -276,6 +317,11 @@ def _select(ctx: Any, x: IRNode, dim: int, index: int) -> IRNode:
 @register_lowering(aten.split.Tensor, aten.split_copy.Tensor)
 def _split(ctx: Any, x: IRNode, split_size: int, dim: int = 0) -> list[IRNode]:
     n = x.get_size()[canonical_dim(dim, len(x.get_size()))]
+    val = ctx.current_meta_val()
+    if not (is_static(n) and is_static(split_size)) and isinstance(val, (list, tuple)):
+        # Symbolic: the number of pieces was fixed (and guarded) by the trace; take their sizes.
+        sizes = [_meta_size(ctx, dim, i) for i in range(len(val))]
+        return _split_with_sizes(ctx, x, sizes, dim)
     sizes = [min(split_size, n - s) for s in range(0, n, split_size)] or [0]
     return _split_with_sizes(ctx, x, sizes, dim)
 
@@ -283,10 +329,11 @@ def _split(ctx: Any, x: IRNode, split_size: int, dim: int = 0) -> list[IRNode]:
 @register_lowering(aten.split_with_sizes, aten.split_with_sizes_copy)
 def _split_with_sizes(ctx: Any, x: IRNode, split_sizes: Sequence[int], dim: int = 0) -> list[IRNode]:
     out = []
-    start = 0
+    start: Any = 0
     for s in split_sizes:
-        out.append(slice_view(x, dim, start, start + s))
-        start += s
+        s = as_size(s)
+        out.append(slice_view(x, dim, start, start + s, 1, s))
+        start = as_size(start + s)
     return out
 
 
