@@ -2,7 +2,8 @@
 
 The key hashes the FX graph's code, the example inputs' metadata (sizes, strides, dtypes,
 devices, requires_grad; for a dynamic-shape graph its symbolic sizes and strides, never the
-example sizes), the backend settings that change generated code, the source of
+example sizes, and the ``ShapeEnv``'s guards, replacements and ranges the compile relies on),
+the backend settings that change generated code, the source of
 ``pyjit/backend`` itself and the torch/Triton/pyjit versions. Only graphs whose behaviour is
 fully described by their code are cached: every call target must be a torch op or a torch /
 operator / builtins function (a user function called from the graph could change without its
@@ -73,8 +74,38 @@ def graph_key_fields(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Te
     settings = (config.cpu_backend, config.backend_fusion, config.backend_persistent_reduction_max,
                 config.backend_persistent_multi_pass_max,
                 config.backend_split_reduction_min)
-    return {"graph code": _sha(gm.code), "input metadata": _sha(repr(inputs)),
-            "backend settings": _sha(repr(settings)), "backend source": _backend_source_hash()}
+    fields = {"graph code": _sha(gm.code), "input metadata": _sha(repr(inputs)),
+              "backend settings": _sha(repr(settings)), "backend source": _backend_source_hash()}
+    state = _shape_env_state(example_inputs)
+    if state is not None:
+        fields["shape environment"] = _sha(state)
+    return fields
+
+
+def _shape_env_state(example_inputs: Sequence[Any]) -> str | None:
+    """What a symbolic compile may rely on besides the graph: the ``ShapeEnv``'s guards,
+    replacements and symbol ranges (None for a static graph).
+
+    The module is generated assuming the tracer's guards (a slice ``x[:max(3, n // 2)]`` has
+    length ``max(3, n // 2)`` only under the guard ``max(3, n // 2) <= n``; under the opposite
+    guard the same graph code slices ``n`` rows). Those guards are checked by the frame's
+    guards, not by the module's ``check``, so an entry may only serve the same guard state.
+    """
+    shape_env = None
+    for v in example_inputs:
+        if isinstance(v, (torch.SymInt, torch.SymFloat)):
+            shape_env = v.node.shape_env
+        else:
+            mode = getattr(v, "fake_mode", None)
+            shape_env = getattr(mode, "shape_env", None)
+        if shape_env is not None:
+            break
+    if shape_env is None:
+        return None
+    guards = sorted({str(g.expr) for g in shape_env.guards})
+    replacements = sorted(f"{k}={v}" for k, v in shape_env.replacements.items())
+    ranges = sorted(f"{k}:{r}" for k, r in shape_env.var_to_range.items())
+    return repr((guards, replacements, ranges))
 
 
 def graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> str | None:

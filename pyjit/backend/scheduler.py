@@ -20,7 +20,7 @@ import sympy
 from ..config import config
 from .ir import Buffer, ComputedBuffer, ExternKernel, InputBuffer, IRNode, MultiOutput, Reduction, ReinterpretView
 from .ops_handler import MemoryDep, RecordHandler
-from .symbolic import prod, simplify_with_ranges, sym, unflatten_index
+from .symbolic import hint, prod, simplify_with_ranges, sym, unflatten_index
 
 XINDEX = sym("xindex")
 RINDEX = sym("rindex")
@@ -230,7 +230,8 @@ class Scheduler:
         total = 0
         for name in shared:
             node = self.by_name.get(name)
-            total += (node.buf.layout.numel() * node.buf.layout.dtype.itemsize) if node is not None \
+            # A symbolic size counts at its example value: the score only orders candidates.
+            total += (hint(node.buf.layout.numel()) * node.buf.layout.dtype.itemsize) if node is not None \
                 and node.buf.layout is not None else 1
         return total
 

@@ -348,3 +348,21 @@ def test_graph_cache_serves_other_sizes(target: str, tmp_path: Any) -> None:
             compiled = backend.compile_fx(gm, [x])
             torch.testing.assert_close(compiled(x), fn(x))
     assert metrics.compiled_graphs == 2 and metrics.graph_cache_hits == 1
+
+
+def test_graph_cache_keys_on_the_tracers_guards(target: str, tmp_path: Any) -> None:
+    """The same graph code under opposite tracer guards (which the module relies on and the
+    frame's guards check) must not share a cache entry: ``x[:n]`` slices ``n`` rows under
+    ``n <= len(x)`` and ``len(x)`` rows under ``n > len(x)``."""
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x[:y.shape[0]] * 2
+
+    with cfg.patch(cache_dir=str(tmp_path), backend_disk_cache=True):
+        for xs, ys in ((10, 5), (3, 5)):  # the guard holds, then its opposite
+            x, y = _randn(xs, device=target), _randn(ys, device=target)
+            gm = symbolic_graph(fn, [x, y], [[True], [True]])
+            fx_, fy = [n.meta["example_value"] for n in gm.graph.nodes if n.op == "placeholder"]
+            bool(fy.shape[0] <= fx_.shape[0])  # the tracer's guard, decided on the example sizes
+            compiled = backend.compile_fx(gm, [x, y])
+            torch.testing.assert_close(compiled(x, y), fn(x, y))
+    assert metrics.graph_cache_hits == 0 and metrics.compiled_graphs == 2
