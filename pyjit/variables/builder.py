@@ -113,6 +113,11 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
         from .misc import DisabledCallVariable
 
         return DisabledCallVariable(value, source)
+    from .optimizer import special_tracker
+
+    special = special_tracker(tx, value, source)  # torch.optim, profiler ranges (variables/optimizer.py)
+    if special is not None:
+        return special
     if isinstance(value, JitFunction):
         # A jitted function called from traced code: trace what it wraps (one graph).
         return wrap(tx, value._fn, AttrSource(source, "_fn") if source is not None else None)

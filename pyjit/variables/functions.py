@@ -101,6 +101,12 @@ def function_cells(fn: types.FunctionType, source: Source | None) -> tuple[CellV
     return tuple(cells)
 
 
+def _special_codes() -> frozenset[types.CodeType]:
+    from .optimizer import SPECIAL_CODES
+
+    return SPECIAL_CODES
+
+
 def _without_compiler_tagging(fn: types.FunctionType) -> types.FunctionType:
     """Once torch.compile has run in the process, TorchDynamo has replaced ``nn.Module.__init__``
     and ``__setstate__`` with wrappers that call the original and then tag the module for
@@ -150,6 +156,14 @@ class UserFunctionVariable(VariableTracker):
 
             tx.output.guards.add(GuardKind.ID_MATCH, FuncAttrSource(self.source, "__code__"), fn.__code__)
         original = _without_compiler_tagging(fn)
+        if fn.__code__ in _special_codes():
+            # torch.optim's step wrapper / torch's disable wrapper reached as a method
+            # (variables/optimizer.py): the same tracker builder.wrap gives them.
+            from .optimizer import special_tracker
+
+            special = special_tracker(tx, fn, None)
+            if special is not None:
+                return special.call_function(tx, args, kwargs)
         if original is not fn:
             return UserFunctionVariable(original, None).call_function(tx, args, kwargs)
         return tx.inline(
@@ -163,6 +177,8 @@ class UserFunctionVariable(VariableTracker):
     def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
         if name in ("__name__", "__qualname__", "__module__", "__doc__"):
             return ConstantVariable(getattr(self.fn, name))
+        if name == "__get__":  # ``func.__get__(obj, cls)`` binds like attribute access does
+            return _FunctionGet(self)
         from .builder import wrap
 
         return wrap(tx, getattr(self.fn, name), AttrSource(self.source, name) if self.source else None)
@@ -202,6 +218,25 @@ class CachedFunctionVariable(UserFunctionVariable):
 
     def __repr__(self) -> str:
         return f"CachedFunctionVariable({self.fn.__qualname__})"
+
+
+class _FunctionGet(VariableTracker):
+    """``fn.__get__`` of a Python function: calling it with an object binds a method (the LR
+    scheduler's wrapper around ``opt.step`` does this)."""
+
+    __slots__ = ("func",)
+
+    def __init__(self, func: "UserFunctionVariable") -> None:
+        super().__init__(None)
+        self.func = func
+
+    def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        if kwargs or not 1 <= len(args) <= 2:
+            unsupported("unsupported_call", "function.__get__ with these arguments")
+        obj = args[0]
+        if obj.is_python_constant() and obj.as_python_constant() is None:
+            return self.func
+        return UserMethodVariable(self.func.fn, obj, fn_source=self.func.source)
 
 
 class UserMethodVariable(VariableTracker):

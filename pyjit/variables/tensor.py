@@ -41,6 +41,10 @@ _DATA_METHODS = frozenset({
 })
 
 
+# Methods whose Scalar ``value=`` may be given as a 0-d tensor (converted with item() eagerly).
+_SCALAR_VALUE_METHODS = frozenset({"addcdiv_", "addcmul_", "addcdiv", "addcmul"})
+
+
 class TensorVariable(VariableTracker):
     __slots__ = ("node", "example", "ptype")
 
@@ -72,6 +76,10 @@ class TensorVariable(VariableTracker):
             return tx.output.call(tx, "call_method", "transpose", [self, ConstantVariable(-2), ConstantVariable(-1)], {})
         if name in ("real", "imag"):
             return tx.output.call(tx, "call_function", getattr(torch, name), [self], {})
+        if name == "grad" and self.node.op == "placeholder" and self.source is not None:
+            from .optimizer import read_grad  # a parameter's gradient after backward (optimizer steps)
+
+            return read_grad(tx, self)
         if name in ("data", "grad", "grad_fn", "_base", "untyped_storage"):
             unsupported("unsupported_attr", f"Tensor.{name}")
         attr = getattr(torch.Tensor, name, None)
@@ -99,6 +107,10 @@ class TensorVariable(VariableTracker):
             return tx.output.call(tx, "call_function", _setitem, [self, args[0], args[1]], {})
         if name in ("type",) and not args and not kwargs:
             return ConstantVariable(ex.type())
+        if name in _SCALAR_VALUE_METHODS and isinstance(kwargs.get("value"), TensorVariable):
+            from .optimizer import call_with_tensor_value  # Adam's ``addcdiv_(..., value=-step_size)``
+
+            return call_with_tensor_value(tx, self, name, args, kwargs)
         if name in ("register_hook", "retain_grad", "backward", "record_stream"):
             unsupported("unsupported_call", f"Tensor.{name}()")
         return tx.output.call(tx, "call_method", name, [self, *args], kwargs)

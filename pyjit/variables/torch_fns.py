@@ -27,8 +27,9 @@ def is_torch_library_function(fn: Any) -> bool:
     mod = getattr(fn, "__module__", None) or ""
     if mod == "torch" or mod.startswith("torch."):
         # Module subclasses' forward methods (nn.Linear.forward...) are inlined, not called;
-        # so are functions decorated with @torch.no_grad() & co (torch.utils._contextlib).
-        return not mod.startswith(("torch.nn.modules", "torch.utils._contextlib"))
+        # so are functions decorated with @torch.no_grad() & co (torch.utils._contextlib), and
+        # torch.optim's Python update functions (they take lists of tensors: variables/optimizer.py).
+        return not mod.startswith(("torch.nn.modules", "torch.utils._contextlib", "torch.optim"))
     return False
 
 
