@@ -176,7 +176,7 @@ class OutputGraph:
             # Conservative: any in-place op (also on views of inputs) makes the trace assume its
             # tensor inputs do not alias each other (a DISTINCT guard, see convert_frame).
             self.mutates = True
-        return self.wrap_result(tx, node, result, args)
+        return self.wrap_result(tx, node, result, [*args, *kwargs.values()])
 
     def _run_fake(self, kind: str, target: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
         from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
@@ -229,8 +229,10 @@ class OutputGraph:
             return TupleVariable(items)
         if result is None or is_constant_value(result):
             # A tensor-free function of constants (e.g. torch.broadcast_shapes): fold it and drop
-            # the node. With tensor arguments the node stays (setitem and other effects return None).
-            if not node.users and not any(isinstance(a, TensorVariable) for a in args):
+            # the node. With tensor arguments the node stays (setitem and other effects return None),
+            # also tensors inside lists or keyword arguments (``torch._foreach_add_(xs, ys)``,
+            # an optimizer function updating a list of parameters in place).
+            if not node.users and not any(_holds_tensor(a) for a in args):
                 self.graph.erase_node(node)
                 self.call_count -= 1
             return ConstantVariable(result)
@@ -468,3 +470,15 @@ def finalize_graph(output: OutputGraph, cg: OutputCodegen) -> fx.GraphModule:
 
 
 CompiledFn = Callable[..., Any]
+
+
+def _holds_tensor(value: "VariableTracker") -> bool:
+    """A tensor, or a list/tuple/dict (nested) holding one: a call taking it may have effects."""
+    from ..variables.tensor import TensorVariable
+
+    if isinstance(value, TensorVariable):
+        return True
+    items = getattr(value, "items", None)
+    if isinstance(items, dict):
+        items = list(items.values())
+    return isinstance(items, list) and any(_holds_tensor(i) for i in items)

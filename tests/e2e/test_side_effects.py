@@ -862,3 +862,23 @@ def test_built_dataclasses_compare_with_their_eq_and_default_factories():
     jf, _ = _jit_full(f)
     e, a = f(torch.ones(1)), jf(torch.ones(1))
     assert_same(e, a)
+
+
+def _update_list_in_place(a, b, scale):
+    xs = [a, b]
+    returned = torch.ops.aten._foreach_mul_.Scalar(xs, scale)  # returns None; tensors only in a list
+    torch.ops.aten._foreach_add_.List(xs, [b, a], alpha=0.5)
+    torch.add(a, 1.0, out=b)  # the tensor written is a keyword argument
+    return returned, a * 2
+
+
+def test_calls_returning_none_with_tensors_in_lists_or_kwargs_are_kept():
+    """A torch call that returns None (or a constant) is folded away only when no argument holds
+    a tensor -- also inside a list or a keyword argument: such a call updates tensors in place
+    (foreach ops, an optimizer's functions) and dropping it would silently lose the update."""
+    eager_args = [torch.randn(4), torch.randn(4)]
+    jit_args = [t.clone() for t in eager_args]
+    expected = _update_list_in_place(*eager_args, 3.0)
+    actual = _jit(_update_list_in_place)(*jit_args, 3.0)
+    assert_same(expected, actual)
+    assert_same(eager_args, jit_args)
