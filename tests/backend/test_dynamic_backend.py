@@ -298,6 +298,20 @@ def test_batched_matmul_symbolic_batch(target: str) -> None:
                 [[False, True, False], [False, True, False]], target)
 
 
+def test_extern_output_layout_follows_traced_inputs(target: str) -> None:
+    """CPU flash attention lays its output out after ``query``'s strides: a query that pyjit
+    computes into a contiguous buffer (traced as a transposed view) is passed in the traced
+    layout, so viewing the output with the traced strides reads the right elements."""
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        b, t = x.shape[0], x.shape[1]
+        q = (x @ w).view(b, t, 2, 16).transpose(1, 2)
+        out = F.scaled_dot_product_attention(q * 2 + 1, q.sin(), q, scale=0.25)
+        return out.transpose(1, 2).reshape(b, t, 32) + 1
+
+    check_sizes(fn, lambda n, d: (_randn(2, n, 32, device=d), _randn(32, 32, device=d)),
+                [[False, True, False], None], target)
+
+
 # --------------------------------------------------------------------------- scalars
 def test_int_scalar_input(target: str) -> None:
     def fn(x: torch.Tensor, k: int) -> torch.Tensor:

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import sympy
 import torch
+import torch.fx
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from ...logs import get_logger
 from ..ir import ExternKernel, IRNode, Layout, MultiOutput
 from ..metrics import metrics
+from ..symbolic import hint, is_static
 from .registry import aten
 
 if TYPE_CHECKING:
@@ -76,6 +79,64 @@ class _KeepGraphValue(Exception):
     pass
 
 
+def _has_symbolic_layout(tree: Any) -> bool:
+    for a in tree_flatten(tree)[0]:
+        layout = getattr(a, "layout", None) if isinstance(a, IRNode) else None
+        if layout is not None and not all(is_static(x) for x in (*layout.size, *layout.stride)):
+            return True
+    return False
+
+
+def _with_traced_layouts(ctx: "GraphLowering", args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """``args``/``kwargs`` with each buffer in the layout the aten trace gave that argument
+    (a buffer realized with other strides is copied into one with the traced strides).
+
+    An extern's output layout can follow its inputs' strides (CPU flash attention follows
+    ``query``; TensorIterator ops follow their input), and with symbolic sizes we cannot
+    re-run the op on fake tensors of our layouts: matching the traced inputs makes the traced
+    output layout exact. Where an argument cannot be matched this raises
+    ``NotImplementedError``, and the graph runs as captured.
+    """
+    node = ctx.current_node
+    fx_leaves = tree_flatten((node.args, node.kwargs))[0] if node is not None else []
+    leaves, spec = tree_flatten((args, kwargs))
+    if len(fx_leaves) != len(leaves):
+        raise NotImplementedError("extern arguments do not line up with the traced node's (symbolic sizes)")
+    out = []
+    for fx_arg, arg in zip(fx_leaves, leaves):
+        if isinstance(arg, IRNode):
+            val = fx_arg.meta.get("val") if isinstance(fx_arg, torch.fx.Node) else None
+            if not isinstance(val, torch.Tensor):
+                raise NotImplementedError("extern argument without a traced tensor value (symbolic sizes)")
+            want = Layout.of(val)
+            have = arg.layout  # type: ignore[attr-defined]  # realized: Buffer or ReinterpretView
+            if len(have.size) != len(want.size) or any(not _equal(a, b) for a, b in zip(have.size, want.size)):
+                raise NotImplementedError(f"extern argument of size {have.size}, traced {want.size}")
+            if any(not _equal(a, b) for a, b in zip(have.stride, want.stride)):
+                if not _dense(want.size, want.stride):
+                    raise NotImplementedError(f"extern argument traced with strides {want.stride} that a "
+                                              "buffer cannot have (symbolic sizes)")
+                arg = ctx.realize(ctx._copy_of(arg), tuple(want.stride))
+        out.append(arg)
+    return tree_unflatten(out, spec)
+
+
+def _equal(a: Any, b: Any) -> bool:
+    return sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0
+
+
+def _dense(size: tuple, stride: tuple) -> bool:
+    """Whether ``stride`` is a permutation of the contiguous strides of ``size`` (size-1
+    dimensions aside): a buffer laid out so is dense and non-overlapping for every size."""
+    dims = sorted((d for d in range(len(size)) if not _equal(size[d], 1)), key=lambda d: hint(stride[d]))
+    acc: Any = 1
+    for d in dims:
+        if not _equal(stride[d], acc):
+            return False
+        acc = sympy.sympify(acc) * size[d]
+    return True
+
+
 def make_extern(ctx: "GraphLowering", target: Any, args: tuple, kwargs: dict, reason: str = "") -> Any:
     """An :class:`ExternKernel` calling ``target``; returns IR nodes shaped like its outputs."""
     if target not in EXTERN_BY_DESIGN:
@@ -87,7 +148,14 @@ def make_extern(ctx: "GraphLowering", target: Any, args: tuple, kwargs: dict, re
             log.info("no lowering for %s%s; calling aten from the wrapper%s", name,
                      f" ({reason})" if reason else "", f" [{where}]" if where else "")
     real_args, real_kwargs = tree_map(lambda a: ctx.realize(a) if isinstance(a, IRNode) else a, (args, kwargs))
-    val = _output_meta(target, real_args, real_kwargs, ctx.current_meta_val())
+    if _has_symbolic_layout((real_args, real_kwargs)):
+        # Symbolic sizes: fake tensors of our layouts would need the ShapeEnv (and add guards).
+        # Pass the extern exactly the layouts the aten trace gave it instead, so the traced
+        # output layout is the one it produces, for every size.
+        real_args, real_kwargs = _with_traced_layouts(ctx, real_args, real_kwargs)
+        val = ctx.current_meta_val()
+    else:
+        val = _output_meta(target, real_args, real_kwargs, ctx.current_meta_val())
     name = ctx.new_buffer_name()
     if isinstance(val, torch.Tensor):
         node = ExternKernel(name, Layout.of(val), target, real_args, real_kwargs, ctx.current_origins(), reason)
