@@ -148,15 +148,19 @@ def _jit_again(module: Any, backend: str, fullgraph: bool, dynamic: bool | None)
     return jit(module, backend=backend, fullgraph=fullgraph, dynamic=dynamic)
 
 
-def jit(fn: Any = None, *, backend: Any = "pyjit", fullgraph: bool = False, dynamic: bool | None = None) -> Any:
-    """Compile ``fn`` (function, method or nn.Module instance) on its first call; see README."""
+def jit(fn: Any = None, *, backend: Any = "pyjit", fullgraph: bool = False, dynamic: bool | None = None,
+        mode: str | None = None) -> Any:
+    """Compile ``fn`` (function, method or nn.Module instance) on its first call; see README.
+
+    ``mode="reduce-overhead"`` replays each compiled graph from a CUDA graph where it can
+    (``pyjit.runtime.cudagraphs``); ``None``/``"default"`` do not."""
     from . import backends
 
     if dynamic not in (None, True, False):
         raise TypeError(f"pyjit.jit(dynamic=...) takes None (automatic), True or False, not {dynamic!r}")
-    options = JitOptions(backends.lookup(backend), fullgraph, dynamic)
+    options = JitOptions(backends.for_mode(backend, mode, dynamic), fullgraph, dynamic)
     if fn is None:
-        return lambda f: jit(f, backend=backend, fullgraph=fullgraph, dynamic=dynamic)
+        return lambda f: jit(f, backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode)
     if isinstance(fn, JitFunction):
         fn = fn._fn
     if not isinstance(fn, (types.FunctionType, types.MethodType)) and _is_nn_module(fn):
@@ -206,17 +210,18 @@ class EnableHandle:
         self.restore()
 
 
-def enable(*, backend: Any = "pyjit", fullgraph: bool = False, dynamic: bool | None = None) -> EnableHandle:
+def enable(*, backend: Any = "pyjit", fullgraph: bool = False, dynamic: bool | None = None,
+           mode: str | None = None) -> EnableHandle:
     """Compile every new frame of this thread (torch, the stdlib and pyjit itself are skipped).
 
     Returns a handle; used as a context manager (``with pyjit.enable(): ...``) it restores the
-    previous state when the block ends."""
+    previous state when the block ends. ``mode`` as for :func:`jit`."""
     from . import backends
 
     if _C is None:
         raise RuntimeError("pyjit.enable() needs the C extension: run `python setup.py build_ext --inplace`")
     policy.ensure_installed()
-    options = JitOptions(backends.lookup(backend), fullgraph, dynamic)
+    options = JitOptions(backends.for_mode(backend, mode, dynamic), fullgraph, dynamic)
     policy.enable_stack().append(options)
     previous = _C.set_callback(functools.partial(policy.callback, None))
     return EnableHandle(previous, options)

@@ -10,6 +10,10 @@ Built in:
 - ``"aot_eager"``: the training path (joint forward/backward aten graph, min-cut partition,
   ``torch.autograd.Function``) with both aten graphs run as captured: for debugging.
 
+- ``"pyjit_cudagraphs"``: ``"pyjit"`` with each compiled graph replayed from a CUDA graph where
+  possible (``pyjit.runtime.cudagraphs``); what ``pyjit.jit(fn, mode="reduce-overhead")`` uses.
+  ``with_cudagraphs(backend)`` does the same for any backend.
+
 ``aot(fw_compiler, bw_compiler=None, *, decompositions=None, partition="min_cut")`` builds a
 backend from compilers of aten graphs (the seeds' custom-backend pattern with a forward and a
 backward compiler). No ``"inductor"`` name is registered: pyjit never imports torch's own
@@ -175,6 +179,43 @@ def aot(fw_compiler: Backend, bw_compiler: Backend | None = None, *,
     return aot_backend
 
 
+# (id(inner), dynamic) -> wrapper; the inner backends are kept alive so an id is never reused.
+_cudagraph_wrappers: dict[tuple[int, bool], tuple[Backend, Backend]] = {}
+MODES = (None, "default", "reduce-overhead")
+
+
+def with_cudagraphs(inner: str | Backend, *, dynamic: bool = False) -> Backend:
+    """``inner`` with its compiled graphs replayed from CUDA graphs (``pyjit.runtime.cudagraphs``).
+
+    ``dynamic=False`` asks the tracer for static graphs (one cache entry and one CUDA graph per
+    input shape); ``dynamic=True`` lets ``inner`` get symbolic graphs, which then run without
+    CUDA graphs (logged). The same arguments return the same object, so jitting twice with
+    ``mode="reduce-overhead"`` shares one cache."""
+    inner = lookup(inner)
+    key = (id(inner), dynamic)
+    found = _cudagraph_wrappers.get(key)
+    if found is not None:
+        return found[0]
+
+    def pyjit_cudagraphs(gm: Any, example_inputs: builtins.list[Any]) -> Callable[..., Any]:
+        from .runtime.cudagraphs import wrap_compiled
+
+        return wrap_compiled(inner(gm, example_inputs), gm, example_inputs)
+
+    pyjit_cudagraphs.pyjit_dynamic = dynamic and getattr(inner, "pyjit_dynamic", False)  # type: ignore[attr-defined]
+    _cudagraph_wrappers[key] = (pyjit_cudagraphs, inner)
+    return pyjit_cudagraphs
+
+
+def for_mode(backend: str | Backend, mode: str | None, dynamic: bool | None) -> Backend:
+    """The backend ``pyjit.jit(backend=..., mode=...)`` compiles with (ValueError for an unknown mode)."""
+    if mode not in MODES:
+        raise ValueError(f"pyjit: unknown mode {mode!r}; accepted: None, 'default', 'reduce-overhead'")
+    if mode == "reduce-overhead":
+        return with_cudagraphs(backend, dynamic=dynamic is True)
+    return lookup(backend)
+
+
 def _run_aten_graph(gm: Any, example_inputs: builtins.list[Any]) -> Callable[..., Any]:
     return gm.forward
 
@@ -188,3 +229,4 @@ pyjit_backend.pyjit_dynamic = True  # type: ignore[attr-defined]
 register("eager", eager)
 register("pyjit", pyjit_backend)
 register("aot_eager", aot(_run_aten_graph))
+register("pyjit_cudagraphs", with_cudagraphs(pyjit_backend))
