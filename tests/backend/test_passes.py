@@ -26,25 +26,40 @@ from pyjit.backend.passes import run_passes
 from pyjit.backend.passes.attention import FUSED_ATTENTION
 
 aten = torch.ops.aten
-CPU_BACKENDS = ["cpp", "triton_interpret"]
+# CPU code generators, and CUDA (compiled Triton) where a GPU is present.
+TARGETS = ["cpp", "triton_interpret"] + (["cuda"] if torch.cuda.is_available() else [])
+_DEVICE = {"now": "cpu"}  # the current target's device: run_jit / run_module move inputs there
 
 
-@pytest.fixture(params=CPU_BACKENDS)
-def cpu_backend(request: Any, tmp_path_factory: Any) -> Iterator[str]:
+@pytest.fixture(params=TARGETS)
+def target(request: Any, tmp_path_factory: Any) -> Iterator[str]:
     cache = tmp_path_factory.getbasetemp() / "pyjit-cache-passes"
+    cpu = request.param if request.param != "cuda" else "cpp"
+    _DEVICE["now"] = "cuda" if request.param == "cuda" else "cpu"
     # No disk graph cache: a warm graph would skip the passes and their metrics.
-    with cfg.patch(cpu_backend=request.param, raise_on_internal_error=True, backend_disk_cache=False,
-                   cache_dir=str(cache)):
+    with cfg.patch(cpu_backend=cpu, raise_on_internal_error=True, backend_disk_cache=False, cache_dir=str(cache)):
         backend.metrics.reset()
         yield request.param
+    _DEVICE["now"] = "cpu"
+
+
+def _cpu_only(target: str) -> None:
+    if target == "cuda":
+        pytest.skip("graph-level behaviour, checked on the CPU targets")
 
 
 def _clone(x: Any) -> Any:
     return x.clone() if isinstance(x, torch.Tensor) else x
 
 
+def _moved(x: Any) -> Any:
+    return x.to(_DEVICE["now"]) if isinstance(x, (torch.Tensor, nn.Module)) else x
+
+
 def run_jit(fn: Callable[..., Any], *inputs: Any, atol: float = 1e-5, rtol: float = 1e-5) -> Any:
-    """Run ``fn`` eagerly and through pyjit's backend; assert equal results (NaNs included)."""
+    """Run ``fn`` eagerly and through pyjit's backend on the target's device; assert equal
+    results (NaNs included). Returns pyjit's result on the CPU."""
+    fn, inputs = _moved(fn), tuple(_moved(i) for i in inputs)
     expected = fn(*[_clone(i) for i in inputs])
     pyjit.reset()
     backend.metrics.reset()
@@ -56,7 +71,7 @@ def run_jit(fn: Callable[..., Any], *inputs: Any, atol: float = 1e-5, rtol: floa
     assert len(exp_leaves) == len(act_leaves)
     for e, a in zip(exp_leaves, act_leaves):
         torch.testing.assert_close(a, e, atol=atol, rtol=rtol, equal_nan=True)
-    return actual
+    return torch.utils._pytree.tree_map(lambda t: t.cpu() if isinstance(t, torch.Tensor) else t, actual)
 
 
 def passes_graph(fn: Callable[..., Any], *inputs: torch.Tensor) -> torch.fx.GraphModule:
@@ -111,23 +126,23 @@ def attn_three_d(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Ten
 
 
 @pytest.mark.parametrize("fn", [attn_div_sqrt, attn_mul_scale, attn_prescaled_q, attn_torch_matmul, attn_three_d])
-def test_attention_spellings(cpu_backend: str, fn: Callable[..., Any]) -> None:
+def test_attention_spellings(target: str, fn: Callable[..., Any]) -> None:
     run_jit(fn, *qkv())
     _assert_rewritten()
 
 
-def test_attention_scale_passed(cpu_backend: str) -> None:
+def test_attention_scale_passed(target: str) -> None:
     gm = passes_graph(attn_mul_scale, *qkv())
     (call,) = fused_calls(gm)
     assert _arg(call, "scale") == pytest.approx(0.125)
 
 
-def test_attention_bf16(cpu_backend: str) -> None:
+def test_attention_bf16(target: str) -> None:
     run_jit(attn_div_sqrt, *qkv(dtype=torch.bfloat16), atol=2e-2, rtol=2e-2)
     _assert_rewritten()
 
 
-def test_attention_bf16_fp32_softmax(cpu_backend: str) -> None:
+def test_attention_bf16_fp32_softmax(target: str) -> None:
     """The common mixed-precision spelling: softmax in fp32, weights cast back before ``@ v``."""
     def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         s = (q @ k.transpose(-2, -1)) * 0.25
@@ -137,7 +152,7 @@ def test_attention_bf16_fp32_softmax(cpu_backend: str) -> None:
     _assert_rewritten()
 
 
-def test_attention_rewritten_twice(cpu_backend: str) -> None:
+def test_attention_rewritten_twice(target: str) -> None:
     def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         y = attn_div_sqrt(q, k, v)
         return attn_mul_scale(y, k, v)
@@ -147,18 +162,27 @@ def test_attention_rewritten_twice(cpu_backend: str) -> None:
 
 
 # ----------------------------------------------------------------------------- attention: masks
-def test_additive_float_mask(cpu_backend: str) -> None:
-    q, k, v = qkv(s=10)
-    mask = torch.randn(2, 1, 8, 10)
+def _unaligned_on_cuda(target: str, s: int, dtype: torch.dtype = torch.float32) -> bool:
+    """On CUDA a mask whose rows are not 16-byte aligned is refused (see attention._replace)."""
+    return target == "cuda" and (s * torch.empty((), dtype=dtype).element_size()) % 16 != 0
+
+
+@pytest.mark.parametrize("s", [10, 16])
+def test_additive_float_mask(target: str, s: int) -> None:
+    q, k, v = qkv(s=s)
+    mask = torch.randn(2, 1, 8, s)
 
     def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
         return torch.softmax(q @ k.transpose(-2, -1) * 0.25 + m, dim=-1) @ v
 
     run_jit(fn, q, k, v, mask)
-    _assert_rewritten()
+    if _unaligned_on_cuda(target, s):
+        _assert_refused("not 16-byte aligned")
+    else:
+        _assert_rewritten()
 
 
-def test_additive_mask_with_neg_inf_rows(cpu_backend: str) -> None:
+def test_additive_mask_with_neg_inf_rows(target: str) -> None:
     """An additive mask whose rows are all -inf: eager's softmax gives NaN rows; so must we."""
     q, k, v = qkv()
     mask = torch.zeros(8, 8)
@@ -173,7 +197,7 @@ def test_additive_mask_with_neg_inf_rows(cpu_backend: str) -> None:
     _assert_rewritten()
 
 
-def test_bool_masked_fill_neg_inf(cpu_backend: str) -> None:
+def test_bool_masked_fill_neg_inf(target: str) -> None:
     q, k, v = qkv()
     g = torch.Generator().manual_seed(1)
     keep = torch.rand(2, 1, 8, 8, generator=g) > 0.3
@@ -187,13 +211,13 @@ def test_bool_masked_fill_neg_inf(cpu_backend: str) -> None:
     _assert_rewritten()
 
 
-def test_bool_where_neg_inf(cpu_backend: str) -> None:
+def test_bool_where_neg_inf(target: str) -> None:
     q, k, v = qkv()
     keep = torch.rand(8, 8, generator=torch.Generator().manual_seed(2)) > 0.3
     keep[:, 3] = True
 
     def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-        s = torch.where(keep, q @ k.transpose(-2, -1) / 4.0, torch.tensor(float("-inf")))
+        s = torch.where(keep, q @ k.transpose(-2, -1) / 4.0, torch.tensor(float("-inf"), device=q.device))
         return s.softmax(-1) @ v
 
     run_jit(fn, q, k, v, keep)
@@ -201,7 +225,7 @@ def test_bool_where_neg_inf(cpu_backend: str) -> None:
 
 
 @pytest.mark.parametrize("fill", ["-inf", "finfo_min"])
-def test_fully_masked_rows(cpu_backend: str, fill: str) -> None:
+def test_fully_masked_rows(target: str, fill: str) -> None:
     """Rows with every key masked: NaN in eager with -inf, uniform weights with finfo.min."""
     q, k, v = qkv()
     keep = torch.rand(2, 1, 8, 8, generator=torch.Generator().manual_seed(3)) > 0.5
@@ -222,7 +246,7 @@ def test_fully_masked_rows(cpu_backend: str, fill: str) -> None:
     _assert_rewritten()
 
 
-def test_finfo_min_soft_fill_bf16(cpu_backend: str) -> None:
+def test_finfo_min_soft_fill_bf16(target: str) -> None:
     q, k, v = qkv(dtype=torch.bfloat16)
     keep = torch.rand(8, 8, generator=torch.Generator().manual_seed(4)) > 0.4
     keep[4] = False
@@ -238,7 +262,7 @@ def test_finfo_min_soft_fill_bf16(cpu_backend: str) -> None:
 
 def _causal_fn(lq: int, s: int) -> Callable[..., torch.Tensor]:
     def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        causal = torch.tril(torch.ones(lq, s, dtype=torch.bool))
+        causal = torch.tril(torch.ones(lq, s, dtype=torch.bool, device=q.device))
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
         return scores.masked_fill(~causal, float("-inf")).softmax(-1) @ v
     return fn
@@ -259,31 +283,34 @@ def _is_causal(call: torch.fx.Node) -> bool:
 
 
 @pytest.mark.parametrize("lq,s", [(8, 8), (6, 10), (10, 6)])
-def test_causal_tril(cpu_backend: str, lq: int, s: int) -> None:
+def test_causal_tril(target: str, lq: int, s: int) -> None:
     """A constant ``tril`` mask becomes ``is_causal`` for L == S; for L != S (where kernels have
     disagreed on the diagonal's alignment) the constant mask is passed as it is."""
     q, k, v = qkv(lq=lq, s=s)
     run_jit(_causal_fn(lq, s), q, k, v)
-    _assert_rewritten()
+    if lq != s and _unaligned_on_cuda(target, s):
+        _assert_refused("not 16-byte aligned")
+    else:
+        _assert_rewritten()
     (call,) = fused_calls(passes_graph(_causal_fn(lq, s), q, k, v))
     assert _is_causal(call) == (lq == s), call
     assert (_arg(call, "attn_mask") is None) == (lq == s), call
 
 
-def test_causal_float_mask_triu(cpu_backend: str) -> None:
+def test_causal_float_mask_triu(target: str) -> None:
     """The additive spelling: ``triu(full(-inf), 1)`` added to the scores."""
     def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        mask = torch.triu(torch.full((8, 8), float("-inf")), diagonal=1)
+        mask = torch.triu(torch.full((8, 8), float("-inf"), device=q.device), diagonal=1)
         return torch.softmax(q @ k.transpose(-2, -1) * 0.25 + mask, -1) @ v
 
     run_jit(fn, *qkv())
     _assert_rewritten()
 
 
-def test_constant_non_causal_mask(cpu_backend: str) -> None:
+def test_constant_non_causal_mask(target: str) -> None:
     """A constant mask that is *not* the causal pattern stays a mask (not is_causal)."""
     def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        keep = torch.triu(torch.ones(8, 8, dtype=torch.bool))  # anti-causal
+        keep = torch.triu(torch.ones(8, 8, dtype=torch.bool, device=q.device))  # anti-causal
         s = (q @ k.transpose(-2, -1)) * 0.25
         return s.masked_fill(~keep, float("-inf")).softmax(-1) @ v
 
@@ -293,7 +320,7 @@ def test_constant_non_causal_mask(cpu_backend: str) -> None:
     assert not _is_causal(call)
 
 
-def test_fp16_soft_fill_fully_masked_rows(cpu_backend: str) -> None:
+def test_fp16_soft_fill_fully_masked_rows(target: str) -> None:
     """fp16's finfo.min (-65504) is not absorbed by a score in the kernels' fp32 arithmetic:
     a fully masked row must still get eager's uniform weights."""
     q, k, v = qkv(dtype=torch.float16)
@@ -308,7 +335,7 @@ def test_fp16_soft_fill_fully_masked_rows(cpu_backend: str) -> None:
     torch.testing.assert_close(out[:, :, 3], v.float().mean(-2).half(), atol=2e-3, rtol=2e-3)
 
 
-def test_strided_qkv_then_view(cpu_backend: str) -> None:
+def test_strided_qkv_then_view(target: str) -> None:
     """q/k/v are transposed views (as after a head split); the result is ``view``-ed, which
     needs the contiguous layout eager's matmul gave."""
     g = torch.Generator().manual_seed(9)
@@ -336,9 +363,10 @@ class LearnedScale(nn.Module):
         return s.masked_fill(self.keep.logical_not(), float("-inf")).softmax(-1) @ v
 
 
-def test_parameter_is_not_a_compile_time_constant(cpu_backend: str) -> None:
+def test_parameter_is_not_a_compile_time_constant(target: str) -> None:
     """In an fx-traced graph a parameter is a ``get_attr`` the compiled code reads by reference:
     an in-place update after compiling must be seen, so its value is never baked in."""
+    _cpu_only(target)
     from tests.backend.conftest import compile_graph
 
     m = LearnedScale()
@@ -356,9 +384,10 @@ def test_parameter_is_not_a_compile_time_constant(cpu_backend: str) -> None:
     assert backend.metrics.attention_rewrites == 0
 
 
-def test_module_buffer_mask_updates(cpu_backend: str) -> None:
+def test_module_buffer_mask_updates(target: str) -> None:
     """Through pyjit's frontend the mask buffer is a graph input: rewritten, and a later
     in-place change of the buffer is honoured."""
+    _cpu_only(target)
     m = LearnedScale()
     q, k, v = qkv()
     pyjit.reset()
@@ -372,7 +401,7 @@ def test_module_buffer_mask_updates(cpu_backend: str) -> None:
                                    equal_nan=True)
 
 
-def test_minus_1e9_fill_fully_masked_rows(cpu_backend: str) -> None:
+def test_minus_1e9_fill_fully_masked_rows(target: str) -> None:
     """The annotated-transformer spelling ``masked_fill(mask == 0, -1e9)``: masked weights are 0,
     and a row with no key left is uniform (eager), not NaN."""
     q, k, v = qkv()
@@ -388,7 +417,7 @@ def test_minus_1e9_fill_fully_masked_rows(cpu_backend: str) -> None:
     _assert_rewritten()
 
 
-def test_soft_fill_with_additive_mask_refused(cpu_backend: str) -> None:
+def test_soft_fill_with_additive_mask_refused(target: str) -> None:
     q, k, v = qkv()
     keep = torch.rand(8, 8, generator=torch.Generator().manual_seed(12)) > 0.5
     bias = torch.randn(8, 8)
@@ -402,7 +431,7 @@ def test_soft_fill_with_additive_mask_refused(cpu_backend: str) -> None:
     _assert_refused("combined with another mask")
 
 
-def test_absorbing_fill_with_additive_mask(cpu_backend: str) -> None:
+def test_absorbing_fill_with_additive_mask(target: str) -> None:
     """fp32's finfo.min after an additive bias: exact as one additive mask (fully masked rows
     uniform as in eager)."""
     q, k, v = qkv()
@@ -420,7 +449,7 @@ def test_absorbing_fill_with_additive_mask(cpu_backend: str) -> None:
 
 
 # ----------------------------------------------------------------------------- attention: refusals
-def test_weights_also_returned_refused(cpu_backend: str) -> None:
+def test_weights_also_returned_refused(target: str) -> None:
     def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         w = torch.softmax(q @ k.transpose(-2, -1) * 0.25, -1)
         return w @ v, w
@@ -429,7 +458,7 @@ def test_weights_also_returned_refused(cpu_backend: str) -> None:
     _assert_refused("also used elsewhere")
 
 
-def test_softmax_other_dim_refused(cpu_backend: str) -> None:
+def test_softmax_other_dim_refused(target: str) -> None:
     def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return torch.softmax(q @ k.transpose(-2, -1) * 0.25, dim=-2) @ v
 
@@ -437,7 +466,7 @@ def test_softmax_other_dim_refused(cpu_backend: str) -> None:
     assert backend.metrics.attention_rewrites == 0
 
 
-def test_mask_before_scale_refused(cpu_backend: str) -> None:
+def test_mask_before_scale_refused(target: str) -> None:
     q, k, v = qkv()
     mask = torch.randn(8, 8)
 
@@ -448,7 +477,7 @@ def test_mask_before_scale_refused(cpu_backend: str) -> None:
     _assert_refused("before the scale")
 
 
-def test_non_constant_scale_not_rewritten(cpu_backend: str) -> None:
+def test_non_constant_scale_not_rewritten(target: str) -> None:
     q, k, v = qkv()
     t = torch.tensor(0.3)
 
@@ -459,7 +488,7 @@ def test_non_constant_scale_not_rewritten(cpu_backend: str) -> None:
     assert backend.metrics.attention_rewrites == 0
 
 
-def test_moderate_fill_refused(cpu_backend: str) -> None:
+def test_moderate_fill_refused(target: str) -> None:
     """``masked_fill(-1e4)`` is not -inf: exp(-1e4 - max) is 0 only when scores are small."""
     q, k, v = qkv()
     keep = torch.rand(8, 8, generator=torch.Generator().manual_seed(5)) > 0.5
@@ -473,12 +502,16 @@ def test_moderate_fill_refused(cpu_backend: str) -> None:
 
 
 # ----------------------------------------------------------------------------- attention: SDPA, dropout
+@pytest.mark.parametrize("s", [10, 16])
 @pytest.mark.parametrize("variant", ["plain", "causal", "bool_mask", "float_mask", "scale"])
-def test_sdpa_direct(cpu_backend: str, variant: str) -> None:
-    q, k, v = qkv(s=10)
-    bool_mask = torch.rand(8, 10, generator=torch.Generator().manual_seed(6)) > 0.3
+def test_sdpa_direct(target: str, variant: str, s: int) -> None:
+    if "mask" in variant and _unaligned_on_cuda(target, s):
+        pytest.xfail("backend bug: the memory-efficient kernel's mask is computed into a dense buffer "
+                     "with unaligned rows (torch pads it; the lowering drops the padding)")
+    q, k, v = qkv(s=s)
+    bool_mask = torch.rand(8, s, generator=torch.Generator().manual_seed(6)) > 0.3
     bool_mask[:, 0] = True
-    float_mask = torch.randn(2, 3, 8, 10)
+    float_mask = torch.randn(2, 3, 8, s)
 
     def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bm: torch.Tensor, fm: torch.Tensor) -> torch.Tensor:
         if variant == "causal":
@@ -514,7 +547,7 @@ class MHA(nn.Module):
         return self.proj(y)
 
 
-def test_eval_dropout_transparent(cpu_backend: str) -> None:
+def test_eval_dropout_transparent(target: str) -> None:
     torch.manual_seed(0)
     m = MHA().eval()
     x = torch.randn(2, 8, 32)
@@ -523,8 +556,9 @@ def test_eval_dropout_transparent(cpu_backend: str) -> None:
     _assert_rewritten()
 
 
-def test_train_dropout_not_rewritten(cpu_backend: str) -> None:
+def test_train_dropout_not_rewritten(target: str) -> None:
     """Train-mode dropout on the weights draws random numbers: the graph is left alone."""
+    _cpu_only(target)
     def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         w = torch.softmax(q @ k.transpose(-2, -1) * 0.25, -1)
         return F.dropout(w, p=0.5, training=True) @ v
@@ -573,6 +607,7 @@ def _randomize_bn(bn: nn.Module) -> nn.Module:
 
 def run_module(m: nn.Module, x: torch.Tensor, atol: float = 1e-4, rtol: float = 1e-4) -> None:
     """Run ``m`` and a copy through pyjit; outputs and buffers (running stats) must agree."""
+    m, x = _moved(m), _moved(x)
     ref = copy.deepcopy(m)
     with torch.no_grad():
         expected = ref(x.clone())
@@ -588,14 +623,14 @@ def run_module(m: nn.Module, x: torch.Tensor, atol: float = 1e-4, rtol: float = 
 
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("residual", [False, True])
-def test_conv2d_bn_relu_folded(cpu_backend: str, bias: bool, residual: bool) -> None:
+def test_conv2d_bn_relu_folded(target: str, bias: bool, residual: bool) -> None:
     torch.manual_seed(0)
     m = ConvBN(nn.Conv2d(4, 4, 3, padding=1, bias=bias), _randomize_bn(nn.BatchNorm2d(4)), residual=residual).eval()
     run_module(m, torch.randn(2, 4, 8, 8))
     assert backend.metrics.conv_bn_folds == 1
 
 
-def test_conv_bn_bf16_not_folded(cpu_backend: str) -> None:
+def test_conv_bn_bf16_not_folded(target: str) -> None:
     """A bf16 batch norm computes in fp32 and rounds once: the chain changes dtype, so it is not
     folded into bf16 weights (which would round the scaled weights instead)."""
     torch.manual_seed(0)
@@ -604,14 +639,14 @@ def test_conv_bn_bf16_not_folded(cpu_backend: str) -> None:
     assert backend.metrics.conv_bn_folds == 0
 
 
-def test_grouped_conv_bn(cpu_backend: str) -> None:
+def test_grouped_conv_bn(target: str) -> None:
     torch.manual_seed(0)
     m = ConvBN(nn.Conv2d(6, 8, 3, padding=1, groups=2), _randomize_bn(nn.BatchNorm2d(8))).eval()
     run_module(m, torch.randn(2, 6, 7, 7))
     assert backend.metrics.conv_bn_folds == 1
 
 
-def test_depthwise_strided_conv_bn(cpu_backend: str) -> None:
+def test_depthwise_strided_conv_bn(target: str) -> None:
     torch.manual_seed(0)
     m = ConvBN(nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8, bias=False),
                _randomize_bn(nn.BatchNorm2d(8))).eval()
@@ -619,28 +654,28 @@ def test_depthwise_strided_conv_bn(cpu_backend: str) -> None:
     assert backend.metrics.conv_bn_folds == 1
 
 
-def test_conv1d_bn(cpu_backend: str) -> None:
+def test_conv1d_bn(target: str) -> None:
     torch.manual_seed(0)
     m = ConvBN(nn.Conv1d(3, 5, 3), _randomize_bn(nn.BatchNorm1d(5))).eval()
     run_module(m, torch.randn(4, 3, 16))
     assert backend.metrics.conv_bn_folds == 1
 
 
-def test_bn_train_mode_not_folded(cpu_backend: str) -> None:
+def test_bn_train_mode_not_folded(target: str) -> None:
     torch.manual_seed(0)
     m = ConvBN(nn.Conv2d(4, 4, 3, padding=1), _randomize_bn(nn.BatchNorm2d(4))).train()
     run_module(m, torch.randn(2, 4, 8, 8))
     assert backend.metrics.conv_bn_folds == 0
 
 
-def test_bn_affine_false(cpu_backend: str) -> None:
+def test_bn_affine_false(target: str) -> None:
     torch.manual_seed(0)
     m = ConvBN(nn.Conv2d(4, 4, 3, padding=1), _randomize_bn(nn.BatchNorm2d(4, affine=False))).eval()
     run_module(m, torch.randn(2, 4, 8, 8))
     assert backend.metrics.conv_bn_folds == 1
 
 
-def test_bn_no_running_stats(cpu_backend: str) -> None:
+def test_bn_no_running_stats(target: str) -> None:
     """track_running_stats=False normalises with the batch's statistics even in eval: no fold."""
     torch.manual_seed(0)
     m = ConvBN(nn.Conv2d(4, 4, 3, padding=1), _randomize_bn(nn.BatchNorm2d(4, track_running_stats=False))).eval()
@@ -648,14 +683,14 @@ def test_bn_no_running_stats(cpu_backend: str) -> None:
     assert backend.metrics.conv_bn_folds == 0
 
 
-def test_conv_transpose_bn_not_folded(cpu_backend: str) -> None:
+def test_conv_transpose_bn_not_folded(target: str) -> None:
     torch.manual_seed(0)
     m = ConvBN(nn.ConvTranspose2d(4, 6, 3), _randomize_bn(nn.BatchNorm2d(6))).eval()
     run_module(m, torch.randn(2, 4, 5, 5))
     assert backend.metrics.conv_bn_folds == 0
 
 
-def test_conv_output_also_used(cpu_backend: str) -> None:
+def test_conv_output_also_used(target: str) -> None:
     """The convolution's output is read twice: folding would need the unfolded value too."""
     class Two(nn.Module):
         def __init__(self) -> None:
@@ -671,8 +706,9 @@ def test_conv_output_also_used(cpu_backend: str) -> None:
     assert backend.metrics.conv_bn_folds == 0
 
 
-def test_folded_weights_follow_parameter_updates(cpu_backend: str) -> None:
+def test_folded_weights_follow_parameter_updates(target: str) -> None:
     """The fold is computed from the current parameters on every call, never baked in."""
+    _cpu_only(target)
     torch.manual_seed(0)
     m = ConvBN(nn.Conv2d(4, 4, 3, padding=1), _randomize_bn(nn.BatchNorm2d(4))).eval()
     x = torch.randn(2, 4, 8, 8)
@@ -707,7 +743,7 @@ class BasicBlock(nn.Module):
         return torch.relu(y + (x if self.down is None else self.down(x)))
 
 
-def test_resnet_block(cpu_backend: str) -> None:
+def test_resnet_block(target: str) -> None:
     torch.manual_seed(0)
     m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
                       BasicBlock(8, 8), BasicBlock(8, 16, stride=2))

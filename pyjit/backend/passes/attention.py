@@ -20,24 +20,29 @@ What is matched (walking back from the second matmul):
   as ``torch.full([], sqrt(d))``); a pre-scaled q (or k) is simply the operand.
 * ``q @ kT`` -- the scores matmul; k is ``kT.transpose(-2, -1)`` (a view; no copy).
 
-Exactness:
+Exactness (docs/passes.md has the full table):
 
-* scale: the product of the constants (``1/c`` for divisions), passed as ``scale=``.
-* a mask built only from constants (``torch.ones(L, S).tril()``...) is evaluated at compile
-  time; if it is the top-left causal pattern it becomes ``is_causal=True`` (what a causal
-  ``tril`` means for ``L != S`` too).
-* hard boolean masks are passed as bool ``attn_mask``; soft fills become an additive mask
-  ``where(keep, 0, fill)``: adding ``finfo.min`` to a score rounds to ``finfo.min`` itself,
-  so even a fully masked row gives eager's uniform weights.
+* scale: the product of the constants (``1/c`` for divisions), passed as ``scale=``. Only
+  literals are constants; a module's parameter or buffer may change in place after compiling.
+* a mask built only from constants (``torch.ones(L, L).tril()``...) is evaluated at compile
+  time; if it is the top-left causal pattern and L == S it becomes ``is_causal=True``.
+* fills: ``-inf`` -> bool ``attn_mask``; fills <= -1e30 (fp32/bf16 ``finfo.min``) are absorbed
+  by any score in the kernels' fp32 arithmetic -> additive ``where(keep, 0, fill)``; other
+  fills <= -1e9 or <= ``finfo.min / 2`` (fp16's ``finfo.min``) only as the sole mask -> bool
+  ``attn_mask`` plus ``where(row has a kept key, out, v.mean(-2))`` (eager's uniform rows).
+* mask values in (-inf, -1e30) are raised to -1e30: CUDA's memory-efficient kernel overflows
+  ``finfo.min * log2(e)`` to -inf and gives 0 for a fully masked row instead of uniform.
 * a row whose scores are all ``-inf`` is NaN in eager but 0 in torch's fused kernels; for
   runtime masks that can do that (hard fills, additive masks) the rewrite adds
   ``where(row_has_a_finite_score, out, nan)`` so results stay eager's.
 * fp32 softmax accumulation: the fused kernels accumulate in fp32 for fp16/bf16.
 * refused (graph left as is, reason on the ``perf_hints`` channel and in
   ``metrics.attention_skipped``): softmax over another dim, a mask that broadcasts the scores
-  to a larger shape or has another dtype, other fills, nodes read elsewhere (e.g. the
-  attention weights are also returned), other ops between the steps, more than 2 batch dims,
-  mixed dtypes, and shapes/dtypes for which torch's dispatcher picks its math fallback anyway.
+  to a larger shape or has another dtype, fills above -1e9, a non-absorbing fill with another
+  mask, fp16 additive masks (eager adds in fp16), nodes read elsewhere (e.g. the attention
+  weights are also returned), other ops between the steps, more than 2 batch dims, mixed
+  dtypes, masks on CUDA whose rows are not 16-byte aligned, and shapes/dtypes for which
+  torch's dispatcher picks its math fallback anyway.
 """
 from __future__ import annotations
 
@@ -75,6 +80,11 @@ _ABSORBING = -1e30
 # Finite fills accepted besides the dtype's lowest value: exp(fill - max) is 0 for any
 # score above fill + 104 (fp32 underflow), i.e. for every score of magnitude below ~1e9.
 _SOFT_FILL_MAX = -1e9
+# Mask values below this (and above -inf) are raised to it in the mask given to the kernels:
+# CUDA's memory-efficient kernel scales scores by log2(e) after adding the mask, so finfo.min
+# overflows to -inf there and a fully masked row comes out 0 instead of eager's uniform
+# weights. -1e30 is still absorbing (see _ABSORBING), so every row's softmax is unchanged.
+_KERNEL_FLOOR = -1e30
 _TRANSPARENT = (aten.clone.default, aten.alias.default)
 _CASTS = (aten._to_copy.default, torch.ops.prims.convert_element_type.default)
 # torch's fused attention ops (what a traced F.scaled_dot_product_attention calls when it does
@@ -416,6 +426,13 @@ def _replace(gm: torch.fx.GraphModule, m: _Match) -> bool:
             out = out.contiguous()
         return out
 
+    if device.type == "cuda" and masks:
+        # The memory-efficient kernel needs 16-byte aligned mask rows; torch pads an unaligned
+        # mask and slices it, but the backend computes the slice into a dense buffer again.
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        if (s_len * itemsize) % 16:
+            raise _fail(f"a mask with {s_len} keys on CUDA (rows not 16-byte aligned for the "
+                        f"memory-efficient kernel, and the backend does not keep torch's padded layout)")
     inputs = [m.q, m.kt, m.v, *mask_nodes]
     sub = trace_replacement(replacement, inputs)
     fused = [n for n in sub.graph.nodes if n.op == "call_function" and n.target in FUSED_ATTENTION]
@@ -445,6 +462,9 @@ def _combined_mask(masks: list[_MaskStep], tensors: list[torch.Tensor], dtype: t
         else:
             base = torch.zeros((), dtype=dtype, device=device) if mask is None else _as_additive(mask, dtype, device)
             mask = torch.where(keep, base, torch.full((), step.fill, dtype=dtype, device=device))
+    if mask is not None and mask.dtype != torch.bool:
+        floor = torch.full((), _KERNEL_FLOOR, dtype=dtype, device=device)
+        mask = torch.where((mask < _KERNEL_FLOOR) & (mask > -math.inf), floor, mask)
     return mask
 
 
