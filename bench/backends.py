@@ -6,6 +6,8 @@
 - ``pyjit+inductor``: pyjit's frontend driving TorchInductor (``pyjit.jit(fn, backend=...)``):
   isolates pyjit's frontend.
 - ``dynamo+pyjit``: TorchDynamo driving ``pyjit.backend.compile_fx``: isolates pyjit's backend.
+- ``pyjit-cg``: ``pyjit.jit(fn, mode="reduce-overhead")``: pyjit with CUDA graph replay
+  (opt-in, not in the default set: ``--backends eager,pyjit,pyjit-cg``).
 - ``wrong``: a self-test of the harness, never selected by default: eager with a perturbed
   output, which the correctness check must report as FAIL.
 
@@ -173,6 +175,14 @@ def make_backend(name: str, device: torch.device) -> Backend:
         if pyjit is None:
             return _unavailable(name, desc, why)
         return Backend(name, desc, True, "", _wrap_pyjit(pyjit), _pyjit_reset, uses_pyjit=True)
+    if name == "pyjit-cg":
+        desc = "pyjit.jit(fn, mode='reduce-overhead'): pyjit with CUDA graph replay"
+        pyjit, why = pyjit_api()
+        if pyjit is None:
+            return _unavailable(name, desc, why)
+        if device.type != "cuda":
+            return _unavailable(name, desc, "CUDA graphs need a CUDA device")
+        return Backend(name, desc, True, "", _wrap_pyjit(pyjit, mode="reduce-overhead"), _pyjit_reset, uses_pyjit=True)
     if name == "torch.compile":
         desc = "torch.compile(fn): TorchDynamo + TorchInductor (peer)"
         problem = _torch_compile_problem(device)
@@ -201,7 +211,7 @@ def make_backend(name: str, device: torch.device) -> Backend:
         return Backend(
             name, desc, True, "", lambda fn: torch.compile(fn, backend=compile_fx), _dynamo_reset, uses_pyjit=True
         )
-    raise ValueError(f"unknown backend {name!r}; known: {', '.join(ALL_BACKENDS)}")
+    raise ValueError(f"unknown backend {name!r}; known: {', '.join(ALL_BACKENDS)}, pyjit-cg")
 
 
 def make_backends(names: list[str], device: torch.device) -> list[Backend]:

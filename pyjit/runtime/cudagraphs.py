@@ -34,6 +34,7 @@ aliasing an input, grad-requiring inputs under grad mode (training), or the capt
 from __future__ import annotations
 
 import re
+import weakref
 from typing import Any, Callable, Sequence
 
 import torch
@@ -45,11 +46,11 @@ from ..logs import get_logger
 _perf_log = get_logger("perf_hints")
 
 #: Counters for tests and benchmarks: graphs captured, replays, graphs left uncaptured (reasons).
-metrics: dict[str, Any] = {"captures": 0, "replays": 0, "not_used": []}
+metrics: dict[str, Any] = {"captures": 0, "replays": 0, "not_used": [], "runners": weakref.WeakSet()}
 
 
 def reset_metrics() -> None:
-    metrics.update(captures=0, replays=0, not_used=[])
+    metrics.update(captures=0, replays=0, not_used=[], runners=weakref.WeakSet())
 
 
 #: Normal calls before the capture (Triton compiles on the first launch, autotuning may take more).
@@ -65,6 +66,11 @@ _OVERWRITTEN = (
     "pyjit: this tensor is an output of {name}, run from a CUDA graph (mode='reduce-overhead'), "
     "and was overwritten by a later call of it. Clone it (out.clone()) before calling the "
     "function again if you need to keep it."
+)
+_RELEASED = (
+    "pyjit: this tensor is an output of {name}, run from a CUDA graph (mode='reduce-overhead'), "
+    "whose memory was released (pyjit.reset(), a recompile or the function was freed). Clone "
+    "outputs (out.clone()) that must outlive the compiled function."
 )
 
 
@@ -103,13 +109,15 @@ def static_reason(gm: Any, example_inputs: Sequence[Any]) -> str | None:
     """Why the graph cannot be replayed from a CUDA graph (None: it can)."""
     if not torch.cuda.is_available():
         return "CUDA is not available"
+    if _symbolic(gm):  # before the inputs: a symbolic graph also has int inputs (its size symbols)
+        return _DYNAMIC
     if not example_inputs:
         return "the graph has no inputs"
     for t in example_inputs:
         if not isinstance(t, torch.Tensor):
             return f"a non-tensor graph input ({type(t).__name__}: a symbolic scalar is a dynamic shape)"
         if not all(isinstance(s, int) for s in t.shape):
-            return "dynamic shapes (symbolic sizes); static entries are captured per shape"
+            return _DYNAMIC
         if t.device.type != "cuda":
             return f"a graph input is a {t.device.type} tensor (CUDA graphs replay CUDA work only)"
     return graph_reason(gm)
@@ -119,11 +127,9 @@ def graph_reason(gm: Any, device: str = "cuda") -> str | None:
     """The checks of :func:`static_reason` that read the FX graph only: symbolic placeholders,
     host synchronisations, tensors on another device than ``device``, in-place updates of a
     graph input (or a view of one; an in-place op on an intermediate is fine)."""
+    if _symbolic(gm):
+        return _DYNAMIC
     placeholders = _placeholder_values(gm)
-    for v in placeholders:
-        if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)) or (
-                isinstance(v, torch.Tensor) and not all(isinstance(s, int) for s in v.shape)):
-            return "dynamic shapes (symbolic sizes); static entries are captured per shape"
     input_storages = {s for s in map(_storage_id, placeholders) if s is not None}
     for node in gm.graph.nodes:
         if node.op not in ("call_function", "call_method", "call_module"):
@@ -141,6 +147,17 @@ def graph_reason(gm: Any, device: str = "cuda") -> str | None:
             if sid is None or sid in input_storages:  # unknown storage: conservative
                 return f"the graph updates an input in place ({name} at {node.name}); mutations are not replayed"
     return None
+
+
+_DYNAMIC = "dynamic shapes (symbolic sizes); without dynamic=True each shape gets a static entry and its own CUDA graph"
+
+
+def _symbolic(gm: Any) -> bool:
+    for v in _placeholder_values(gm):
+        if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)) or (
+                isinstance(v, torch.Tensor) and not all(isinstance(s, int) for s in (*v.shape, *v.stride()))):
+            return True
+    return False
 
 
 def _is_inplace(node: Any, name: str) -> bool:
@@ -195,6 +212,14 @@ def _default_invalidator() -> Callable[[int, str], None] | None:
     return set_msg
 
 
+def _version_of(t: torch.Tensor) -> int | None:
+    """The version counter (None for inference tensors, which have none)."""
+    try:
+        return t._version
+    except RuntimeError:
+        return None
+
+
 class _Disabled(Exception):
     """Raised inside the runner when this graph must not be replayed (the message says why)."""
 
@@ -221,9 +246,12 @@ class CudaGraphRunner:
         self.disabled: str | None = None
         self.graph: Any = None
         self.static_args: list[torch.Tensor] = []
+        self.static_ptrs: list[int] = []  # addresses the graph reads (in-place inputs are checked)
+        self.static_strides: list[tuple[int, ...]] = []
         self.out_leaves: list[Any] = []
         self.out_spec: Any = None
         self.handed_out: list[Any] = []  # StorageWeakRefs of the last call's outputs
+        metrics["runners"].add(self)
         if self.clone_outputs:
             _perf_log.info("CUDA graphs for %s: this torch cannot invalidate stale outputs; outputs are cloned",
                            name)
@@ -257,10 +285,10 @@ class CudaGraphRunner:
             return self.fn(*args)
 
     def _warm(self, args: tuple[Any, ...]) -> Any:
-        versions = [a._version for a in args]
+        versions = [_version_of(a) for a in args]
         out = self.fn(*args)
         for i, (a, v) in enumerate(zip(args, versions)):
-            if a._version != v:
+            if v is not None and _version_of(a) != v:
                 self._disable(f"the graph updated input {i} in place during warm-up; mutations are not replayed")
                 break
         return out
@@ -273,7 +301,8 @@ class CudaGraphRunner:
                 raise _Disabled(f"input {i} has shape {tuple(a.shape)} {a.dtype} {a.device}, the capture "
                                 f"saw {tuple(shape)} {dtype} {device}")
             if self.in_place[i]:
-                if a.data_ptr() != s.data_ptr() or a.stride() != s.stride():
+                # Against the address recorded at capture: `param.data = ...` keeps the object.
+                if a.data_ptr() != self.static_ptrs[i] or a.stride() != self.static_strides[i]:
                     # The graph reads the old address: copy this input from now on, capture again.
                     _perf_log.info("CUDA graphs for %s: input %d moved in memory; it is copied from now on "
                                    "and the graph is captured again", self.name, i)
@@ -305,6 +334,8 @@ class CudaGraphRunner:
                 buf.copy_(a)
                 static.append(buf)
         self.static_args = static
+        self.static_ptrs = [t.data_ptr() for t in static]
+        self.static_strides = [t.stride() for t in static]
         try:
             graph, outs = self.capture(self.fn, static)
         except Exception as e:  # noqa: BLE001 - an op that cannot be captured: run normally
@@ -323,6 +354,7 @@ class CudaGraphRunner:
                        sum(self.in_place))
 
     def _disable(self, reason: str) -> None:
+        self._invalidate_previous(_RELEASED)  # the graph and its output memory go now
         self.disabled = reason
         self.graph = None
         self.static_args = []
@@ -361,15 +393,23 @@ class CudaGraphRunner:
         self.handed_out = refs
         return pytree.tree_unflatten(leaves, self.out_spec)
 
-    def _invalidate_previous(self) -> None:
+    def _invalidate_previous(self, template: str = _OVERWRITTEN) -> None:
         """The next replay overwrites the last outputs: those still alive raise when read."""
         if self.invalidate is None:
             return
-        msg = _OVERWRITTEN.format(name=self.name)
+        msg = template.format(name=self.name)
         for ref in self.handed_out:
             if not ref.expired():
                 self.invalidate(ref.cdata, msg)
         self.handed_out = []
+
+    def __del__(self) -> None:
+        # Handed-out outputs do not own their memory (the graph's pool does): once the runner
+        # and its graph are freed, reading one must raise, never read freed memory.
+        try:
+            self._invalidate_previous(_RELEASED)
+        except Exception:  # noqa: BLE001 - interpreter shutdown: nothing left to protect
+            pass
 
 
 # ----------------------------------------------------------------------------- backend
@@ -377,8 +417,15 @@ class CudaGraphRunner:
 def wrap_compiled(compiled: Callable[..., Any], gm: Any, example_inputs: Sequence[Any]) -> Callable[..., Any]:
     """``compiled`` (a backend's result for ``gm``) behind a :class:`CudaGraphRunner`, or as is
     when the graph cannot be replayed (the reason logged on ``perf_hints``)."""
-    name = graph_name(gm)
-    reason = static_reason(gm, example_inputs)
+    try:
+        name = graph_name(gm)
+        reason = static_reason(gm, example_inputs)
+    except Exception as e:  # noqa: BLE001 - a bug here must not break the user's program
+        from ..config import config
+
+        if config.raise_on_internal_error:
+            raise
+        name, reason = type(gm).__name__, f"internal error while checking the graph: {type(e).__name__}: {e}"
     if reason is None and torch.is_grad_enabled() and any(t.requires_grad for t in example_inputs):
         reason = "grad-requiring inputs under grad mode (training is not captured)"
     if reason is not None:

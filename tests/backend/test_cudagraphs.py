@@ -201,6 +201,17 @@ def test_runner_invalidates_outputs_held_across_calls() -> None:
     assert rec.cdatas == []
 
 
+def test_runner_freed_invalidates_held_outputs() -> None:
+    import gc
+
+    rec = _Recorder()
+    r = CudaGraphRunner(torch.cos, [torch.zeros(3)], name="cosine", capture=_fake_capture, invalidate=rec, warmup=0)
+    y = r(torch.randn(3))
+    del r
+    gc.collect()
+    assert rec.cdatas == [y.untyped_storage()._cdata] and "released" in rec.messages[0]
+
+
 def test_runner_clones_outputs_without_invalidation_api() -> None:
     w, b = torch.randn(8, 8), torch.randn(8)
     r = CudaGraphRunner(_mlp, [torch.randn(4, 8), w, b], in_place=[False, True, True], capture=_fake_capture,
@@ -226,6 +237,20 @@ def test_runner_moved_in_place_input_is_copied_and_recaptured(caplog: Any) -> No
     w3 = torch.randn(8, 8)  # copied now: a new weight is just copied in, no new capture
     torch.testing.assert_close(r(x, w3, b), _mlp(x, w3, b))
     assert r.captures == 2
+    b.data = torch.randn(8)  # same object, new memory: detected by address, not identity
+    torch.testing.assert_close(r(x, w3, b), _mlp(x, w3, b))
+    assert r.in_place == [False, False, False] and r.captures == 3
+
+
+def test_runner_inference_mode_inputs() -> None:
+    with torch.inference_mode():
+        w, b = torch.randn(8, 8), torch.randn(8)
+        r = CudaGraphRunner(_mlp, [torch.randn(4, 8), w, b], in_place=[False, True, True], capture=_fake_capture,
+                            invalidate=_Recorder())
+        for _ in range(5):
+            x = torch.randn(4, 8)
+            torch.testing.assert_close(r(x, w, b), _mlp(x, w, b))
+        assert r.captures == 1 and r.disabled is None
 
 
 def test_runner_disabled_on_mutation_seen_in_warmup(caplog: Any) -> None:
@@ -304,19 +329,28 @@ def test_gpu_replay_matches_no_replay_over_100_calls(workload: str, dtype: torch
         make = lambda: (torch.randn(16, 256, device="cuda", dtype=dtype),)  # noqa: E731
     replayed = pyjit.jit(fn, mode="reduce-overhead")
     plain = pyjit.jit(fn)
+    # Pure Triton graphs are bit-identical with and without replay; cuBLAS may pick another
+    # algorithm inside a capture, so the MLP gets a last-bit tolerance.
+    exact = {"atol": 0, "rtol": 0} if workload != "mlp" else _tol(dtype, tight=True)
     with torch.no_grad():
-        for _ in range(100):
+        for i in range(100):
             args = make()
             got = replayed(*args)
-            want = plain(*args)
-            torch.testing.assert_close(got, want, atol=0, rtol=0)  # same kernels: identical
+            runners = [r for r in cudagraphs.metrics["runners"] if r.graph is not None]
+            if i >= cudagraphs.WARMUP_CALLS:
+                assert len(runners) == 1, cudagraphs.metrics
+                # The same entry's compiled graph run without replay, on this call's inputs.
+                torch.testing.assert_close(got, runners[0].fn(*runners[0].static_args), **exact)
+            torch.testing.assert_close(got, plain(*args), **_tol(dtype, tight=True))
             torch.testing.assert_close(got, fn(*args), **_tol(dtype))
     assert cudagraphs.metrics["captures"] == 1, cudagraphs.metrics
     assert cudagraphs.metrics["replays"] == 100 - cudagraphs.WARMUP_CALLS
 
 
-def _tol(dtype: torch.dtype) -> dict[str, float]:
-    return {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {"atol": 1e-4, "rtol": 1e-4}
+def _tol(dtype: torch.dtype, tight: bool = False) -> dict[str, float]:
+    if dtype == torch.bfloat16:
+        return {"atol": 1e-2, "rtol": 1e-2} if tight else {"atol": 3e-2, "rtol": 3e-2}
+    return {"atol": 1e-5, "rtol": 1e-5} if tight else {"atol": 1e-4, "rtol": 1e-4}
 
 
 @cuda
@@ -332,7 +366,7 @@ def test_gpu_held_output_is_detected() -> None:
         torch.testing.assert_close(y1, first)
     else:
         with pytest.raises(RuntimeError, match="overwritten by a later call"):
-            y1.sum()
+            y1 + 1
     torch.testing.assert_close(y2, _softmax(xs[-2]))
     y = None
     for x in xs:  # the usual loop: the previous output is never read again
