@@ -15,6 +15,7 @@
 #include "eval_frame.h"
 #include "cache.h"
 #include "guards.h"
+#include <structmember.h>
 
 typedef struct {
     PyObject *callback;          /* strong or NULL; the thread's callback */
@@ -24,14 +25,18 @@ typedef struct {
     PyCodeObject *expected_code; /* replacement code about to be entered by this thread */
 } ThreadState;
 
-/* C11 thread-local, read through the cache below (a frame of a thread that never enabled
- * pyjit costs a thread-id compare and a flag read while that thread keeps running).
- * The callback reference of a thread that exits while enabled is leaked (one object). */
-static _Thread_local ThreadState tls;
+/* Per-thread state lives on the heap, owned by a ThreadStateOwner object stored in the
+ * thread's PyThreadState dict: when the thread ends, CPython clears that dict
+ * (PyThreadState_Clear) and the owner releases the callback and, if the thread was still
+ * enabled, its share of the installed hook. A thread that never enabled pyjit has no state
+ * and reads `disabled_state` (all zero, never written: every writer is behind `enabled`). */
+static ThreadState disabled_state;
+static _Thread_local ThreadState *tls_state = NULL;
 
 /* The last thread's state, keyed by PyThreadState.id (unique per interpreter, never reused,
  * so a dead thread's entry can never match): saves the __tls_get_addr call a shared object
- * pays per TLS access on the hot path while one thread runs. Guarded by the GIL. */
+ * pays per TLS access on the hot path while one thread runs. Reset whenever the current
+ * thread's state pointer changes or a state is freed. Guarded by the GIL. */
 static uint64_t cached_thread_id = 0;
 static ThreadState *cached_thread_state = NULL;
 
@@ -41,7 +46,11 @@ static ThreadState *cached_thread_state = NULL;
 #define PYJIT_NOINLINE
 #endif
 
-static _PyFrameEvalFunction previous_eval = NULL;
+/* What was the interpreter's eval function when the hook was installed: restored when the
+ * last enabled thread disables (if we are still on top). pyjit's hook never *calls* it:
+ * frames pyjit does not replace run in _PyEval_EvalFrameDefault (docs/internals.md,
+ * "Coexisting with other frame hooks"). */
+static _PyFrameEvalFunction restore_eval = NULL;
 static Py_ssize_t active_threads = 0;
 static int entry_limit = 8;
 static PyObject *limit_callback = NULL; /* strong or NULL; interpreter-wide */
@@ -50,12 +59,17 @@ static PyObject *pyjit_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *fr
 
 /* ------------------------------------------------------------ install / enable -------- */
 
+static inline int hook_on_top(PyInterpreterState *interp)
+{
+    return _PyInterpreterState_GetEvalFrameFunc(interp) == pyjit_eval_frame;
+}
+
 static void install_hook(void)
 {
     PyInterpreterState *interp = PyInterpreterState_Get();
     _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
     if (current != pyjit_eval_frame) {
-        previous_eval = current;
+        restore_eval = current;
         _PyInterpreterState_SetEvalFrameFunc(interp, pyjit_eval_frame);
     }
 }
@@ -63,9 +77,10 @@ static void install_hook(void)
 static void uninstall_hook(void)
 {
     PyInterpreterState *interp = PyInterpreterState_Get();
-    /* Only restore if nobody replaced us meanwhile (then their hook chains to ours). */
-    if (_PyInterpreterState_GetEvalFrameFunc(interp) == pyjit_eval_frame) {
-        _PyInterpreterState_SetEvalFrameFunc(interp, previous_eval);
+    /* Only restore if nobody replaced us meanwhile (their hook then keeps us as its previous
+     * one; ours runs every frame of a non-enabled thread natively). */
+    if (hook_on_top(interp)) {
+        _PyInterpreterState_SetEvalFrameFunc(interp, restore_eval);
     }
 }
 
@@ -85,6 +100,104 @@ static void update_enabled(ThreadState *t)
     t->enabled = now;
 }
 
+/* The owner of one thread's heap state (see ThreadState). */
+typedef struct {
+    PyObject_HEAD
+    ThreadState *state;
+    uint64_t owner_id; /* PyThreadState.id of the thread the state belongs to */
+} ThreadStateOwner;
+
+static void owner_dealloc(PyObject *op)
+{
+    ThreadStateOwner *self = (ThreadStateOwner *)op;
+    ThreadState *t = self->state;
+    self->state = NULL;
+    PyObject *callback = NULL;
+    if (t != NULL) {
+        callback = t->callback;
+        t->callback = NULL;
+        t->run_only = 0;
+        PyThreadState *ts = _PyThreadState_UncheckedGet();
+        if (ts != NULL) {
+            update_enabled(t); /* gives back this thread's share of the hook */
+        }
+        else if (t->enabled) {
+            t->enabled = 0; /* no thread state to reach the interpreter: keep the hook */
+            active_threads--;
+        }
+        if (cached_thread_state == t) {
+            cached_thread_id = 0;
+            cached_thread_state = NULL;
+        }
+        /* Normally the owning thread clears its own dict; at finalization another thread may
+         * clear it, and then the owner's thread-local pointer is not ours to touch (that
+         * thread never runs Python again). */
+        if (ts != NULL && ts->id == self->owner_id && tls_state == t) {
+            tls_state = NULL;
+        }
+        if (t->busy == 0 && t->expected_code == NULL) {
+            PyMem_Free(t);
+        } /* else: a frame of that thread is inside our hook; keep the struct (never reached
+           * in practice: a thread state is cleared after its last frame). */
+    }
+    PyObject_Free(op);
+    Py_XDECREF(callback); /* last: may run arbitrary code */
+}
+
+static PyTypeObject ThreadStateOwner_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pyjit._C._ThreadStateOwner",
+    .tp_basicsize = sizeof(ThreadStateOwner),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = owner_dealloc,
+    .tp_doc = "Owns one thread's pyjit state; freed with the thread's state dict.",
+};
+
+static PyObject *owner_key = NULL; /* interned key in PyThreadState dicts */
+
+/* This thread's state, or the shared all-zero one. */
+static inline ThreadState *current_state(void)
+{
+    ThreadState *t = tls_state;
+    return t != NULL ? t : &disabled_state;
+}
+
+/* This thread's own state, created (with its owner in the thread-state dict) on first use.
+ * NULL with an exception set on failure. */
+static ThreadState *ensure_state(void)
+{
+    if (tls_state != NULL) {
+        return tls_state;
+    }
+    PyObject *dict = PyThreadState_GetDict();
+    if (dict == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "pyjit: this thread has no thread-state dict");
+        return NULL;
+    }
+    ThreadState *t = PyMem_Calloc(1, sizeof(ThreadState));
+    if (t == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    ThreadStateOwner *owner = PyObject_New(ThreadStateOwner, &ThreadStateOwner_Type);
+    if (owner == NULL) {
+        PyMem_Free(t);
+        return NULL;
+    }
+    owner->state = t;
+    owner->owner_id = PyThreadState_Get()->id;
+    if (PyDict_SetItem(dict, owner_key, (PyObject *)owner) < 0) {
+        owner->state = NULL;
+        Py_DECREF(owner);
+        PyMem_Free(t);
+        return NULL;
+    }
+    Py_DECREF(owner); /* the dict holds it */
+    tls_state = t;
+    cached_thread_id = 0; /* the hook re-reads the thread-local pointer */
+    return t;
+}
+
 /* ------------------------------------------------------------ helpers ---------------- */
 
 static inline Py_ssize_t argument_slots(PyCodeObject *co)
@@ -93,9 +206,12 @@ static inline Py_ssize_t argument_slots(PyCodeObject *co)
            ((co->co_flags & CO_VARKEYWORDS) ? 1 : 0);
 }
 
+/* pyjit's hook is a terminal evaluator: it never calls another hook (two hooks that each
+ * call "the one installed before me" form a cycle as soon as one re-installs itself over
+ * the other, which Dynamo does: docs/internals.md, "Coexisting with other frame hooks"). */
 static inline PyObject *run_original(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
 {
-    return previous_eval(tstate, frame, throwflag);
+    return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
 }
 
 /* Call `code` as a function of the original's globals and closure with the frame's argument
@@ -114,10 +230,22 @@ static PyObject *run_replacement(PyThreadState *tstate, _PyInterpreterFrame *fra
             Py_XSETREF(op->func_builtins, Py_NewRef(func->func_builtins));
         }
         if (func->func_closure == NULL || PyFunction_SetClosure(fn, func->func_closure) == 0) {
+            /* Our replacement's frame must reach our hook, never another one: a hook that
+             * went on top while our callback ran (Dynamo re-installs itself whenever torch
+             * code toggles it) would otherwise compile pyjit's generated code. */
+            PyInterpreterState *interp = tstate->interp;
+            _PyFrameEvalFunction over = NULL;
+            if (!hook_on_top(interp)) {
+                over = _PyInterpreterState_GetEvalFrameFunc(interp);
+                _PyInterpreterState_SetEvalFrameFunc(interp, pyjit_eval_frame);
+            }
             t->expected_code = code;
             /* No PY_VECTORCALL_ARGUMENTS_OFFSET: localsplus[-1] belongs to the frame header. */
             res = PyObject_Vectorcall(fn, frame->localsplus, (size_t)nargs, NULL);
             t->expected_code = NULL; /* normally consumed on entry; cleared on early failure */
+            if (over != NULL && hook_on_top(interp)) {
+                _PyInterpreterState_SetEvalFrameFunc(interp, over);
+            }
         }
         Py_DECREF(fn);
     }
@@ -271,6 +399,11 @@ error:
 static PYJIT_NOINLINE PyObject *eval_frame_enabled(PyThreadState *tstate, _PyInterpreterFrame *frame,
                                                    ThreadState *t, CodeExtra *ex)
 {
+    /* Another frame hook is installed over ours and handed us this frame (Dynamo inside a
+     * torch.compile'd call): that hook owns the thread's frames now; step aside. */
+    if (!hook_on_top(tstate->interp)) {
+        return run_original(tstate, frame, 0);
+    }
     PyCodeObject *co = PYJIT_FRAME_CODE(frame);
     /* Generators/coroutines (creation and resumption), class bodies, module and exec code,
      * frames already materialised, and frames run while tracing: default evaluator. */
@@ -320,7 +453,7 @@ static PYJIT_NOINLINE PyObject *eval_frame_switch_thread(PyThreadState *tstate, 
                                                          int throwflag)
 {
     cached_thread_id = tstate->id; /* __tls_get_addr, once per thread switch */
-    cached_thread_state = &tls;
+    cached_thread_state = current_state();
     return pyjit_eval_frame(tstate, frame, throwflag);
 }
 
@@ -358,6 +491,235 @@ static PyObject *pyjit_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *fr
     return eval_frame_enabled(tstate, frame, t, ex);
 }
 
+/* ------------------------------------------------------------ ScopedCall ------------ */
+
+/* `ScopedCall`: calling it runs `scoped_fn(*args, **kwargs)` with this thread's callback set
+ * to `scoped_callback` (None: pyjit off for the call) and restores it afterwards. It is the
+ * base of pyjit.jit's and pyjit.disable's wrappers, written in C so that entering a jitted
+ * function runs no Python frame of pyjit's: another frame hook in front of ours (Dynamo
+ * inside a torch.compile'd function) never sees pyjit's entry code. With a callback, pyjit's
+ * hook is also put on top of the interpreter's eval function for the call when another hook
+ * was installed over it, and that hook is put back afterwards: frames of a jitted function
+ * called from a torch.compile'd one belong to pyjit (docs/internals.md). `scoped_fn` unset
+ * or `scoped_callback` unset: a plain call. */
+static PyTypeObject ScopedCall_Type;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *fn;       /* strong or NULL */
+    PyObject *callback; /* strong or NULL (unset); Py_None: disable for the call */
+} ScopedCall;
+
+static int scoped_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    ScopedCall *self = (ScopedCall *)op;
+    /* Not Py_TYPE(op): for Python subclasses of this static type, subtype_traverse and
+     * subtype_dealloc already visit / release the heap type. */
+    Py_VISIT(self->fn);
+    Py_VISIT(self->callback);
+    return 0;
+}
+
+static int scoped_clear(PyObject *op)
+{
+    ScopedCall *self = (ScopedCall *)op;
+    Py_CLEAR(self->fn);
+    Py_CLEAR(self->callback);
+    return 0;
+}
+
+static void scoped_dealloc(PyObject *op)
+{
+    PyObject_GC_UnTrack(op);
+    scoped_clear(op);
+    Py_TYPE(op)->tp_free(op);
+}
+
+/* Entering a jitted call while another frame hook is on top (Dynamo, inside a
+ * torch.compile'd function): the call goes through `escape(obj, args, kwargs)`, made once per
+ * foreign hook by the Python factory set with set_escape_factory (pyjit: a
+ * torch.compiler.disable wrapper of _scoped_call, so Dynamo switches itself off for the call
+ * and keeps its own books). The factory runs with pyjit's hook on top and busy, so that the
+ * foreign hook never sees the frames it runs. */
+static PyObject *escape_factory = NULL;           /* strong or NULL */
+static PyObject *escape_fn = NULL;                /* strong or NULL: the escape for escape_for */
+static _PyFrameEvalFunction escape_for = NULL;    /* the foreign hook escape_fn was made for */
+
+static inline int foreign_hook(_PyFrameEvalFunction top)
+{
+    return top != NULL && top != pyjit_eval_frame && top != _PyEval_EvalFrameDefault;
+}
+
+/* The escape for foreign hook `top` (borrowed; NULL: none, call directly). */
+static PyObject *escape_for_hook(PyInterpreterState *interp, _PyFrameEvalFunction top, ThreadState *t)
+{
+    if (escape_for == top) {
+        return escape_fn;
+    }
+    Py_CLEAR(escape_fn);
+    escape_for = top;
+    if (escape_factory == NULL) {
+        return NULL;
+    }
+    PyObject *factory = Py_NewRef(escape_factory);
+    _PyInterpreterState_SetEvalFrameFunc(interp, pyjit_eval_frame);
+    t->busy++;
+    PyObject *made = PyObject_CallNoArgs(factory);
+    t->busy--;
+    if (_PyInterpreterState_GetEvalFrameFunc(interp) == pyjit_eval_frame) {
+        _PyInterpreterState_SetEvalFrameFunc(interp, top);
+    }
+    if (made == NULL) {
+        PyErr_WriteUnraisable(factory); /* the call still runs, directly */
+    }
+    else if (made == Py_None) {
+        Py_DECREF(made);
+    }
+    else {
+        escape_fn = made;
+    }
+    Py_DECREF(factory);
+    return escape_fn;
+}
+
+/* The scoped call itself: set the callback, make sure pyjit's hook is on top while it is
+ * set, call, restore both. */
+static PyObject *scoped_call_direct(ScopedCall *self, PyObject *args, PyObject *kwargs)
+{
+    PyObject *fn = Py_NewRef(self->fn);
+    PyObject *cb = Py_NewRef(self->callback);
+    ThreadState *t = cb == Py_None ? current_state() : ensure_state();
+    if (t == NULL || t == &disabled_state) {
+        /* No state: pyjit is already off on this thread (None), or it could not be created. */
+        PyObject *res = t == NULL ? NULL : PyObject_Call(fn, args, kwargs);
+        Py_DECREF(fn);
+        Py_DECREF(cb);
+        return res;
+    }
+    PyObject *previous = t->callback; /* the reference moves back into t at the end */
+    t->callback = cb == Py_None ? NULL : Py_NewRef(cb);
+    update_enabled(t);
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    _PyFrameEvalFunction over = NULL;
+    if (t->enabled && !hook_on_top(interp)) {
+        /* Already installed, but another hook went on top meanwhile (one whose owner keeps
+         * it installed while idle): pyjit's hook goes on top for this call. */
+        over = _PyInterpreterState_GetEvalFrameFunc(interp);
+        _PyInterpreterState_SetEvalFrameFunc(interp, pyjit_eval_frame);
+    }
+    PyObject *res = PyObject_Call(fn, args, kwargs);
+    PyObject *mine = t->callback;
+    t->callback = previous;
+    update_enabled(t);
+    if (over != NULL && hook_on_top(interp)) {
+        _PyInterpreterState_SetEvalFrameFunc(interp, over);
+    }
+    Py_XDECREF(mine);
+    Py_DECREF(fn);
+    Py_DECREF(cb);
+    return res;
+}
+
+static PyObject *scoped_call(PyObject *op, PyObject *args, PyObject *kwargs)
+{
+    ScopedCall *self = (ScopedCall *)op;
+    if (self->fn == NULL) {
+        PyErr_Format(PyExc_TypeError, "%.80s object is not initialised (scoped_fn unset)", Py_TYPE(op)->tp_name);
+        return NULL;
+    }
+    if (self->callback == NULL) {
+        return PyObject_Call(self->fn, args, kwargs);
+    }
+    if (self->callback != Py_None) {
+        PyInterpreterState *interp = PyInterpreterState_Get();
+        _PyFrameEvalFunction top = _PyInterpreterState_GetEvalFrameFunc(interp);
+        ThreadState *t = current_state();
+        if (foreign_hook(top) && !t->busy) {
+            t = ensure_state();
+            if (t == NULL) {
+                return NULL;
+            }
+            PyObject *escape = escape_for_hook(interp, top, t);
+            if (escape != NULL) {
+                PyObject *kw = kwargs != NULL ? Py_NewRef(kwargs) : PyDict_New();
+                PyObject *esc = Py_NewRef(escape);
+                PyObject *res = kw == NULL ? NULL : PyObject_CallFunctionObjArgs(esc, op, args, kw, NULL);
+                Py_DECREF(esc);
+                Py_XDECREF(kw);
+                return res;
+            }
+        }
+    }
+    return scoped_call_direct(self, args, kwargs);
+}
+
+static PyObject *py_scoped_call(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyObject_TypeCheck(args[0], &ScopedCall_Type) || !PyTuple_Check(args[1]) ||
+        (args[2] != Py_None && !PyDict_Check(args[2]))) {
+        PyErr_SetString(PyExc_TypeError, "_scoped_call(obj: ScopedCall, args: tuple, kwargs: dict | None)");
+        return NULL;
+    }
+    ScopedCall *self = (ScopedCall *)args[0];
+    if (self->fn == NULL || self->callback == NULL) {
+        return scoped_call(args[0], args[1], args[2] == Py_None ? NULL : args[2]);
+    }
+    return scoped_call_direct(self, args[1], args[2] == Py_None ? NULL : args[2]);
+}
+
+static PyObject *py_set_escape_factory(PyObject *Py_UNUSED(m), PyObject *fn)
+{
+    if (fn != Py_None && !PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "set_escape_factory: expected a callable or None");
+        return NULL;
+    }
+    Py_XSETREF(escape_factory, fn == Py_None ? NULL : Py_NewRef(fn));
+    Py_CLEAR(escape_fn);
+    escape_for = NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *scoped_new(PyTypeObject *type, PyObject *Py_UNUSED(args), PyObject *Py_UNUSED(kwargs))
+{
+    return type->tp_alloc(type, 0); /* subclasses take their own __init__ arguments */
+}
+
+static PyMemberDef scoped_members[] = {
+    {"scoped_fn", T_OBJECT, offsetof(ScopedCall, fn), 0, "The callable run by a call."},
+    {"scoped_callback", T_OBJECT, offsetof(ScopedCall, callback), 0,
+     "This thread's callback during a call (None: pyjit off; unset: unchanged)."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject ScopedCall_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pyjit._C.ScopedCall",
+    .tp_basicsize = sizeof(ScopedCall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "ScopedCall(): calling it runs scoped_fn(*args, **kwargs) with this thread's callback set to "
+              "scoped_callback, pyjit's hook on top of the eval chain for the call (base of pyjit.jit wrappers).",
+    .tp_new = scoped_new,
+    .tp_call = scoped_call,
+    .tp_traverse = scoped_traverse,
+    .tp_clear = scoped_clear,
+    .tp_dealloc = scoped_dealloc,
+    .tp_members = scoped_members,
+};
+
+int pyjit_eval_frame_ready(PyObject *module)
+{
+    owner_key = PyUnicode_InternFromString("pyjit._C.thread_state");
+    if (owner_key == NULL || PyType_Ready(&ThreadStateOwner_Type) < 0 || PyType_Ready(&ScopedCall_Type) < 0) {
+        return -1;
+    }
+    Py_INCREF(&ScopedCall_Type);
+    if (PyModule_AddObject(module, "ScopedCall", (PyObject *)&ScopedCall_Type) < 0) {
+        Py_DECREF(&ScopedCall_Type);
+        return -1;
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------ Python functions ------ */
 
 static PyObject *py_set_callback(PyObject *Py_UNUSED(m), PyObject *cb)
@@ -366,7 +728,13 @@ static PyObject *py_set_callback(PyObject *Py_UNUSED(m), PyObject *cb)
         PyErr_SetString(PyExc_TypeError, "set_callback: expected a callable or None");
         return NULL;
     }
-    ThreadState *t = &tls;
+    ThreadState *t = cb == Py_None ? current_state() : ensure_state();
+    if (t == NULL) {
+        return NULL;
+    }
+    if (t == &disabled_state) {
+        Py_RETURN_NONE; /* disabling a thread that never enabled: nothing to do */
+    }
     PyObject *previous = t->callback ? t->callback : Py_NewRef(Py_None);
     t->callback = cb == Py_None ? NULL : Py_NewRef(cb);
     update_enabled(t);
@@ -375,7 +743,8 @@ static PyObject *py_set_callback(PyObject *Py_UNUSED(m), PyObject *cb)
 
 static PyObject *py_get_callback(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
 {
-    return Py_NewRef(tls.callback ? tls.callback : Py_None);
+    ThreadState *t = current_state();
+    return Py_NewRef(t->callback ? t->callback : Py_None);
 }
 
 static PyObject *py_set_run_only_mode(PyObject *Py_UNUSED(m), PyObject *flag)
@@ -384,8 +753,14 @@ static PyObject *py_set_run_only_mode(PyObject *Py_UNUSED(m), PyObject *flag)
     if (value < 0) {
         return NULL;
     }
-    ThreadState *t = &tls;
+    ThreadState *t = value ? ensure_state() : current_state();
+    if (t == NULL) {
+        return NULL;
+    }
     PyObject *previous = PyBool_FromLong(t->run_only);
+    if (t == &disabled_state) {
+        return previous;
+    }
     t->run_only = value;
     update_enabled(t);
     return previous;
@@ -393,7 +768,7 @@ static PyObject *py_set_run_only_mode(PyObject *Py_UNUSED(m), PyObject *flag)
 
 static PyObject *py_get_run_only_mode(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
 {
-    return PyBool_FromLong(tls.run_only);
+    return PyBool_FromLong(current_state()->run_only);
 }
 
 static PyObject *py_set_entry_limit(PyObject *Py_UNUSED(m), PyObject *arg)
@@ -462,6 +837,11 @@ static PyObject *py_bench_passthrough(PyObject *Py_UNUSED(m), PyObject *flag)
 }
 
 PyMethodDef pyjit_eval_frame_methods[] = {
+    {"_scoped_call", (PyCFunction)(void (*)(void))py_scoped_call, METH_FASTCALL,
+     "_scoped_call(obj, args, kwargs): call a ScopedCall without the foreign-hook escape (the escape's target)."},
+    {"set_escape_factory", py_set_escape_factory, METH_O,
+     "set_escape_factory(fn() -> escape | None | None): makes the escape(obj, args, kwargs) a ScopedCall with a "
+     "callback goes through while another frame hook is on top."},
     {"_bench_passthrough", py_bench_passthrough, METH_O,
      "_bench_passthrough(flag): install/remove a do-nothing PEP 523 hook (benchmark floor)."},
     {"set_callback", py_set_callback, METH_O,

@@ -7,4 +7,7 @@
 /* Module-level functions implemented in eval_frame.c (set_callback, modes, limits). */
 extern PyMethodDef pyjit_eval_frame_methods[];
 
+/* Module init: the ScopedCall type and the per-thread state owner type. 0 or -1. */
+int pyjit_eval_frame_ready(PyObject *module);
+
 #endif /* PYJIT_EVAL_FRAME_H */

@@ -142,7 +142,7 @@ PyMODINIT_FUNC PyInit__C(void)
     if (module == NULL) {
         return NULL;
     }
-    if (pyjit_cache_init() < 0 || add_methods(module, pyjit_eval_frame_methods) < 0 ||
+    if (pyjit_cache_init() < 0 || add_methods(module, pyjit_eval_frame_methods) < 0 || pyjit_eval_frame_ready(module) < 0 ||
         add_methods(module, cache_methods) < 0 || pyjit_guards_ready(module) < 0 ||
         PyModule_AddIntConstant(module, "PASS", -1) < 0) {
         Py_DECREF(module);

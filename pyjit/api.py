@@ -21,8 +21,14 @@ from typing import Any, Callable, Sequence
 from .frame import policy
 from .frame.policy import JitOptions, _C
 
+# Calls of pyjit's wrappers enter C directly (``_C.ScopedCall``'s ``tp_call``): no Python frame
+# of pyjit runs between the caller and the wrapped function, so another frame hook in front of
+# pyjit's (Dynamo, inside a torch.compile'd function) never sees pyjit's entry code, and the C
+# side puts pyjit's hook on top for the call. Without the C extension: plain objects.
+_ScopedBase: type = _C.ScopedCall if _C is not None else object
 
-class JitFunction:
+
+class JitFunction(_ScopedBase):  # type: ignore[misc, valid-type]
     """A function whose frames are compiled by pyjit (see module docstring)."""
 
     def __init__(self, fn: Callable[..., Any], options: JitOptions) -> None:
@@ -50,19 +56,22 @@ class JitFunction:
         functools.update_wrapper(self, func)
         policy.ensure_installed()
         if _C is not None:
-            self._set_cb = _C.set_callback
+            # A call sets this thread's callback for its duration (C: ScopedCall.__call__);
+            # generators and coroutines are called as they are (scoped_callback unset).
             self._cb = functools.partial(policy.callback, self._state)
+            self.scoped_fn = fn
+            if not self._passthrough:
+                self.scoped_callback = self._cb
+        elif _ScopedBase is not object:
+            self.scoped_fn = self._python_call  # the C base exists but _C is switched off (tests)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def _python_call(self, *args: Any, **kwargs: Any) -> Any:
         if self._passthrough:
             return self._fn(*args, **kwargs)
-        if _C is None:
-            return self._call_python(args, kwargs)
-        prev = self._set_cb(self._cb)
-        try:
-            return self._fn(*args, **kwargs)
-        finally:
-            self._set_cb(prev)
+        return self._call_python(args, kwargs)
+
+    if _ScopedBase is object:
+        __call__ = _python_call
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         # @pyjit.jit on a method inside a class body: bind like a function would.
@@ -104,14 +113,10 @@ def _jit_module(module: Any, options: JitOptions) -> Any:
     if not isinstance(forward, types.FunctionType):
         raise TypeError(f"pyjit.jit: {cls.__name__}.forward is not a Python function")
     jf = JitFunction(forward, options)
-
-    def jit_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return jf(self, *args, **kwargs)
-
-    jit_forward.__wrapped__ = forward  # type: ignore[attr-defined]
-    jit_forward.__doc__ = forward.__doc__
+    # `forward` is the JitFunction itself (bound to the module by JitFunction.__get__): calling
+    # the module's forward enters C directly, with no Python frame of pyjit in between.
     new_cls = type(cls.__name__, (cls,), {
-        "forward": jit_forward,
+        "forward": jf,
         "__module__": cls.__module__,
         "__qualname__": cls.__qualname__,
         "_pyjit_original_class": cls,
@@ -227,7 +232,7 @@ def enable(*, backend: Any = "pyjit", fullgraph: bool = False, dynamic: bool | N
     return EnableHandle(previous, options)
 
 
-class DisabledFunction:
+class DisabledFunction(_ScopedBase):  # type: ignore[misc, valid-type]
     """``pyjit.disable(fn)``: calls ``fn`` with pyjit switched off for this thread (neither ``fn``
     nor what it calls is compiled); traced code calling it breaks the graph there and runs the
     call natively. ``pyjit.graph_break`` is one of these around a no-op."""
@@ -239,15 +244,14 @@ class DisabledFunction:
         func = _target_function(fn)
         if isinstance(func, types.FunctionType):
             policy._disabled_codes.add(func.__code__)
+        if _ScopedBase is not object:
+            self.scoped_fn = fn
+            if _C is not None:
+                self.scoped_callback = None  # C: this thread's callback is None for the call
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if _C is None:
+    if _ScopedBase is object:
+        def __call__(self, *args: Any, **kwargs: Any) -> Any:
             return self._fn(*args, **kwargs)
-        previous = _C.set_callback(None)
-        try:
-            return self._fn(*args, **kwargs)
-        finally:
-            _C.set_callback(previous)
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         return self if obj is None else types.MethodType(self, obj)

@@ -370,3 +370,6 @@ def ensure_installed() -> None:
         return
     _C.set_entry_limit(config.entry_limit)
     _C.set_limit_callback(_on_limit)
+    from . import coexist
+
+    coexist.install()
