@@ -1,9 +1,10 @@
 /* eval_frame.c: the PEP 523 frame-evaluation hook.
  *
- * Owns: the per-thread state (callback, run-only mode, re-entrancy counter), installing the
- * hook interpreter-wide while at least one thread is enabled (chaining to the previous eval
- * function), the frame filter, cache lookup, the callback on a miss, the entry limit, and
- * running replacement code.
+ * Owns: the per-thread state (callback, run-only mode, re-entrancy counter; owned by the
+ * thread-state dict so that it dies with the thread), installing the hook interpreter-wide
+ * while at least one thread is enabled (a terminal evaluator that steps aside when another hook
+ * is on top), the frame filter, cache lookup, the callback on a miss, the entry limit, and
+ * running replacement code. ScopedCall (jitted-call entry) lives in scoped_call.c.
  *
  * Running replacement code (docs/internals.md, "flat-vector call"): a function is built from
  * the replacement code with the original function's globals and closure, and called with the
@@ -13,24 +14,17 @@
  * Policy lives in Python: this file only stores and checks what the callback decided.
  */
 #include "eval_frame.h"
+#include "eval_frame_internal.h"
 #include "cache.h"
 #include "guards.h"
-#include <structmember.h>
 
-typedef struct {
-    PyObject *callback;          /* strong or NULL; the thread's callback */
-    int run_only;                /* thread run-only mode: use entries, never call back */
-    int enabled;                 /* callback != NULL || run_only */
-    int busy;                    /* > 0 while our callback or guards run: default evaluator */
-    PyCodeObject *expected_code; /* replacement code about to be entered by this thread */
-} ThreadState;
 
 /* Per-thread state lives on the heap, owned by a ThreadStateOwner object stored in the
  * thread's PyThreadState dict: when the thread ends, CPython clears that dict
  * (PyThreadState_Clear) and the owner releases the callback and, if the thread was still
  * enabled, its share of the installed hook. A thread that never enabled pyjit has no state
  * and reads `disabled_state` (all zero, never written: every writer is behind `enabled`). */
-static ThreadState disabled_state;
+ThreadState pyjit_disabled_state;
 static _Thread_local ThreadState *tls_state = NULL;
 
 /* The last thread's state, keyed by PyThreadState.id (unique per interpreter, never reused,
@@ -55,11 +49,10 @@ static Py_ssize_t active_threads = 0;
 static int entry_limit = 8;
 static PyObject *limit_callback = NULL; /* strong or NULL; interpreter-wide */
 
-static PyObject *pyjit_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag);
 
 /* ------------------------------------------------------------ install / enable -------- */
 
-static inline int hook_on_top(PyInterpreterState *interp)
+int pyjit_hook_on_top(PyInterpreterState *interp)
 {
     return _PyInterpreterState_GetEvalFrameFunc(interp) == pyjit_eval_frame;
 }
@@ -79,12 +72,12 @@ static void uninstall_hook(void)
     PyInterpreterState *interp = PyInterpreterState_Get();
     /* Only restore if nobody replaced us meanwhile (their hook then keeps us as its previous
      * one; ours runs every frame of a non-enabled thread natively). */
-    if (hook_on_top(interp)) {
+    if (pyjit_hook_on_top(interp)) {
         _PyInterpreterState_SetEvalFrameFunc(interp, restore_eval);
     }
 }
 
-static void update_enabled(ThreadState *t)
+void pyjit_update_enabled(ThreadState *t)
 {
     int now = t->callback != NULL || t->run_only;
     if (now && !t->enabled) {
@@ -119,7 +112,7 @@ static void owner_dealloc(PyObject *op)
         t->run_only = 0;
         PyThreadState *ts = _PyThreadState_UncheckedGet();
         if (ts != NULL) {
-            update_enabled(t); /* gives back this thread's share of the hook */
+            pyjit_update_enabled(t); /* gives back this thread's share of the hook */
         }
         else if (t->enabled) {
             t->enabled = 0; /* no thread state to reach the interpreter: keep the hook */
@@ -156,15 +149,15 @@ static PyTypeObject ThreadStateOwner_Type = {
 static PyObject *owner_key = NULL; /* interned key in PyThreadState dicts */
 
 /* This thread's state, or the shared all-zero one. */
-static inline ThreadState *current_state(void)
+ThreadState *pyjit_current_state(void)
 {
     ThreadState *t = tls_state;
-    return t != NULL ? t : &disabled_state;
+    return t != NULL ? t : &pyjit_disabled_state;
 }
 
 /* This thread's own state, created (with its owner in the thread-state dict) on first use.
  * NULL with an exception set on failure. */
-static ThreadState *ensure_state(void)
+ThreadState *pyjit_ensure_state(void)
 {
     if (tls_state != NULL) {
         return tls_state;
@@ -235,7 +228,7 @@ static PyObject *run_replacement(PyThreadState *tstate, _PyInterpreterFrame *fra
              * code toggles it) would otherwise compile pyjit's generated code. */
             PyInterpreterState *interp = tstate->interp;
             _PyFrameEvalFunction over = NULL;
-            if (!hook_on_top(interp)) {
+            if (!pyjit_hook_on_top(interp)) {
                 over = _PyInterpreterState_GetEvalFrameFunc(interp);
                 _PyInterpreterState_SetEvalFrameFunc(interp, pyjit_eval_frame);
             }
@@ -243,7 +236,7 @@ static PyObject *run_replacement(PyThreadState *tstate, _PyInterpreterFrame *fra
             /* No PY_VECTORCALL_ARGUMENTS_OFFSET: localsplus[-1] belongs to the frame header. */
             res = PyObject_Vectorcall(fn, frame->localsplus, (size_t)nargs, NULL);
             t->expected_code = NULL; /* normally consumed on entry; cleared on early failure */
-            if (over != NULL && hook_on_top(interp)) {
+            if (over != NULL && pyjit_hook_on_top(interp)) {
                 _PyInterpreterState_SetEvalFrameFunc(interp, over);
             }
         }
@@ -401,7 +394,7 @@ static PYJIT_NOINLINE PyObject *eval_frame_enabled(PyThreadState *tstate, _PyInt
 {
     /* Another frame hook is installed over ours and handed us this frame (Dynamo inside a
      * torch.compile'd call): that hook owns the thread's frames now; step aside. */
-    if (!hook_on_top(tstate->interp)) {
+    if (!pyjit_hook_on_top(tstate->interp)) {
         return run_original(tstate, frame, 0);
     }
     PyCodeObject *co = PYJIT_FRAME_CODE(frame);
@@ -453,7 +446,7 @@ static PYJIT_NOINLINE PyObject *eval_frame_switch_thread(PyThreadState *tstate, 
                                                          int throwflag)
 {
     cached_thread_id = tstate->id; /* __tls_get_addr, once per thread switch */
-    cached_thread_state = current_state();
+    cached_thread_state = pyjit_current_state();
     return pyjit_eval_frame(tstate, frame, throwflag);
 }
 
@@ -472,7 +465,7 @@ static PYJIT_NOINLINE PyObject *eval_frame_unmirrored(PyThreadState *tstate, _Py
  * tail call. Checking skip before the frame filter is safe: every filtered frame runs its
  * original code too, and a skip-marked replacement code's `expected_code` is cleared by
  * run_replacement after the call. */
-static PyObject *pyjit_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
+PyObject *pyjit_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
 {
     if (tstate->id != cached_thread_id) {
         return eval_frame_switch_thread(tstate, frame, throwflag);
@@ -491,233 +484,13 @@ static PyObject *pyjit_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *fr
     return eval_frame_enabled(tstate, frame, t, ex);
 }
 
-/* ------------------------------------------------------------ ScopedCall ------------ */
-
-/* `ScopedCall`: calling it runs `scoped_fn(*args, **kwargs)` with this thread's callback set
- * to `scoped_callback` (None: pyjit off for the call) and restores it afterwards. It is the
- * base of pyjit.jit's and pyjit.disable's wrappers, written in C so that entering a jitted
- * function runs no Python frame of pyjit's: another frame hook in front of ours (Dynamo
- * inside a torch.compile'd function) never sees pyjit's entry code. With a callback, pyjit's
- * hook is also put on top of the interpreter's eval function for the call when another hook
- * was installed over it, and that hook is put back afterwards: frames of a jitted function
- * called from a torch.compile'd one belong to pyjit (docs/internals.md). `scoped_fn` unset
- * or `scoped_callback` unset: a plain call. */
-static PyTypeObject ScopedCall_Type;
-
-typedef struct {
-    PyObject_HEAD
-    PyObject *fn;       /* strong or NULL */
-    PyObject *callback; /* strong or NULL (unset); Py_None: disable for the call */
-} ScopedCall;
-
-static int scoped_traverse(PyObject *op, visitproc visit, void *arg)
-{
-    ScopedCall *self = (ScopedCall *)op;
-    /* Not Py_TYPE(op): for Python subclasses of this static type, subtype_traverse and
-     * subtype_dealloc already visit / release the heap type. */
-    Py_VISIT(self->fn);
-    Py_VISIT(self->callback);
-    return 0;
-}
-
-static int scoped_clear(PyObject *op)
-{
-    ScopedCall *self = (ScopedCall *)op;
-    Py_CLEAR(self->fn);
-    Py_CLEAR(self->callback);
-    return 0;
-}
-
-static void scoped_dealloc(PyObject *op)
-{
-    PyObject_GC_UnTrack(op);
-    scoped_clear(op);
-    Py_TYPE(op)->tp_free(op);
-}
-
-/* Entering a jitted call while another frame hook is on top (Dynamo, inside a
- * torch.compile'd function): the call goes through `escape(obj, args, kwargs)`, made once per
- * foreign hook by the Python factory set with set_escape_factory (pyjit: a
- * torch.compiler.disable wrapper of _scoped_call, so Dynamo switches itself off for the call
- * and keeps its own books). The factory runs with pyjit's hook on top and busy, so that the
- * foreign hook never sees the frames it runs. */
-static PyObject *escape_factory = NULL;           /* strong or NULL */
-static PyObject *escape_fn = NULL;                /* strong or NULL: the escape for escape_for */
-static _PyFrameEvalFunction escape_for = NULL;    /* the foreign hook escape_fn was made for */
-
-static inline int foreign_hook(_PyFrameEvalFunction top)
-{
-    return top != NULL && top != pyjit_eval_frame && top != _PyEval_EvalFrameDefault;
-}
-
-/* The escape for foreign hook `top` (borrowed; NULL: none, call directly). */
-static PyObject *escape_for_hook(PyInterpreterState *interp, _PyFrameEvalFunction top, ThreadState *t)
-{
-    if (escape_for == top) {
-        return escape_fn;
-    }
-    Py_CLEAR(escape_fn);
-    escape_for = top;
-    if (escape_factory == NULL) {
-        return NULL;
-    }
-    PyObject *factory = Py_NewRef(escape_factory);
-    _PyInterpreterState_SetEvalFrameFunc(interp, pyjit_eval_frame);
-    t->busy++;
-    PyObject *made = PyObject_CallNoArgs(factory);
-    t->busy--;
-    if (_PyInterpreterState_GetEvalFrameFunc(interp) == pyjit_eval_frame) {
-        _PyInterpreterState_SetEvalFrameFunc(interp, top);
-    }
-    if (made == NULL) {
-        PyErr_WriteUnraisable(factory); /* the call still runs, directly */
-    }
-    else if (made == Py_None) {
-        Py_DECREF(made);
-    }
-    else {
-        escape_fn = made;
-    }
-    Py_DECREF(factory);
-    return escape_fn;
-}
-
-/* The scoped call itself: set the callback, make sure pyjit's hook is on top while it is
- * set, call, restore both. */
-static PyObject *scoped_call_direct(ScopedCall *self, PyObject *args, PyObject *kwargs)
-{
-    PyObject *fn = Py_NewRef(self->fn);
-    PyObject *cb = Py_NewRef(self->callback);
-    ThreadState *t = cb == Py_None ? current_state() : ensure_state();
-    if (t == NULL || t == &disabled_state) {
-        /* No state: pyjit is already off on this thread (None), or it could not be created. */
-        PyObject *res = t == NULL ? NULL : PyObject_Call(fn, args, kwargs);
-        Py_DECREF(fn);
-        Py_DECREF(cb);
-        return res;
-    }
-    PyObject *previous = t->callback; /* the reference moves back into t at the end */
-    t->callback = cb == Py_None ? NULL : Py_NewRef(cb);
-    update_enabled(t);
-    PyInterpreterState *interp = PyInterpreterState_Get();
-    _PyFrameEvalFunction over = NULL;
-    if (t->enabled && !hook_on_top(interp)) {
-        /* Already installed, but another hook went on top meanwhile (one whose owner keeps
-         * it installed while idle): pyjit's hook goes on top for this call. */
-        over = _PyInterpreterState_GetEvalFrameFunc(interp);
-        _PyInterpreterState_SetEvalFrameFunc(interp, pyjit_eval_frame);
-    }
-    PyObject *res = PyObject_Call(fn, args, kwargs);
-    PyObject *mine = t->callback;
-    t->callback = previous;
-    update_enabled(t);
-    if (over != NULL && hook_on_top(interp)) {
-        _PyInterpreterState_SetEvalFrameFunc(interp, over);
-    }
-    Py_XDECREF(mine);
-    Py_DECREF(fn);
-    Py_DECREF(cb);
-    return res;
-}
-
-static PyObject *scoped_call(PyObject *op, PyObject *args, PyObject *kwargs)
-{
-    ScopedCall *self = (ScopedCall *)op;
-    if (self->fn == NULL) {
-        PyErr_Format(PyExc_TypeError, "%.80s object is not initialised (scoped_fn unset)", Py_TYPE(op)->tp_name);
-        return NULL;
-    }
-    if (self->callback == NULL) {
-        return PyObject_Call(self->fn, args, kwargs);
-    }
-    if (self->callback != Py_None) {
-        PyInterpreterState *interp = PyInterpreterState_Get();
-        _PyFrameEvalFunction top = _PyInterpreterState_GetEvalFrameFunc(interp);
-        ThreadState *t = current_state();
-        if (foreign_hook(top) && !t->busy) {
-            t = ensure_state();
-            if (t == NULL) {
-                return NULL;
-            }
-            PyObject *escape = escape_for_hook(interp, top, t);
-            if (escape != NULL) {
-                PyObject *kw = kwargs != NULL ? Py_NewRef(kwargs) : PyDict_New();
-                PyObject *esc = Py_NewRef(escape);
-                PyObject *res = kw == NULL ? NULL : PyObject_CallFunctionObjArgs(esc, op, args, kw, NULL);
-                Py_DECREF(esc);
-                Py_XDECREF(kw);
-                return res;
-            }
-        }
-    }
-    return scoped_call_direct(self, args, kwargs);
-}
-
-static PyObject *py_scoped_call(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 3 || !PyObject_TypeCheck(args[0], &ScopedCall_Type) || !PyTuple_Check(args[1]) ||
-        (args[2] != Py_None && !PyDict_Check(args[2]))) {
-        PyErr_SetString(PyExc_TypeError, "_scoped_call(obj: ScopedCall, args: tuple, kwargs: dict | None)");
-        return NULL;
-    }
-    ScopedCall *self = (ScopedCall *)args[0];
-    if (self->fn == NULL || self->callback == NULL) {
-        return scoped_call(args[0], args[1], args[2] == Py_None ? NULL : args[2]);
-    }
-    return scoped_call_direct(self, args[1], args[2] == Py_None ? NULL : args[2]);
-}
-
-static PyObject *py_set_escape_factory(PyObject *Py_UNUSED(m), PyObject *fn)
-{
-    if (fn != Py_None && !PyCallable_Check(fn)) {
-        PyErr_SetString(PyExc_TypeError, "set_escape_factory: expected a callable or None");
-        return NULL;
-    }
-    Py_XSETREF(escape_factory, fn == Py_None ? NULL : Py_NewRef(fn));
-    Py_CLEAR(escape_fn);
-    escape_for = NULL;
-    Py_RETURN_NONE;
-}
-
-static PyObject *scoped_new(PyTypeObject *type, PyObject *Py_UNUSED(args), PyObject *Py_UNUSED(kwargs))
-{
-    return type->tp_alloc(type, 0); /* subclasses take their own __init__ arguments */
-}
-
-static PyMemberDef scoped_members[] = {
-    {"scoped_fn", T_OBJECT, offsetof(ScopedCall, fn), 0, "The callable run by a call."},
-    {"scoped_callback", T_OBJECT, offsetof(ScopedCall, callback), 0,
-     "This thread's callback during a call (None: pyjit off; unset: unchanged)."},
-    {NULL, 0, 0, 0, NULL},
-};
-
-static PyTypeObject ScopedCall_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "pyjit._C.ScopedCall",
-    .tp_basicsize = sizeof(ScopedCall),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "ScopedCall(): calling it runs scoped_fn(*args, **kwargs) with this thread's callback set to "
-              "scoped_callback, pyjit's hook on top of the eval chain for the call (base of pyjit.jit wrappers).",
-    .tp_new = scoped_new,
-    .tp_call = scoped_call,
-    .tp_traverse = scoped_traverse,
-    .tp_clear = scoped_clear,
-    .tp_dealloc = scoped_dealloc,
-    .tp_members = scoped_members,
-};
-
 int pyjit_eval_frame_ready(PyObject *module)
 {
     owner_key = PyUnicode_InternFromString("pyjit._C.thread_state");
-    if (owner_key == NULL || PyType_Ready(&ThreadStateOwner_Type) < 0 || PyType_Ready(&ScopedCall_Type) < 0) {
+    if (owner_key == NULL || PyType_Ready(&ThreadStateOwner_Type) < 0) {
         return -1;
     }
-    Py_INCREF(&ScopedCall_Type);
-    if (PyModule_AddObject(module, "ScopedCall", (PyObject *)&ScopedCall_Type) < 0) {
-        Py_DECREF(&ScopedCall_Type);
-        return -1;
-    }
-    return 0;
+    return pyjit_scoped_call_ready(module);
 }
 
 /* ------------------------------------------------------------ Python functions ------ */
@@ -728,22 +501,22 @@ static PyObject *py_set_callback(PyObject *Py_UNUSED(m), PyObject *cb)
         PyErr_SetString(PyExc_TypeError, "set_callback: expected a callable or None");
         return NULL;
     }
-    ThreadState *t = cb == Py_None ? current_state() : ensure_state();
+    ThreadState *t = cb == Py_None ? pyjit_current_state() : pyjit_ensure_state();
     if (t == NULL) {
         return NULL;
     }
-    if (t == &disabled_state) {
+    if (t == &pyjit_disabled_state) {
         Py_RETURN_NONE; /* disabling a thread that never enabled: nothing to do */
     }
     PyObject *previous = t->callback ? t->callback : Py_NewRef(Py_None);
     t->callback = cb == Py_None ? NULL : Py_NewRef(cb);
-    update_enabled(t);
+    pyjit_update_enabled(t);
     return previous; /* the reference the thread state held */
 }
 
 static PyObject *py_get_callback(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
 {
-    ThreadState *t = current_state();
+    ThreadState *t = pyjit_current_state();
     return Py_NewRef(t->callback ? t->callback : Py_None);
 }
 
@@ -753,22 +526,22 @@ static PyObject *py_set_run_only_mode(PyObject *Py_UNUSED(m), PyObject *flag)
     if (value < 0) {
         return NULL;
     }
-    ThreadState *t = value ? ensure_state() : current_state();
+    ThreadState *t = value ? pyjit_ensure_state() : pyjit_current_state();
     if (t == NULL) {
         return NULL;
     }
     PyObject *previous = PyBool_FromLong(t->run_only);
-    if (t == &disabled_state) {
+    if (t == &pyjit_disabled_state) {
         return previous;
     }
     t->run_only = value;
-    update_enabled(t);
+    pyjit_update_enabled(t);
     return previous;
 }
 
 static PyObject *py_get_run_only_mode(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
 {
-    return PyBool_FromLong(current_state()->run_only);
+    return PyBool_FromLong(pyjit_current_state()->run_only);
 }
 
 static PyObject *py_set_entry_limit(PyObject *Py_UNUSED(m), PyObject *arg)
@@ -837,11 +610,6 @@ static PyObject *py_bench_passthrough(PyObject *Py_UNUSED(m), PyObject *flag)
 }
 
 PyMethodDef pyjit_eval_frame_methods[] = {
-    {"_scoped_call", (PyCFunction)(void (*)(void))py_scoped_call, METH_FASTCALL,
-     "_scoped_call(obj, args, kwargs): call a ScopedCall without the foreign-hook escape (the escape's target)."},
-    {"set_escape_factory", py_set_escape_factory, METH_O,
-     "set_escape_factory(fn() -> escape | None | None): makes the escape(obj, args, kwargs) a ScopedCall with a "
-     "callback goes through while another frame hook is on top."},
     {"_bench_passthrough", py_bench_passthrough, METH_O,
      "_bench_passthrough(flag): install/remove a do-nothing PEP 523 hook (benchmark floor)."},
     {"set_callback", py_set_callback, METH_O,
