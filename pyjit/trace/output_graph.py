@@ -17,6 +17,7 @@ import ast
 import functools
 import operator
 import re
+import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -73,7 +74,9 @@ class OutputGraph:
         self.shape_env = new_shape_env() if dynamic is not None else None
         self.current_tx: Any = None  # set by the translator at each step (log locations)
         if self.shape_env is not None:
-            self.shape_env.pyjit_output = self  # type: ignore[attr-defined]  # a cycle gc frees
+            # weak: compiled graphs keep fake tensors -> mode -> ShapeEnv alive, and through a
+            # strong reference they would keep this trace (and the call's arguments) alive
+            self.shape_env.pyjit_output = weakref.ref(self)  # type: ignore[attr-defined]
         self.fake_mode = FakeTensorMode(allow_non_fake_inputs=False, shape_env=self.shape_env)
         self.symbolic_inputs: list[GraphInput] = []  # inputs with a symbol (tensors or scalars)
         self.symbol_origins: dict[Any, Any] = {}     # bare symbol -> SlotOrigin (where it is read)

@@ -155,7 +155,8 @@ def contains_symbolic(value: VariableTracker) -> bool:
 def _current_tx(example: Any) -> Any:
     """The translator running the step that needs ``example`` (for log locations), if known."""
     shape_env = getattr(getattr(example, "node", None), "shape_env", None)
-    return getattr(getattr(shape_env, "pyjit_output", None), "current_tx", None)
+    ref = getattr(shape_env, "pyjit_output", None)
+    return getattr(ref() if ref is not None else None, "current_tx", None)
 
 
 class SymSliceVariable(VariableTracker):
