@@ -190,7 +190,9 @@ KERNELS: tuple[Workload, ...] = (
     Workload("attention_handwritten_bf16", "kernels", _build_attention_bf16,
              "softmax(q@kT/sqrt(d)) @ v in bf16, fp32 softmax (rewritten to fused SDPA)", atol=2e-2, rtol=2e-2),
     Workload("conv_bn_relu_block", "kernels", _build_conv_bn_relu,
-             "2x (conv3x3 + eval BatchNorm + ReLU) (BN folded into the conv)", atol=1e-3, rtol=1e-3),
+             "2x (conv3x3 + eval BatchNorm + ReLU) (BN folded into the conv)",
+             # cuDNN convolutions run in TF32 by default on CUDA: eager itself is ~8e-4 off fp64 here.
+             atol=3e-3, rtol=3e-3),
     Workload("gpt2_block", "kernels", _build_gpt2_block, "GPT-2 style pre-LN block", atol=1e-3, rtol=1e-3),
     Workload("resnet_block", "kernels", _build_resnet_block, "ResNet basic block (eval BN)", atol=1e-3, rtol=1e-3),
     Workload("mlp", "kernels", _build_mlp, "Linear-GELU-Linear", atol=1e-3, rtol=1e-3),
