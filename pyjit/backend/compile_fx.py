@@ -60,6 +60,9 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Calla
         return compile_training(gm, list(example_inputs))
     try:
         return _compile(gm, list(example_inputs), symbolic)
+    except SymbolicRefusal as e:
+        # A documented limit of the symbolic path, not a pyjit bug: run as captured, logged.
+        return _run_as_captured(gm, f"symbolic sizes: {e}")
     except _data_dependent_errors() as e:
         # Not a pyjit bug: output shapes that depend on data (nonzero, masked_select...)
         # cannot be traced with static fake tensors.
@@ -192,9 +195,11 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], symbolic: list
     lower: dict[Any, Any] = {}
     facts: list[Any] = []
     extra_guards: list[Any] = []
+    shape_env = None
     if symbolic is not None:
         shape_env = _shape_env_of(symbolic)
         guards_before = len(shape_env.guards) if shape_env is not None else 0
+        replaced_before = dict(shape_env.replacements) if shape_env is not None else {}
         aten_gm, out_spec = trace_to_aten(gm, symbolic)
         if shape_env is not None:
             values = getattr(shape_env, "backed_var_to_val", None) or shape_env.var_to_val
@@ -207,8 +212,11 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], symbolic: list
     from .passes import run_passes  # attention -> fused SDPA, eval BN folded into conv
     run_passes(aten_gm)
     traced = time.perf_counter()
+    guards_checked = len(shape_env.guards) if shape_env is not None else 0
     with size_hints(hints, lower, facts):
         module, lowering = _lower_and_generate(aten_gm, device, extra_guards)
+    if shape_env is not None:
+        _refuse_specialisation(shape_env, replaced_before, guards_checked)
     key, path, hit = cache.write_module(module.source)
 
     interpret = device.type == "cpu" and config.cpu_backend == "triton_interpret"
@@ -291,6 +299,25 @@ def _new_guards(shape_env: Any, before: int) -> list[Any]:
             continue
         out.append(from_torch_expr(expr))
     return out
+
+
+class SymbolicRefusal(NotImplementedError):
+    """The symbolic path cannot compile this graph without specialising it: it runs as
+    captured with the reason logged on ``fallbacks`` (even under ``raise_on_internal_error``)."""
+
+
+def _refuse_specialisation(shape_env: Any, replaced_before: dict[Any, Any], guards_checked: int) -> None:
+    """Raise (the graph then runs as captured, logged) when compiling fixed a size symbol to its
+    example value or added guards after ``check`` was generated: the module would otherwise
+    serve other sizes with code specialised to these, or rely on guards nobody checks."""
+    fixed = {str(k): str(v) for k, v in shape_env.replacements.items()
+             if k not in replaced_before and getattr(v, "is_number", False)}
+    if fixed:
+        raise SymbolicRefusal(f"compiling specialised size symbols to their example values {fixed} "
+                                  "(an op's meta function or an aten pass compared them to constants)")
+    late = [str(g.expr) for g in shape_env.guards[guards_checked:]]
+    if late:
+        raise SymbolicRefusal(f"size guards {late} were added after the aten trace and would not be checked")
 
 
 def _guard_facts(shape_env: Any) -> list[Any]:
