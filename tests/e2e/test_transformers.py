@@ -143,3 +143,33 @@ def test_fullgraph_with_cache_built_in_forward(name: str, request: pytest.Fixtur
     if name in _CACHE_BLOCKERS:
         request.applymarker(pytest.mark.xfail(reason=_CACHE_BLOCKERS[name], strict=False))
     _run(name, fullgraph=True, return_dict=None, use_cache=True)
+
+
+def _assert_close(expected: Any, actual: Any) -> None:
+    exp, act = _flatten(expected), _flatten(actual)
+    assert len(exp) == len(act), f"structure differs: {exp[:6]}... vs {act[:6]}..."
+    for e, a in zip(exp, act):
+        if isinstance(e, torch.Tensor):
+            torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
+        else:
+            assert e == a
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama", "bert"])
+def test_pyjit_backend_across_sequence_lengths(name: str, request: pytest.FixtureRequest) -> None:
+    """Through pyjit's own compiler (not a counting backend): results equal eager for several
+    sequence lengths, and the sequence dimension turns dynamic after the second length (issue
+    13), so the model's frames compile at most twice each."""
+    request.getfixturevalue("fresh_pyjit")
+    from pyjit.frame import policy
+
+    torch.manual_seed(0)
+    model, _, kwargs = MODELS[name](False)
+    model.eval()
+    jitted = pyjit.jit(model)
+    with torch.no_grad():
+        for t in [8, 12, 5, 16]:
+            ids = torch.randint(0, 100, (2, t))
+            kw = {k: torch.ones_like(ids) for k in kwargs}  # bert's attention_mask
+            _assert_close(model(ids, **kw), jitted(ids, **kw))
+    assert max(s.compiles for s in policy._targets.values()) <= 2
