@@ -135,6 +135,7 @@ def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
     ``example_inputs`` may be fake tensors with symbolic sizes and ``SymInt``/``SymFloat``
     scalars of one ``ShapeEnv``: the aten graph then keeps the size arithmetic.
     """
+    from torch._dispatch.python import enable_python_dispatcher
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -156,10 +157,27 @@ def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
     fake_mode = next(iter(modes.values())) if modes else FakeTensorMode(allow_non_fake_inputs=True)
     fake_inputs = [fake_mode.from_tensor(t, static_shapes=True) if isinstance(t, torch.Tensor) and not _is_fake(t)
                    else t for t in example_inputs]
-    fn = torch.func.functionalize(flat_forward, remove="mutations")
-    with fake_mode, torch.no_grad():
-        aten_gm = make_fx(fn, decomposition_table=decomposition_table(), tracing_mode="real",
-                          record_stack_traces=True)(*fake_inputs)
+    if fake_mode.shape_env is None:
+        fn = torch.func.functionalize(flat_forward, remove="mutations")
+        with fake_mode, torch.no_grad():
+            aten_gm = make_fx(fn, decomposition_table=decomposition_table(), tracing_mode="real",
+                              record_stack_traces=True)(*fake_inputs)
+    else:
+        # Symbolic sizes: C++ functionalization runs composite ops (``linear``, ``matmul``...)
+        # through their C++ kernels, which read ``sizes()`` -- and a fake tensor answers that by
+        # specialising every size symbol to its example value. So decompose first, in Python
+        # (the Python dispatcher keeps sizes symbolic), then functionalize the aten graph.
+        with fake_mode, torch.no_grad(), enable_python_dispatcher():
+            decomposed = make_fx(flat_forward, decomposition_table=decomposition_table(), tracing_mode="real",
+                                 record_stack_traces=True)(*fake_inputs)
+
+            def run_decomposed(*args: Any) -> Any:
+                with torch.fx.traceback.preserve_node_meta():
+                    return torch.fx.Interpreter(decomposed).run(*args)
+
+            fn = torch.func.functionalize(run_decomposed, remove="mutations")
+            aten_gm = make_fx(fn, decomposition_table=decomposition_table(), tracing_mode="real",
+                              record_stack_traces=True)(*fake_inputs)
     # Functionalization leaves dead view nodes behind; they would hide single-use patterns.
     # (In-place copy_ nodes that write inputs back are impure and stay.)
     aten_gm.graph.eliminate_dead_code()
