@@ -51,6 +51,19 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Calla
     reason = _eager_reason(example_inputs, symbolic is not None)
     if reason is not None:
         return _run_as_captured(gm, reason)
+    inner = _without_outer_no_grad(gm) if torch.is_grad_enabled() else None
+    if inner is not None:
+        # ``set_grad_enabled(False) ... set_grad_enabled(True)`` around the whole graph (an
+        # optimizer step under its no_grad decorator): nothing in it records autograd, so it
+        # is an inference graph run under no_grad, even though its inputs require grad.
+        with torch.no_grad():
+            compiled = compile_fx(inner, example_inputs)
+
+        def run_without_grad(*args: Any) -> Any:
+            with torch.no_grad():
+                return compiled(*args)
+
+        return run_without_grad
     if torch.is_grad_enabled() and (any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
                                     or any(p.requires_grad for p in gm.parameters())):
         if symbolic is not None:
@@ -92,6 +105,34 @@ def _run_as_captured(gm: torch.fx.GraphModule, reason: str) -> Callable[..., Any
     metrics.eager_graphs.append(reason)
     log.info("running graph %s as captured: %s", _graph_label(gm), reason)
     return gm.forward
+
+
+def _without_outer_no_grad(gm: torch.fx.GraphModule) -> torch.fx.GraphModule | None:
+    """A copy of ``gm`` without its first and last calls when they are ``set_grad_enabled(False)``
+    and ``set_grad_enabled(True)`` and nothing else in it switches grad mode; else None."""
+    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+    grad_fns = (torch._C._set_grad_enabled, torch.set_grad_enabled)
+    switches = [n for n in calls if n.target in grad_fns]
+    if len(switches) != 2 or calls[0] is not switches[0] or calls[-1] is not switches[1]:
+        return None
+    if switches[0].args != (False,) or switches[1].args != (True,) or switches[0].kwargs or switches[1].kwargs:
+        return None
+    if switches[0].users or switches[1].users:
+        return None
+    copy = torch.fx.GraphModule(gm, copy_graph(gm.graph), class_name=type(gm).__name__)
+    for n in list(copy.graph.nodes):
+        if n.op == "call_function" and n.target in grad_fns:
+            copy.graph.erase_node(n)
+    copy.recompile()
+    return copy
+
+
+def copy_graph(graph: torch.fx.Graph) -> torch.fx.Graph:
+    """A node-for-node copy of ``graph`` (meta included)."""
+    new = torch.fx.Graph()
+    out = new.graph_copy(graph, {})
+    new.output(out)
+    return new
 
 
 def symbolic_inputs(gm: torch.fx.GraphModule) -> list[Any] | None:

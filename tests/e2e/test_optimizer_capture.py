@@ -203,10 +203,6 @@ def test_user_disabled_function_still_breaks(fresh_pyjit: None) -> None:
     torch.testing.assert_close(pyjit.jit(f, backend="eager")(x), f(x))
 
 
-@pytest.mark.xfail(strict=True, reason="pyjit's backend runs a graph with grad-mode switches and inputs that "
-                   "require grad as captured (aot/joint.py check_supported); the optimizer graph is "
-                   "set_grad_enabled(False) ... set_grad_enabled(True) around in-place updates and needs "
-                   "the inference path under no_grad (see docs/training.md, Optimizer steps)")
 def test_update_graph_is_compiled_by_pyjit_backend(tmp_path: Any) -> None:
     pyjit.reset()
     backend.metrics.reset()
