@@ -62,6 +62,11 @@ class Config:
     # Backend: sum/max/min/any/all over fewer than 128 rows of at least this many elements are
     # split into parallel chunks plus a combining reduction (one program per row would idle a GPU).
     backend_split_reduction_min: int = 65536
+    # Backend: fold an eval batch norm's per-channel scale into the preceding convolution's
+    # weights (passes/conv_bn.py). Off: measured slower on an H100 (the unfolded batch norm
+    # already fuses into one epilogue pass; the fold adds a weight kernel per call, see
+    # docs/passes.md). The convolution's bias still moves into its pointwise epilogue.
+    backend_fold_conv_bn: bool = False
     # Backend: use the on-disk cache of generated modules (PYJIT_CACHE_DIR).
     backend_disk_cache: bool = True
     # Warm start (PYJIT_WARM_START): record compiled frames on disk and install them in a new

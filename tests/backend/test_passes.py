@@ -37,7 +37,10 @@ def target(request: Any, tmp_path_factory: Any) -> Iterator[str]:
     cpu = request.param if request.param != "cuda" else "cpp"
     _DEVICE["now"] = "cuda" if request.param == "cuda" else "cpu"
     # No disk graph cache: a warm graph would skip the passes and their metrics.
-    with cfg.patch(cpu_backend=cpu, raise_on_internal_error=True, backend_disk_cache=False, cache_dir=str(cache)):
+    # The conv+BN scale fold is off by default (config.backend_fold_conv_bn); these tests check
+    # it on, test_fold_off_by_default_moves_only_the_bias checks the default.
+    with cfg.patch(cpu_backend=cpu, raise_on_internal_error=True, backend_disk_cache=False, cache_dir=str(cache),
+                   backend_fold_conv_bn=True):
         backend.metrics.reset()
         yield request.param
     _DEVICE["now"] = "cpu"
@@ -619,6 +622,14 @@ def run_module(m: nn.Module, x: torch.Tensor, atol: float = 1e-4, rtol: float = 
     torch.testing.assert_close(actual, expected, atol=atol, rtol=rtol)
     for (name, b_ref), (_, b) in zip(ref.named_buffers(), m.named_buffers()):
         torch.testing.assert_close(b, b_ref, atol=1e-6, rtol=1e-6, msg=lambda s: f"buffer {name}: {s}")
+
+
+def test_fold_off_by_default_moves_only_the_bias(target: str) -> None:
+    torch.manual_seed(0)
+    m = ConvBN(nn.Conv2d(4, 4, 3, padding=1, bias=True), _randomize_bn(nn.BatchNorm2d(4)), residual=True).eval()
+    with cfg.patch(backend_fold_conv_bn=False):
+        run_module(m, torch.randn(2, 4, 8, 8))
+    assert backend.metrics.conv_bn_folds == 0
 
 
 @pytest.mark.parametrize("bias", [True, False])

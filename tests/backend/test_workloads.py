@@ -100,4 +100,7 @@ def test_bench_workloads_compile_and_match(device: str) -> None:
         backend.metrics.reset()
         tol = 2e-2 if any(t.dtype in (torch.float16, torch.bfloat16) for t in inputs) else 1e-4
         _check(fn, *inputs, atol=tol, rtol=tol)
-        assert backend.metrics.generated_kernel_count >= 1, name
+        # compiled: generated kernels, or a rewrite into one extern call (attention -> SDPA)
+        m = backend.metrics
+        assert m.generated_kernel_count >= 1 or m.attention_rewrites >= 1, name
+        assert not m.eager_graphs, (name, m.eager_graphs)

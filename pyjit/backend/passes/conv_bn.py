@@ -19,6 +19,10 @@ A convolution whose bias is followed by a pointwise op also gets its bias moved 
 epilogue (``conv(x, w, None) + b``): on CUDA aten adds a convolution's bias in a separate
 pass over the output anyway, while the epilogue kernel adds it for free.
 
+The scale fold is off by default (``pyjit.config.backend_fold_conv_bn``): on an H100 it made
+the measured blocks slower, because the unfolded chain already fuses into the convolution's
+epilogue and the fold adds a weight kernel per call (``docs/passes.md``); the bias move stays.
+
 Not folded (left as is): transposed convolutions, chains that change dtype (e.g. an fp32 batch
 norm after an fp16 convolution: the eager rounding differs), values that are not per-channel.
 """
@@ -30,6 +34,7 @@ import torch
 import torch.fx
 from torch.fx import Node
 
+from ...config import config
 from ...logs import get_logger
 from ..metrics import metrics
 from .graph_utils import broadcasts_into, inline_traced, is_target, shape, trace_replacement, val
@@ -50,6 +55,9 @@ def fold_conv_bn(gm: torch.fx.GraphModule) -> int:
         steps, last = _affine_chain(conv)
         bias = conv.args[2]
         scales = any(op in (aten.mul.Tensor, aten.div.Tensor) for op, _ in steps)
+        if scales and not config.backend_fold_conv_bn:
+            # Folding is off (see config): only move the bias into the conv's epilogue.
+            steps, last, scales = [], conv, False
         if not scales and (bias is None or not _has_pointwise_user(last)):
             continue  # nothing to fold, and no epilogue to take the bias
         _replace(gm, conv, steps, last)
