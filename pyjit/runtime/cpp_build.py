@@ -8,9 +8,10 @@ the source, the compiler, its flags and the CPU (``-march=native``), so identica
 recompile and a warm start loads the ``.so`` without invoking the compiler. All cache calls of
 the C++ path are in :func:`_cached_so`.
 
-The outcome of the compiler check is logged once per process: on ``fallbacks`` when no compiler
-works (CPU graphs then run as captured, with the reason), else on ``compile_times`` (compiler,
-version, OpenMP); every compile and every cache load of a ``.so`` is logged on ``cache``.
+The outcome of the compiler check is logged once per process as one line on ``fallbacks``:
+the CPU backend chosen and why (``cpp`` with the compiler, its version and OpenMP; or ``eager``,
+graphs run as captured, with each candidate's complaint); every compile and every cache load of a
+``.so`` is logged on ``cache``.
 """
 from __future__ import annotations
 
@@ -30,7 +31,6 @@ from ..config import config
 from ..logs import get_logger
 
 log = get_logger("fallbacks")
-time_log = get_logger("compile_times")
 cache_log = get_logger("cache")
 
 # No -ffast-math (NaN/inf semantics stay eager's); no FP contraction (pointwise chains stay
@@ -107,13 +107,16 @@ def compiler() -> Compiler | None:
                 problems.append(f"{cxx}{' -fopenmp' if openmp else ''}: {err}")
             if _compiler is not None:
                 break
+        # The choice and its reason: one line on ``fallbacks`` per process (issue 12, item 4).
         if _compiler is None:
             _reason = "; ".join(problems) or "no C++ compiler on PATH (set $CXX or install g++/clang++)"
-            log.info("pyjit CPU backend: graphs run as captured (eager): no working C++ compiler: %s", _reason)
+            log.info("pyjit CPU backend: eager (CPU graphs run as captured) instead of cpp: no working C++ "
+                     "compiler: %s", _reason)
         else:
             omp = "with OpenMP" if _compiler.openmp else "without OpenMP (the compiler rejected -fopenmp)"
-            # Not a fallback: the choice is logged with the compile timings.
-            time_log.info("pyjit CPU backend: cpp, compiling with %s (%s) %s", _compiler.path, _compiler.version, omp)
+            log.info("pyjit CPU backend: cpp (C++ kernels compiled with %s, %s, %s): cpu_backend='cpp' "
+                     "(PYJIT_CPU_BACKEND, the default) and the compiler built and loaded the probe kernel",
+                     _compiler.path, _compiler.version, omp)
         _checked = True
     return _compiler
 

@@ -153,3 +153,71 @@ def test_output_code_log_prints_the_cpp(cpp: Any, caplog: Any) -> None:
         check(lambda t: t * t + 1, make((8,), "cpu"))
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert 'extern "C" void pyjit_fused_mul_add_0' in text
+
+
+def _special_rows(n: int, dtype: torch.dtype) -> torch.Tensor:
+    """Rows with NaN, all -inf, +inf (one and two), -inf entries, a wide range, zeros."""
+    x = make((10, n), "cpu", dtype)
+    x[1, 3] = float("nan")
+    x[2, :] = float("-inf")
+    x[3, 7] = float("inf")
+    x[4, 5] = float("-inf")
+    x[5, ::2] = float("-inf")
+    x[6, 2] = x[6, 9] = float("inf")
+    x[7, 1], x[7, 2] = float("inf"), float("-inf")
+    x[8] *= 100
+    x[9] = 0.0
+    return x
+
+
+@pytest.mark.parametrize("n", [10, 300, 1000])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_online_exp_sum_matches_eager_on_special_rows(cpp: Any, monkeypatch: Any, n: int, dtype: torch.dtype) -> None:
+    from pyjit.backend.codegen import cpp as cpp_gen
+
+    monkeypatch.setattr(cpp_gen, "ONLINE_EXP_SUM", True)
+    x = _special_rows(n, dtype)
+    compiled = check(lambda t: (torch.softmax(t, -1), torch.log_softmax(t, -1), torch.logsumexp(t, -1)), x)
+    assert "r0_0 += " in compiled.pyjit_source  # the online chunked loop really ran
+    y = torch.randint(0, n, (10,))
+    check(lambda t, y: torch.nn.functional.cross_entropy(t.float(), y, reduction="none"), x, y)
+    check(lambda t: torch.softmax(t, 0), x)
+
+
+@pytest.mark.parametrize("online", [False, True])
+def test_online_exp_sum_walks_rows_fewer_times(cpp: Any, monkeypatch: Any, online: bool) -> None:
+    from pyjit.backend.codegen import cpp as cpp_gen
+
+    monkeypatch.setattr(cpp_gen, "ONLINE_EXP_SUM", online)
+    x = make((16, 999), "cpu")
+    softmax = check(lambda t: torch.softmax(t, -1), x).pyjit_source
+    log_softmax = check(lambda t: torch.log_softmax(t, -1) * 2, x).pyjit_source
+    # Full-row loops; with online: the chunked max+sum loop, the normalising loop and the
+    # scalar NaN/inf fallback loop.
+    walks = [src.count("for (int64_t rindex = 0; rindex < 999; ++rindex)") for src in (softmax, log_softmax)]
+    chunked = [src.count("for (int64_t r0_0 = 0; r0_0 < 999; r0_0 += 256)") for src in (softmax, log_softmax)]
+    assert walks == ([2, 2] if online else [3, 3]), walks
+    assert chunked == ([1, 1] if online else [0, 0]), chunked
+    assert backend.metrics.generated_kernel_count == 2
+
+
+def test_cpu_backend_choice_is_one_fallbacks_line_per_process(tmp_path: Any) -> None:
+    import subprocess
+
+    code = (
+        "import torch, pyjit.backend as backend\n"
+        "from pyjit import config as cfg\n"
+        "with cfg.patch(cpp_fast_compile=True):\n"
+        "    for f in (lambda t: t + 1, lambda t: t * 3, lambda t: t.sum(0)):\n"
+        "        gm = torch.fx.symbolic_trace(f)\n"
+        "        assert torch.allclose(backend.compile_fx(gm, [torch.ones(3)])(torch.ones(3)), f(torch.ones(3)))\n"
+    )
+    env = {**__import__("os").environ, "PYJIT_LOGS": "fallbacks,output_code", "PYJIT_CACHE_DIR": str(tmp_path),
+           "PYJIT_CPU_BACKEND": "cpp"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    lines = [ln for ln in out.splitlines() if "pyjit CPU backend:" in ln]
+    assert len(lines) == 1, lines
+    assert "cpp (C++ kernels compiled with" in lines[0] and "PYJIT_CPU_BACKEND" in lines[0]
+    assert 'extern "C" void pyjit_fused_' in out  # output_code still prints the generated C++
