@@ -108,6 +108,8 @@ def compiler() -> Compiler | None:
             if _compiler is not None:
                 break
         # The choice and its reason: one line on ``fallbacks`` per process (issue 12, item 4).
+        # The working-compiler line is informational, not a fallback: its record carries
+        # ``pyjit_kind='choice'`` so consumers counting fallbacks (bench) can tell it apart.
         if _compiler is None:
             _reason = "; ".join(problems) or "no C++ compiler on PATH (set $CXX or install g++/clang++)"
             log.info("pyjit CPU backend: eager (CPU graphs run as captured) instead of cpp: no working C++ "
@@ -116,7 +118,7 @@ def compiler() -> Compiler | None:
             omp = "with OpenMP" if _compiler.openmp else "without OpenMP (the compiler rejected -fopenmp)"
             log.info("pyjit CPU backend: cpp (C++ kernels compiled with %s, %s, %s): cpu_backend='cpp' "
                      "(PYJIT_CPU_BACKEND, the default) and the compiler built and loaded the probe kernel",
-                     _compiler.path, _compiler.version, omp)
+                     _compiler.path, _compiler.version, omp, extra={"pyjit_kind": "choice"})
         _checked = True
     return _compiler
 
