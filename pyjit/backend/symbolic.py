@@ -41,6 +41,8 @@ class FloorDiv(sympy.Function):
             return sympy.Integer(int(base) // int(divisor))
         if isinstance(base, FloorDiv) and divisor.is_Integer and base.args[1].is_Integer:
             return FloorDiv(base.args[0], base.args[1] * divisor)
+        if isinstance(base, ModularIndexing) and base.args[1] == 1 and _same(base.args[2], divisor):
+            return sympy.Integer(0)  # (e % n) // n
         if divisor.is_Integer:
             # Pull out terms whose coefficients are multiples of the divisor:
             # (a*d + b) // d == a + b // d when b >= 0 (indices are non-negative).
@@ -112,6 +114,9 @@ class ModularIndexing(sympy.Function):
         if isinstance(base, FloorDiv) and base.args[1].is_Integer and divisor.is_Integer:
             # ((e // a) // b) % m == (e // (a*b)) % m
             return ModularIndexing(base.args[0], base.args[1] * divisor, modulus)
+        if isinstance(base, ModularIndexing) and base.args[1] == 1 and _divides(divisor * modulus, base.args[2]):
+            # ((e % M) // d) % m == (e // d) % m when d*m divides M
+            return ModularIndexing(base.args[0], divisor, modulus)
         if divisor.is_Integer and modulus.is_Integer and base.is_Add:
             # Drop terms that are multiples of divisor*modulus: they do not change the result.
             dm = int(divisor) * int(modulus)
@@ -402,6 +407,10 @@ def simplify_with_ranges(expr: Expr, ranges: dict[sympy.Symbol, int]) -> Expr:
             return e
         args = [visit(a) for a in e.args]
         e = e.func(*args) if any(a is not b for a, b in zip(args, e.args)) else e
+        if e.is_Add:
+            e = join_terms(e)  # also inside index functions: (512*(x // 512) + x % 512) // n
+            if not e.args:
+                return e
         if isinstance(e, (FloorDiv, ModularIndexing)) and e.args[1].is_Integer:
             split = drop_small_terms(e.args[0], int(e.args[1]))
             if split is not None:
@@ -437,27 +446,62 @@ def join_terms(expr: Expr) -> Expr:
 
     ``c*a*FloorDiv(e, a) + c*ModularIndexing(e, 1, a) -> c*e`` and
     ``c*a*ModularIndexing(e, a, m) + c*ModularIndexing(e, 1, a) -> c*ModularIndexing(e, 1, a*m)``
-    (how a contiguous access over merged iteration dimensions becomes ``xindex`` again).
+    (how a contiguous access over merged iteration dimensions becomes ``xindex`` again). ``c``
+    and ``a`` may be expressions over size symbols (``a*(e // a) + e % a == e`` for every
+    ``a > 0``), so symbolic sizes simplify like static ones.
     """
     if not expr.is_Add:
         return expr
-    terms = [t.as_coeff_Mul() for t in expr.args]
-    for i, (ci, ti) in enumerate(terms):
-        if not (isinstance(ti, ModularIndexing) and ti.args[1] == 1 and ci.is_Integer):
+    terms = [_index_factor(t) for t in expr.args]
+    for i, split_i in enumerate(terms):
+        if split_i is None:
             continue
-        base, _, a = ti.args
-        for j, (cj, tj) in enumerate(terms):
-            if j == i or not cj.is_Integer:
+        ci, ti = split_i
+        if not isinstance(ti, ModularIndexing):
+            continue
+        base, d, a = ti.args
+        for j, split_j in enumerate(terms):
+            if j == i or split_j is None:
                 continue
-            if isinstance(tj, FloorDiv) and tj.args[0] == base and tj.args[1] == a and cj == ci * a:
-                joined = ci * base
-            elif isinstance(tj, ModularIndexing) and tj.args[0] == base and tj.args[1] == a and cj == ci * a:
-                joined = ci * ModularIndexing(base, 1, a * tj.args[2])
+            cj, tj = split_j
+            if tj.args[0] != base or not _same(tj.args[1], d * a) or not _same(cj, ci * a):
+                continue
+            # (e // d) % a + a * (e // (d*a)) == e // d, and the same under a modulus
+            if isinstance(tj, FloorDiv):
+                joined = ci * FloorDiv(base, d)
+            elif isinstance(tj, ModularIndexing):
+                joined = ci * ModularIndexing(base, d, a * tj.args[2])
             else:
                 continue
-            rest = [c * t for k, (c, t) in enumerate(terms) if k not in (i, j)]
+            rest = [t for k, t in enumerate(expr.args) if k not in (i, j)]
             return join_terms(sympy.Add(joined, *rest))
     return expr
+
+
+def _index_factor(term: Expr) -> tuple[Expr, Expr] | None:
+    """``(c, f)`` with ``term == c * f``, ``f`` its one FloorDiv/ModularIndexing factor, else None."""
+    if isinstance(term, (FloorDiv, ModularIndexing)):
+        return sympy.Integer(1), term
+    if term.is_Mul:
+        found = [a for a in term.args if isinstance(a, (FloorDiv, ModularIndexing))]
+        if len(found) == 1:
+            rest = [a for a in term.args if a is not found[0]]
+            if not any(r.has(FloorDiv, ModularIndexing) for r in rest):
+                return sympy.Mul(*rest), found[0]
+    return None
+
+
+def _same(a: Expr, b: Expr) -> bool:
+    return a == b or sympy.expand(a - b) == 0
+
+
+def _divides(d: Expr, n: Expr) -> bool:
+    """``d`` divides ``n`` for every value of the size symbols (products of integers and symbols)."""
+    if d.is_Integer and n.is_Integer:
+        return int(n) % int(d) == 0
+    if d.has(FloorDiv, ModularIndexing) or n.has(FloorDiv, ModularIndexing):
+        return False
+    return bool(sympy.cancel(n / d).is_integer) and sympy.fraction(sympy.cancel(n / d))[1] == 1
 
 
 def linear_coefficient(expr: Expr, var: sympy.Symbol) -> int | None:

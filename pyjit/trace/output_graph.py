@@ -14,6 +14,7 @@ inputs returned unchanged are re-read through their source, containers/constants
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import operator
 import re
@@ -182,10 +183,14 @@ class OutputGraph:
         return self.wrap_result(tx, node, result, [*args, *kwargs.values()])
 
     def _run_fake(self, kind: str, target: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        from torch._dispatch.python import enable_python_dispatcher
         from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
+        # With symbolic sizes, composite ops (matmul, linear...) must decompose in Python: their
+        # C++ kernels read sizes(), which a fake tensor answers by specialising every symbol.
+        dispatcher = enable_python_dispatcher() if self.shape_env is not None else contextlib.nullcontext()
         try:
-            with self.fake_mode:
+            with self.fake_mode, dispatcher:
                 if kind == "call_method":
                     return getattr(args[0], target)(*args[1:], **kwargs)
                 return target(*args, **kwargs)

@@ -59,3 +59,48 @@ def test_nested_division_canonicalized_and_joined() -> None:
     s = simplify_with_ranges(e, {X: 64, R: 8})
     assert s == R + 8 * X
     assert _same_everywhere(e, s, 64, 8)
+
+
+def _eval(expr: sympy.Expr, **values: int) -> int:
+    """``expr`` at integer values of its symbols (index functions evaluated as Python ints)."""
+    fns = {"FloorDiv": lambda p, q: p // q, "ModularIndexing": lambda p, q, m: (p // q) % m}
+    names = sorted(values)
+    return sympy.lambdify([sympy.Symbol(n, integer=True, positive=True) if n.startswith("s") else sym(n)
+                           for n in names], expr, modules=[fns])(*[values[n] for n in names])
+
+
+def test_symbolic_sizes_simplify_like_static_ones() -> None:
+    """Index expressions over a dynamic size ``s`` (how a transposed/merged access is written
+    with symbolic strides) fold back to the flat index, and every simplified form agrees with
+    the original for several sizes and every index in range."""
+    s = sympy.Symbol("s", integer=True, positive=True)
+    n = 128 * s
+    cases = [
+        # (512*(x // 512) + x % 512) // (512*s) ... == x over 2 rows
+        (512 * s * FloorDiv(512 * FloorDiv(X, 512) + ModularIndexing(X, 1, 512), 512 * s)
+         + ModularIndexing(X, 1, 512 * s), X),
+        # layer norm's row statistics read through a [2, s] buffer: the row index
+        (s * FloorDiv(X, n) + ModularIndexing(X, 128, s), FloorDiv(X, 128)),
+        # the transposed attention output copied back: heads of 32 inside rows of 128
+        (n * FloorDiv(X, n) + 32 * ModularIndexing(X, 32, 4) + 128 * ModularIndexing(X, 128, s)
+         + ModularIndexing(ModularIndexing(X, 1, 128), 1, 32), X),
+        (FloorDiv(ModularIndexing(X, 1, n), n), sympy.Integer(0)),
+        (ModularIndexing(ModularIndexing(X, 1, n), 128, s), ModularIndexing(X, 128, s)),
+    ]
+    for expr, expected in cases:
+        simplified = simplify_with_ranges(expr, {X: 2 * n})
+        assert simplified == expected, (expr, simplified)
+        for sv in (2, 3, 7):
+            for x in range(2 * 128 * sv):
+                assert _eval(expr, xindex=x, s=sv) == _eval(simplified, xindex=x, s=sv), (expr, sv, x)
+
+
+def test_modulus_of_a_modulus_needs_divisibility() -> None:
+    """``(e % M) // d % m`` folds to ``(e // d) % m`` only when ``d*m`` divides ``M``."""
+    s = sympy.Symbol("s", integer=True, positive=True)
+    assert ModularIndexing(ModularIndexing(X, 1, 6 * s), 2, 3 * s) == ModularIndexing(X, 2, 3 * s)
+    kept = ModularIndexing(ModularIndexing(X, 1, 5 * s), 2, 3)
+    assert isinstance(kept.args[0], ModularIndexing)
+    for sv in (2, 3):
+        for x in range(100):
+            assert _eval(kept, xindex=x, s=sv) == ((x % (5 * sv)) // 2) % 3

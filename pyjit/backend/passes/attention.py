@@ -62,6 +62,7 @@ from .graph_utils import (
     constant_value,
     inline_traced,
     is_target,
+    known_true,
     matmul_operands,
     only_used_by,
     scalar_constant,
@@ -378,7 +379,7 @@ def _replace(gm: torch.fx.GraphModule, m: _Match) -> bool:
     lq, s_len = shape(m.q)[-2], shape(m.kt)[-1]
     # is_causal means the top-left causal pattern on every backend for L == S only (flash
     # kernels have aligned it bottom-right for L != S): other shapes keep the constant mask.
-    causal = lq == s_len and _constant_causal(gm, m.masks, dtype, lq, s_len)
+    causal = known_true(lq == s_len) and _constant_causal(gm, m.masks, dtype, lq, s_len)
     masks = [] if causal else m.masks
     if dtype == torch.float16 and any(s.kind == "add" for s in masks):
         # Eager adds the mask in fp16, where a finfo.min sentinel absorbs the score (fully
@@ -430,7 +431,7 @@ def _replace(gm: torch.fx.GraphModule, m: _Match) -> bool:
         # The memory-efficient kernel needs 16-byte aligned mask rows; torch pads an unaligned
         # mask and slices it, but the backend computes the slice into a dense buffer again.
         itemsize = torch.empty((), dtype=dtype).element_size()
-        if (s_len * itemsize) % 16:
+        if not known_true((s_len * itemsize) % 16 == 0):
             raise _fail(f"a mask with {s_len} keys on CUDA (rows not 16-byte aligned for the "
                         f"memory-efficient kernel, and the backend does not keep torch's padded layout)")
     inputs = [m.q, m.kt, m.v, *mask_nodes]
@@ -476,10 +477,12 @@ def _as_additive(mask: torch.Tensor, dtype: torch.dtype, device: torch.device) -
 
 
 def _constant_causal(gm: torch.fx.GraphModule, masks: list[_MaskStep], dtype: torch.dtype,
-                     lq: int, s_len: int) -> bool:
+                     lq: Any, s_len: Any) -> bool:
     """True when the masks are compile-time constants equal to the top-left causal pattern."""
     if not masks:
         return False
+    if len(masks) == 1 and _built_causal(masks[0], lq, s_len):
+        return True
     values = [constant_value(gm, s.tensor) for s in masks]
     if any(not isinstance(v, torch.Tensor) for v in values):
         return False
@@ -497,3 +500,47 @@ def _constant_causal(gm: torch.fx.GraphModule, masks: list[_MaskStep], dtype: to
     tril = torch.ones(lq, s_len, dtype=torch.bool).tril()
     dropped = (total <= _SOFT_FILL_MAX) | (total <= torch.finfo(dtype).min / 2)  # -inf included
     return bool(torch.where(tril, total == 0, dropped).all())
+
+
+def _built_causal(step: _MaskStep, lq: Any, s_len: Any) -> bool:
+    """The mask is built in the graph as ``tril(ones(L, S))`` (``full(..., True)``), kept where
+    True, with a fill that drops the score: the causal pattern whatever L and S are. Read from
+    the graph's structure, so it holds for symbolic sizes too (the value cannot be computed)."""
+    if step.kind != "keep" or step.fill_kind not in ("hard", "absorbing"):
+        return False
+    node, keep_where_true = step.tensor, not step.negate
+    while is_target(node, aten.bitwise_not.default, aten.logical_not.default):
+        node, keep_where_true = node.args[0], not keep_where_true
+    if not keep_where_true:
+        return False
+    if is_target(node, aten.tril.default):
+        if (node.args[1] if len(node.args) > 1 else node.kwargs.get("diagonal", 0)) != 0:
+            return False
+        ones = node.args[0]
+    elif is_target(node, aten.logical_and.default) and _is_lower_triangle(node.args[0]):
+        ones = node.args[1]  # tril decomposed: (col - row <= 0) & x
+    else:
+        return False
+    if is_target(ones, aten.full.default):
+        if ones.args[1] not in (True, 1, 1.0):
+            return False
+    elif not is_target(ones, aten.ones.default):
+        return False
+    size = shape(ones)
+    return len(size) == 2 and known_true(size[0] == lq) and known_true(size[1] == s_len)
+
+
+def _is_lower_triangle(node: Any) -> bool:
+    """``arange(S).unsqueeze(-2) - arange(L).unsqueeze(-1) <= 0``: True on and below the
+    diagonal (torch's decomposition of ``tril``)."""
+    if not is_target(node, aten.le.Scalar) or node.args[1] != 0 or not is_target(node.args[0], aten.sub.Tensor):
+        return False
+    cols, rows = node.args[0].args[:2]
+
+    def arange_unsqueezed(n: Any, dim: int) -> bool:
+        if not is_target(n, aten.unsqueeze.default) or n.args[1] not in (dim, dim + 2):
+            return False
+        a = n.args[0]
+        return is_target(a, aten.arange.default) and len(a.args) == 1  # arange(end): from 0 step 1
+
+    return arange_unsqueezed(cols, -2) and arange_unsqueezed(rows, -1)

@@ -28,9 +28,11 @@ def val(node: Any) -> Any:
     return node.meta.get("val") if isinstance(node, Node) else None
 
 
-def shape(node: Any) -> tuple[int, ...] | None:
+def shape(node: Any) -> tuple[Any, ...] | None:
+    """``node``'s sizes: ints, or ``SymInt`` s in a graph with symbolic sizes (never made
+    concrete here: ``int()`` would specialise the symbol to its example value)."""
     v = val(node)
-    return tuple(int(s) for s in v.shape) if isinstance(v, torch.Tensor) else None
+    return tuple(v.shape) if isinstance(v, torch.Tensor) else None
 
 
 def is_target(node: Any, *targets: Any) -> bool:
@@ -75,8 +77,10 @@ def constant_value(gm: torch.fx.GraphModule, node: Any) -> torch.Tensor | float 
             if torch.Tag.nondeterministic_seeded in tags:
                 return False
             v = val(n)
-            if isinstance(v, torch.Tensor) and v.numel() > _MAX_CONSTANT_NUMEL:
-                return False
+            if isinstance(v, torch.Tensor):
+                numel = v.numel()
+                if not isinstance(numel, int) or numel > _MAX_CONSTANT_NUMEL:
+                    return False  # symbolic sizes depend on the inputs: never a constant
             for inp in n.all_input_nodes:
                 if not visit(inp):
                     return False
@@ -222,3 +226,13 @@ def trace_replacement(fn: Callable[..., Any], inputs: Sequence[Node]) -> torch.f
     fake_mode = next(iter(modes.values()))
     with fake_mode, torch.no_grad():
         return make_fx(fn, decomposition_table=decomposition_table(), tracing_mode="real")(*vals)
+
+
+def known_true(cond: Any) -> bool:
+    """``cond`` holds for every size the graph accepts (a plain bool, or a ``SymBool`` that the
+    shape environment proves without adding a guard); False when unknown."""
+    if isinstance(cond, bool):
+        return cond
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return bool(statically_known_true(cond))
