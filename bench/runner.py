@@ -70,6 +70,8 @@ class _Capture(logging.Handler):
         self.records: list[logging.LogRecord] = []
 
     def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "pyjit_kind", None) == "choice":
+            return  # a statement of which code generator was chosen, not a fallback (no star)
         self.records.append(record)
 
 
