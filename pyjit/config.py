@@ -67,6 +67,15 @@ class Config:
     # already fuses into one epilogue pass; the fold adds a weight kernel per call, see
     # docs/passes.md). The convolution's bias still moves into its pointwise epilogue.
     backend_fold_conv_bn: bool = False
+    # Backend (owner: autotune): benchmark candidate kernels (matmul template configurations
+    # against the extern aten call) on the device at compile time and keep the fastest; results
+    # live in the on-disk cache (runtime/autotune.py). Only CUDA graphs are ever benchmarked.
+    autotune: bool = True
+    # Backend: matmuls (mm/addmm/bmm) as a Triton template with fused epilogues. "auto": a
+    # candidate on CUDA, chosen over the extern by autotuning (extern when autotune is off);
+    # "force": always the template where Triton kernels run (CUDA; CPU under triton_interpret,
+    # for tests), configurations still tuned on CUDA; "off": always the extern aten call.
+    matmul_template: Literal["auto", "force", "off"] = "auto"
     # Backend: use the on-disk cache of generated modules (PYJIT_CACHE_DIR).
     backend_disk_cache: bool = True
     # Warm start (PYJIT_WARM_START): record compiled frames on disk and install them in a new

@@ -7,7 +7,9 @@ sympy expressions) through the ops handler ``ops``. Computation is described by
 other nodes; views (:class:`View`) only transform indices; :class:`ReinterpretView` is a
 strided view of a realized buffer (no copy, aliasing preserved). :class:`StorageBox` holds a
 value that may later be *realized* into a :class:`ComputedBuffer` (a named memory buffer).
-Extern kernels (:class:`ExternKernel`) call an aten op from the wrapper.
+Extern kernels (:class:`ExternKernel`) call an aten op from the wrapper; templates
+(:class:`MatmulTemplate`) are generated kernels of a fixed shape whose epilogue takes fused
+pointwise consumers.
 """
 from __future__ import annotations
 
@@ -206,6 +208,29 @@ class ExternKernel(Buffer):
     def tensor_inputs(self) -> list[IRNode]:
         from torch.utils._pytree import tree_leaves
         return [a for a in tree_leaves((self.args, self.kwargs)) if isinstance(a, IRNode)]
+
+
+class MatmulTemplate(Buffer):
+    """``name = a @ b`` by a generated Triton matmul kernel (codegen/matmul_template.py).
+
+    ``a`` is ``[M, K]`` or ``[B, M, K]``, ``b`` is ``[K, N]`` or ``[B, K, N]``, both realized
+    buffers or strided views with static layouts; the output is contiguous. Pointwise
+    consumers that read each output element at its own index are fused into the kernel's
+    epilogue by the scheduler. ``config`` holds the launch configuration chosen at lowering
+    time (BLOCK_M/N/K, GROUP_M, num_warps, num_stages; see runtime/autotune.py) and
+    ``allow_tf32`` the fp32 precision torch's setting allowed when the graph was compiled.
+    """
+
+    def __init__(self, name: str, layout: Layout, a: IRNode, b: IRNode, config: dict[str, int],
+                 allow_tf32: bool, origins: set[str] | None = None):
+        super().__init__(name, layout, origins)
+        self.a = a
+        self.b = b
+        self.config = dict(config)
+        self.allow_tf32 = allow_tf32
+
+    def tensor_inputs(self) -> list[IRNode]:
+        return [self.a, self.b]
 
 
 class MultiOutput(Buffer):

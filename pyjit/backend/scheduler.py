@@ -8,6 +8,11 @@ normalised store); a value needed in a later loop is recomputed there (see codeg
 Two nodes may share a kernel when their groups are compatible and every value one reads from
 the other is produced by the same program at the same index (:func:`can_fuse`). Fusion is
 greedy by a score (bytes of memory traffic saved), never creating a cycle between kernels.
+
+Templates (:class:`MatmulTemplate`) are nodes over their output's elements whose inputs are
+read at arbitrary indices: only pointwise nodes of the same element count that read the
+template's group (its epilogue) may join them, each reading every in-kernel value at its own
+index; a node producing a template input never joins (its reads never match a store).
 """
 from __future__ import annotations
 
@@ -18,12 +23,16 @@ from typing import Iterable, Sequence
 import sympy
 
 from ..config import config
-from .ir import Buffer, ComputedBuffer, ExternKernel, InputBuffer, IRNode, MultiOutput, Reduction, ReinterpretView
+from .ir import (Buffer, ComputedBuffer, ExternKernel, InputBuffer, IRNode, MatmulTemplate, MultiOutput, Reduction,
+                 ReinterpretView)
 from .ops_handler import MemoryDep, RecordHandler
 from .symbolic import hint, prod, simplify_with_ranges, sym, unflatten_index
 
 XINDEX = sym("xindex")
 RINDEX = sym("rindex")
+# The index a template reads its inputs at, as far as fusion is concerned: it never equals a
+# store index, so no producer of a template input is fused into the template's kernel.
+TEMPLATE_READ = sym("template_read")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,9 +49,15 @@ class SchedulerNode:
         self.buf = buf
         self.name = buf.name
         self.index = index
-        self.is_extern = not isinstance(buf, ComputedBuffer)
+        self.is_template = isinstance(buf, MatmulTemplate)
+        self.is_extern = not isinstance(buf, (ComputedBuffer, MatmulTemplate))
         self.is_reduction = isinstance(buf, ComputedBuffer) and isinstance(buf.data, Reduction)
-        if isinstance(buf, ComputedBuffer):
+        if isinstance(buf, MatmulTemplate):
+            self.sizes, self.rsizes = list(buf.layout.size), []
+            self.group = (prod(self.sizes), 1)
+            self.read_names = {_storage_name(n) for n in buf.tensor_inputs()}
+            self.has_indirect = False
+        elif isinstance(buf, ComputedBuffer):
             data = buf.data
             self.sizes = list(data.get_size())
             self.rsizes = list(data.reduction_ranges) if isinstance(data, Reduction) else []
@@ -73,6 +88,10 @@ class SchedulerNode:
         X, R = group
         if self.is_extern:
             return None
+        if self.is_template:
+            if group != self.group:
+                return None
+            return unflatten_index(XINDEX, self.sizes), [], False
         if self.is_reduction:
             if self.group != group:
                 return None
@@ -102,6 +121,9 @@ class SchedulerNode:
             return None
         index, rindex, x_only = placed
         ranges = {XINDEX: group[0], RINDEX: group[1]}
+        if self.is_template:
+            store = MemoryDep(self.name, simplify_with_ranges(self.buf.layout.index(index), ranges))
+            return Access(tuple(MemoryDep(n, TEMPLATE_READ) for n in sorted(self.read_names)), (store,), False)
         rec = self._record(index, rindex)
         simp = lambda deps: tuple(MemoryDep(d.name, simplify_with_ranges(d.index, ranges)) for d in deps)  # noqa: E731
         return Access(simp(rec.reads), simp(rec.writes), x_only)
@@ -142,6 +164,7 @@ class FusedGroup:
 
     def __post_init__(self) -> None:
         self.is_extern = self.nodes[0].is_extern
+        self.is_template = any(n.is_template for n in self.nodes)
         self.names = frozenset(n.name for n in self.nodes)
         self._reads = frozenset(set().union(*[n.read_names for n in self.nodes]) - self.names)
 
@@ -236,6 +259,13 @@ class Scheduler:
         return total
 
     def _kernel_group(self, a: FusedGroup, b: FusedGroup) -> tuple[int, int] | None:
+        if a.is_template or b.is_template:
+            # Only a pointwise epilogue joins a template: same elements, reading its group.
+            tmpl, other = (a, b) if a.is_template else (b, a)
+            if other.is_template or other.has_reduction() or other.group != tmpl.group \
+                    or not (other.read_names() & tmpl.names):
+                return None
+            return tmpl.group
         ga, gb = a.group, b.group
         if ga == gb:
             return ga

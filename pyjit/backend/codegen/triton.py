@@ -125,7 +125,9 @@ class TritonKernel:
         self.mask = "xmask"
         # Symbolic sizes: decided on the example sizes; the wrapper checks each call's sizes.
         self.int64 = hint(self.xnumel * self.rnumel) >= 2 ** 31
-        self.tiling: Tiling | None = None if (self.is_reduction or self.dynamic) else choose_tiling(group)
+        # A template kernel (codegen/matmul_template.py) lays out its own 2-D tile.
+        self.tiling: Tiling | None = None if (self.is_reduction or self.dynamic or group.is_template) \
+            else choose_tiling(group)
         # Shape of kernel-invariant values: Triton broadcasts only between blocks of equal rank.
         self.unit = "[1, 1]" if (self.is_reduction or self.tiling) else "[1]"
         self.full_shape = "[YBLOCK, XBLOCK]" if self.tiling else "[XBLOCK]"

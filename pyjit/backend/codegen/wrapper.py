@@ -129,6 +129,16 @@ class WrapperCodegen:
                 steps.append(Step([], reads, pinned=pinned | (reads if pinned else set())))
                 lines.append(("extern", step_lines))
                 continue
+            if group.is_template:
+                # A matmul template with its fused epilogue (codegen/matmul_template.py).
+                from .matmul_template import generate_template_kernel, launch_line
+                tks = generate_template_kernel(group, len(kernels), removed, self.dtypes, graph.node_info)
+                kernels.append(tks)
+                allocs = [(n.name, (n.buf.layout.size, n.buf.layout.stride, n.buf.layout.dtype))
+                          for n in group.nodes if n.name not in removed]
+                steps.append(Step(allocs, {a for a in tks.arg_names if a not in group.names}))
+                lines.append(("kernel", [launch_line(tks, _const(tks.grid))]))
+                continue
             if self.cpp:
                 cks = generate_cpp_kernel(group, len(kernels), removed, self.dtypes, graph.node_info,
                                           frozenset(self.symbols), self.float_symbols)

@@ -1,0 +1,265 @@
+"""Matrix products: ``mm``, ``addmm`` and ``bmm`` as a Triton template or an extern aten call.
+
+On CUDA, a static-shape float matmul (fp32/bf16/fp16, both operands of one dtype) is a
+:class:`~pyjit.backend.ir.MatmulTemplate` candidate; autotuning (``runtime/autotune.py``)
+times the template's launch configurations against the extern ``aten.mm``/``aten.bmm`` on
+dummy inputs of the real layouts, once per shape and device (the result is cached on disk),
+and the fastest wins. When the template wins, ``addmm``'s ``beta * bias + alpha * (a @ b)``
+is a pointwise node over the template's output, so the scheduler fuses it (and whatever
+pointwise ops follow: activation, residual add, cast) into the template's epilogue; when the
+extern wins, the graph is what it always was (extern call + fused pointwise kernel).
+
+``config.matmul_template`` = ``"force"`` takes the template without timing the extern (CUDA,
+and CPU under ``PYJIT_CPU_BACKEND=triton_interpret`` for tests: the CPU never benchmarks, it
+uses :data:`INTERPRET_CONFIG`); ``"off"`` always keeps the extern. Symbolic sizes, other
+dtypes, empty operands and ``baddbmm`` keep the extern.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+
+from ...config import config
+from ...logs import get_logger
+from ..ir import IRNode, Layout, MatmulTemplate, ReinterpretView
+from ..symbolic import is_static
+from .fallbacks import make_extern
+from .registry import aten, make_pointwise, register_lowering
+
+if TYPE_CHECKING:
+    from ..graph import GraphLowering
+
+time_log = get_logger("compile_times")
+
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+# The interpreter runs each program as numpy block operations: large tiles mean few programs.
+INTERPRET_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 1}
+# Candidate launch configurations on CUDA (clamped to the problem, duplicates dropped). Few on
+# purpose: each is a Triton compile at graph-compile time for every new shape.
+_CUDA_CONFIGS_16BIT = [
+    {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3},
+    {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3},
+    {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 4},
+    {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 4},
+]
+_CUDA_CONFIGS_FP32 = [
+    {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 8, "num_stages": 3},
+    {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 4},
+    {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 4},
+    {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 3},
+]
+
+
+def _pow2_at_least(n: int, floor: int = 16) -> int:
+    p = floor
+    while p < n:
+        p *= 2
+    return p
+
+
+def cuda_configs(dtype: torch.dtype, M: int, N: int, K: int) -> list[dict[str, int]]:
+    out: list[dict[str, int]] = []
+    for cfg in _CUDA_CONFIGS_FP32 if dtype == torch.float32 else _CUDA_CONFIGS_16BIT:
+        c = dict(cfg)
+        c["BLOCK_M"] = min(c["BLOCK_M"], _pow2_at_least(M))
+        c["BLOCK_N"] = min(c["BLOCK_N"], _pow2_at_least(N))
+        c["BLOCK_K"] = min(c["BLOCK_K"], _pow2_at_least(K))
+        if c not in out:
+            out.append(c)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def generator_hash() -> str:
+    """Hash of the template generator's source: a changed generator re-tunes."""
+    from ..codegen import matmul_template
+    h = hashlib.sha256()
+    for mod in (matmul_template, __import__(__name__, fromlist=["_"])):
+        with open(os.path.abspath(mod.__file__), "rb") as f:  # type: ignore[arg-type]
+            h.update(f.read())
+    return h.hexdigest()[:32]
+
+
+def _static_layout(node: IRNode) -> Layout | None:
+    layout = getattr(node, "layout", None)
+    if layout is None or not all(is_static(x) for x in (*layout.size, *layout.stride, layout.offset)):
+        return None
+    return layout
+
+
+def _allow_tf32() -> bool:
+    return bool(torch.backends.cuda.matmul.allow_tf32)
+
+
+def _template_mode(ctx: "GraphLowering", a: IRNode, b: IRNode) -> str | None:
+    """"tune" (template vs extern by autotuning), "force" (template), or None (extern)."""
+    mode = config.matmul_template
+    if mode == "off":
+        return None
+    device = a.get_device()
+    if device.type == "cuda":
+        if mode == "auto" and not config.autotune:
+            return None
+    elif not (device.type == "cpu" and mode == "force" and config.cpu_backend == "triton_interpret"):
+        return None
+    if a.get_dtype() != b.get_dtype() or a.get_dtype() not in _DTYPES or b.get_device() != device:
+        return None
+    sizes = [*a.get_size(), *b.get_size()]
+    if not all(is_static(s) for s in sizes) or any(int(s) == 0 for s in sizes):
+        return None
+    return "force" if mode == "force" else "tune"
+
+
+def _choose_config(ctx: "GraphLowering", target: Any, cand: MatmulTemplate, mode: str) -> dict[str, int] | None:
+    """The launch configuration of the template, or None when the extern wins."""
+    device = cand.get_device()
+    if device.type != "cuda":
+        return dict(INTERPRET_CONFIG)  # the CPU never benchmarks
+    from ..codegen.matmul_template import matmul_dims
+    _, M, N, K = matmul_dims(cand)
+    configs = cuda_configs(cand.get_dtype(), M, N, K)
+    if not config.autotune:
+        return configs[0]
+    from ...runtime import autotune
+    candidates: dict[str, Callable[[], Callable[[], object]]] = {}
+    inputs = _DummyInputs(cand)
+    for cfg in configs:
+        candidates[_config_name(cfg)] = functools.partial(_template_runner, cand, cfg, inputs)
+    if mode == "tune":
+        extern = aten.bmm.default if len(cand.a.get_size()) == 3 else aten.mm.default
+        candidates["extern"] = lambda: (lambda: extern(inputs.a(), inputs.b()))
+    a_lay, b_lay = cand.a.layout, cand.b.layout  # type: ignore[attr-defined]
+    fields = {"generator": generator_hash(), "mode": mode, "device": autotune.device_name(device),
+              "a": _layout_text(a_lay), "b": _layout_text(b_lay), "allow_tf32": str(cand.allow_tf32),
+              "candidates": ",".join(candidates)}
+    label = f"{ctx.current_target_name()} [{M}x{K}]x[{K}x{N}] {cand.get_dtype()}"
+    choice = autotune.choose("matmul", fields, candidates, device, label)
+    if choice == "extern":
+        return None
+    return next(c for c in configs if _config_name(c) == choice)
+
+
+def _config_name(cfg: dict[str, int]) -> str:
+    return "template_" + "_".join(f"{k}{v}" for k, v in cfg.items())
+
+
+def _layout_text(lay: Layout) -> str:
+    return f"{tuple(lay.size)}:{tuple(lay.stride)}+{lay.offset}:{lay.dtype}"
+
+
+class _DummyInputs:
+    """Random tensors with the template inputs' layouts (created on first use, shared by candidates)."""
+
+    def __init__(self, cand: MatmulTemplate):
+        self.cand = cand
+        self._made: dict[str, torch.Tensor] | None = None
+
+    def _make(self) -> dict[str, torch.Tensor]:
+        if self._made is None:
+            made: dict[str, torch.Tensor] = {}
+            spans: dict[str, tuple[int, torch.dtype]] = {}
+            for node in (self.cand.a, self.cand.b):
+                name, lay = _storage(node)
+                spans[name] = (max(spans.get(name, (0, lay.dtype))[0], lay.storage_span()), lay.dtype)
+            for name, (span, dtype) in spans.items():
+                made[name] = torch.randn(span, device=self.cand.get_device()).to(dtype)
+            for key, node in (("a", self.cand.a), ("b", self.cand.b)):
+                name, lay = _storage(node)
+                made[key] = torch.as_strided(made[name], lay.size, lay.stride, lay.offset)
+            made["out"] = torch.empty(self.cand.layout.size, device=self.cand.get_device(), dtype=self.cand.get_dtype())
+            self._made = made
+        return self._made
+
+    def a(self) -> torch.Tensor:
+        return self._make()["a"]
+
+    def b(self) -> torch.Tensor:
+        return self._make()["b"]
+
+    def by_name(self, name: str) -> torch.Tensor:
+        made = self._make()
+        return made["out"] if name == self.cand.name else made[name]
+
+
+def _storage(node: IRNode) -> tuple[str, Layout]:
+    if isinstance(node, ReinterpretView):
+        return node.data.name, node.layout
+    return node.name, node.layout  # type: ignore[attr-defined]
+
+
+def _template_runner(cand: MatmulTemplate, cfg: dict[str, int], inputs: _DummyInputs) -> Callable[[], object]:
+    """Compile the plain template (no epilogue) with ``cfg``; return a launcher on dummy inputs."""
+    from ...runtime import cache
+    from ...runtime.launcher import load_module
+    from ..codegen.matmul_template import standalone_source
+
+    probe = MatmulTemplate(cand.name, cand.layout, cand.a, cand.b, cfg, cand.allow_tf32, cand.origins)
+    source, ks = standalone_source(probe)
+    key, path, _ = cache.write_module(source)
+    kernel = getattr(load_module(path, key, False), ks.name)
+    args = [inputs.by_name(n) for n in ks.arg_names]
+    launch = kernel[ks.grid]
+
+    def run() -> None:
+        launch(*args, **ks.meta)
+
+    return run
+
+
+def _matmul(ctx: "GraphLowering", target: Any, args: tuple, kwargs: dict, a: IRNode, b: IRNode,
+            epilogue: Callable[[IRNode], IRNode] | None = None) -> Any:
+    """The template (plus ``epilogue``) when it is wanted and wins, else ``target(*args, **kwargs)`` extern."""
+    mode = _template_mode(ctx, a, b)
+    if mode is None:
+        return make_extern(ctx, target, args, kwargs)
+    ra, rb = ctx.realize(a), ctx.realize(b)
+    if _static_layout(ra) is None or _static_layout(rb) is None:
+        return make_extern(ctx, target, args, kwargs)
+    size = [*a.get_size()[:-1], b.get_size()[-1]]
+    layout = Layout.contiguous(a.get_device(), a.get_dtype(), [int(s) for s in size])
+    allow_tf32 = _allow_tf32() if a.get_dtype() == torch.float32 else False
+    cand = MatmulTemplate("template_candidate", layout, ra, rb, INTERPRET_CONFIG, allow_tf32, ctx.current_origins())
+    cfg = _choose_config(ctx, target, cand, mode)
+    if cfg is None:
+        return make_extern(ctx, target, args, kwargs)
+    tmpl = MatmulTemplate(ctx.new_buffer_name(), layout, ra, rb, cfg, allow_tf32, ctx.current_origins())
+    ctx.register_buffer(tmpl)
+    return epilogue(tmpl) if epilogue is not None else tmpl
+
+
+@register_lowering(aten.mm.default)
+def mm(ctx: "GraphLowering", a: IRNode, b: IRNode) -> Any:
+    return _matmul(ctx, aten.mm.default, (a, b), {}, a, b)
+
+
+@register_lowering(aten.bmm.default)
+def bmm(ctx: "GraphLowering", a: IRNode, b: IRNode) -> Any:
+    return _matmul(ctx, aten.bmm.default, (a, b), {}, a, b)
+
+
+@register_lowering(aten.addmm.default)
+def addmm(ctx: "GraphLowering", bias: IRNode, a: IRNode, b: IRNode, **kwargs: Any) -> Any:
+    beta, alpha = kwargs.get("beta", 1), kwargs.get("alpha", 1)
+    if not isinstance(bias, IRNode) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                               for v in (beta, alpha)) or bias.get_dtype() != a.get_dtype():
+        return make_extern(ctx, aten.addmm.default, (bias, a, b), kwargs)
+    dtype = a.get_dtype()
+
+    def add_bias(prod: IRNode) -> IRNode:
+        # beta * bias + alpha * (a @ b), bias broadcast; beta == 0 ignores the bias (NaNs too).
+        def fn(ops: Any, m: Any, c: Any) -> Any:
+            if alpha != 1:
+                m = ops.binary("mul", m, ops.constant(float(alpha), torch.float32))
+            if beta == 0:
+                return m
+            if beta != 1:
+                c = ops.binary("mul", c, ops.constant(float(beta), torch.float32))
+            return ops.binary("add", m, c)
+        return make_pointwise(ctx, [prod, bias], fn, dtype)
+
+    # The extern alternative (taken inside _matmul) is addmm itself, with its kwargs.
+    return _matmul(ctx, aten.addmm.default, (bias, a, b), kwargs, a, b, add_bias)

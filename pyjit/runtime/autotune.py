@@ -1,0 +1,120 @@
+"""Autotuning: benchmark candidate implementations of one operation and keep the fastest.
+
+``choose(kind, key_fields, candidates, device)`` times each candidate (a zero-argument callable
+that runs it once on dummy inputs) on the device, and returns the fastest one's name. Results
+are stored in pyjit's on-disk cache (``runtime/cache.py``: namespace ``autotune``, integrity
+and trust checks included) under a key hashing ``key_fields`` (the caller puts in the kernel
+source or its generator's hash, shapes, strides, dtypes, the device name and whatever else the
+timings depend on), so a new process reuses the choice and never re-benchmarks. A candidate
+that fails to build or run is logged on ``compile_times`` and never chosen. Time spent tuning
+is reported on the ``compile_times`` channel.
+
+Only CUDA candidates are benchmarked by pyjit's backend (``config.autotune``); CPU callables
+are accepted too (timed with ``time.perf_counter``), which tests use to exercise the cache.
+``counters`` counts benchmarks run, tunings done and cache hits in this process.
+"""
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import math
+import time
+from typing import Callable, Mapping
+
+import torch
+
+from ..logs import get_logger
+from . import cache
+
+time_log = get_logger("compile_times")
+# benchmarks: candidate timings run; tunings: choices made by benchmarking; cache_hits: choices
+# read from disk; failures: candidates that raised while building or running.
+counters: collections.Counter = collections.Counter()
+_memo: dict[str, dict] = {}  # key -> stored record (this process)
+
+FORMAT = 1
+
+
+def tuning_key(kind: str, key_fields: Mapping[str, str]) -> str:
+    text = json.dumps({"kind": kind, "format": FORMAT, **{k: str(v) for k, v in key_fields.items()}}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return device.type
+
+
+def benchmark(fn: Callable[[], object], device: torch.device) -> float:
+    """Milliseconds per call of ``fn`` (median over repetitions)."""
+    counters["benchmarks"] += 1
+    if device.type == "cuda":
+        from triton.testing import do_bench
+        return float(do_bench(fn, warmup=10, rep=40))
+    fn()
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def lookup(kind: str, key_fields: Mapping[str, str]) -> dict | None:
+    """The stored record ``{"choice", "timings"}`` for these fields, or None."""
+    key = tuning_key(kind, key_fields)
+    if key in _memo:
+        return _memo[key]
+    data = cache.get_bytes("autotune", key, ".json")
+    if data is None:
+        return None
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("choice"), str):
+        return None
+    _memo[key] = record
+    return record
+
+
+def choose(kind: str, key_fields: Mapping[str, str], candidates: Mapping[str, Callable[[], Callable[[], object]]],
+           device: torch.device, label: str = "") -> str:
+    """Name of the fastest candidate; ``candidates[name]()`` builds it and returns a runner.
+
+    A stored choice for the same key (this process or an earlier one) is returned without
+    benchmarking, as long as it still names a candidate.
+    """
+    record = lookup(kind, key_fields)
+    if record is not None and record["choice"] in candidates:
+        counters["cache_hits"] += 1
+        return record["choice"]
+    start = time.perf_counter()
+    timings: dict[str, float] = {}
+    for name, build in candidates.items():
+        try:
+            run = build()
+            timings[name] = benchmark(run, device)
+        except Exception as e:  # noqa: BLE001 - a config that does not compile/run is never chosen
+            counters["failures"] += 1
+            time_log.info("autotune %s: candidate %s failed (%s: %s)", kind, name, type(e).__name__, e)
+            timings[name] = math.inf
+    best = min(timings, key=lambda n: timings[n])
+    if math.isinf(timings[best]):
+        raise RuntimeError(f"autotune {kind}: every candidate failed")
+    counters["tunings"] += 1
+    record = {"choice": best, "timings": {k: (v if math.isfinite(v) else None) for k, v in timings.items()}}
+    key = tuning_key(kind, key_fields)
+    _memo[key] = record
+    cache.put_bytes("autotune", key, json.dumps(record, sort_keys=True).encode(), ".json", overwrite=True)
+    shown = ", ".join(f"{k} {v:.4f} ms" for k, v in sorted(timings.items(), key=lambda kv: kv[1]))
+    time_log.info("autotuned %s%s in %.1f ms: chose %s (%s)", kind, f" {label}" if label else "",
+                  (time.perf_counter() - start) * 1e3, best, shown)
+    return best
+
+
+def clear_memo() -> None:
+    """Forget this process's in-memory records (tests: force a disk read)."""
+    _memo.clear()
