@@ -100,6 +100,9 @@ class MatmulTemplateKernel(TritonKernel):
             precision = ', input_precision="tf32"' if tmpl.allow_tf32 else ', input_precision="ieee"'
         else:
             precision = ""
+        # Triton's interpreter (CPU) multiplies 16-bit blocks wrongly (bf16) or in 16 bits
+        # (fp16): widen them first; products of 16-bit values are exact in fp32 anyway.
+        widen = ".to(tl.float32)" if tmpl.get_device().type == "cpu" and a_lay.dtype != torch.float32 else ""
         name = self.kernel_name()
         params = [*self.inputs.values(), *self.outputs.values()]
         params += [f"{k}: tl.constexpr" for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")]
@@ -134,7 +137,7 @@ class MatmulTemplateKernel(TritonKernel):
                 code.writelines([
                     f"a = tl.load(a_ptrs, mask=(rm[:, None] < {M}){kmask_a}, other=0.0)",
                     f"b = tl.load(b_ptrs, mask={kmask_b}(rn[None, :] < {N}), other=0.0)",
-                    f"acc += tl.dot(a, b{precision})",
+                    f"acc += tl.dot(a{widen}, b{widen}{precision})",
                     f"a_ptrs += BLOCK_K * {sak}",
                     f"b_ptrs += BLOCK_K * {sbk}",
                 ])

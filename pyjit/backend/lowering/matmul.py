@@ -109,9 +109,19 @@ def _template_mode(ctx: "GraphLowering", a: IRNode, b: IRNode) -> str | None:
     if a.get_dtype() != b.get_dtype() or a.get_dtype() not in _DTYPES or b.get_device() != device:
         return None
     sizes = [*a.get_size(), *b.get_size()]
-    if not all(is_static(s) for s in sizes) or any(int(s) == 0 for s in sizes):
+    if not all(is_static(s) for s in sizes) or any(int(s) == 0 for s in sizes) or _symbolic_graph(ctx):
         return None
     return "force" if mode == "force" else "tune"
+
+
+def _symbolic_graph(ctx: "GraphLowering") -> bool:
+    """A graph compiled for every size (symbolic placeholders) keeps its externs: one
+    artefact must serve all sizes, and tuning is per shape."""
+    for p in ctx.placeholders:
+        layout = getattr(p, "layout", None)
+        if layout is None or not all(is_static(x) for x in (*layout.size, *layout.stride)):
+            return True
+    return False
 
 
 def _choose_config(ctx: "GraphLowering", target: Any, cand: MatmulTemplate, mode: str) -> dict[str, int] | None:

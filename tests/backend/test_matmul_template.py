@@ -1,0 +1,312 @@
+"""The matmul template (codegen/matmul_template.py) with fused epilogues, and autotuning's cache.
+
+On CPU the template runs through Triton's interpreter with ``config.matmul_template="force"``
+(the CPU never benchmarks); on CUDA (when present) the same tests run compiled kernels, with
+configurations tuned (``force``: template only) or template-vs-extern chosen (``auto``).
+Every result is compared with eager; fusion is asserted on kernel / extern counts.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import pyjit.backend as backend
+from pyjit import config as cfg
+from pyjit.backend.metrics import metrics
+
+from .conftest import DEVICES, check, compile_graph, make
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(params=DEVICES)
+def device(request: Any, tmp_path_factory: Any) -> Any:
+    cache = tmp_path_factory.getbasetemp() / "pyjit-cache-mm"
+    with cfg.patch(cpu_backend="triton_interpret", raise_on_internal_error=True, cache_dir=str(cache),
+                   matmul_template="force"):
+        metrics.reset()
+        yield request.param
+
+
+def counts() -> tuple[int, int]:
+    return metrics.generated_kernel_count, metrics.extern_calls
+
+
+def _tol(dtype: torch.dtype) -> dict[str, float]:
+    # K-long dot products: fp32 (TF32 off by default) sums in another order than the BLAS.
+    return {torch.float32: {"atol": 1e-4, "rtol": 1e-4}, torch.bfloat16: {"atol": 5e-2, "rtol": 5e-2},
+            torch.float16: {"atol": 1e-2, "rtol": 1e-2}}[dtype]
+
+
+# --------------------------------------------------------------------------- plain products
+@pytest.mark.parametrize("shape", [(64, 32, 64), (70, 40, 50), (5, 3, 7), (130, 97, 33)])
+def test_mm_ragged(device: str, shape: tuple[int, int, int]) -> None:
+    M, K, N = shape
+
+    def fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.mm(a, b)
+
+    check(fn, make((M, K), device), make((K, N), device), **_tol(torch.float32))
+    assert counts() == (1, 0)
+
+
+def test_mm_transposed_operands(device: str) -> None:
+    def fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a.t() @ b.t()
+
+    check(fn, make((40, 70), device), make((50, 40), device), **_tol(torch.float32))
+    assert counts() == (1, 0)
+
+
+def test_mm_same_buffer_both_operands(device: str) -> None:
+    def fn(a: torch.Tensor) -> torch.Tensor:
+        return a @ a.t()
+
+    check(fn, make((33, 20), device), **_tol(torch.float32))
+
+
+@pytest.mark.parametrize("bias_shape", [(50,), (1, 50), (70, 50), (70, 1)])
+def test_addmm_bias_broadcast(device: str, bias_shape: tuple[int, ...]) -> None:
+    def fn(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.addmm(bias, a, b)
+
+    check(fn, make(bias_shape, device), make((70, 40), device), make((40, 50), device), **_tol(torch.float32))
+    assert counts() == (1, 0)
+
+
+def test_addmm_beta_alpha(device: str) -> None:
+    def fn(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.addmm(bias, a, b, beta=0.5, alpha=-2.0)
+
+    check(fn, make((50,), device), make((70, 40), device), make((40, 50), device), **_tol(torch.float32))
+    assert counts() == (1, 0)
+
+
+def test_addmm_beta_zero_ignores_nan_bias(device: str) -> None:
+    def fn(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.addmm(bias, a, b, beta=0)
+
+    bias = torch.full((50,), float("nan"), device=device)
+    check(fn, bias, make((70, 40), device), make((40, 50), device), **_tol(torch.float32))
+
+
+@pytest.mark.parametrize("shape", [(3, 33, 20, 17), (2, 64, 32, 64)])
+def test_bmm_ragged(device: str, shape: tuple[int, int, int, int]) -> None:
+    B, M, K, N = shape
+
+    def fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.bmm(a, b) * 2 + 1
+
+    check(fn, make((B, M, K), device), make((B, K, N), device), **_tol(torch.float32))
+    assert counts() == (1, 0)
+
+
+def test_bmm_transposed(device: str) -> None:
+    def fn(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(q @ k.transpose(-1, -2) * 0.25, dim=-1)
+
+    check(fn, make((2, 24, 16), device), make((2, 24, 16), device), **_tol(torch.float32))
+    # softmax is a reduction: never part of the template's epilogue.
+    assert metrics.extern_calls == 0
+
+
+# --------------------------------------------------------------------------- epilogue fusion
+def _linear_gelu_residual(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    return F.gelu(F.linear(x, w, b)) + r
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_linear_bias_gelu_residual_is_one_kernel(device: str, dtype: torch.dtype) -> None:
+    x, w = make((70, 48), device, dtype, low=-1, high=1), make((40, 48), device, dtype, low=-1, high=1)
+    b, r = make((40,), device, dtype), make((70, 40), device, dtype)
+    check(_linear_gelu_residual, x, w, b, r, **_tol(dtype))
+    assert counts() == (1, 0)
+
+
+def test_linear_3d_input_epilogue(device: str) -> None:
+    x, w = make((2, 35, 48), device), make((40, 48), device)
+    b, r = make((40,), device), make((2, 35, 40), device)
+    check(_linear_gelu_residual, x, w, b, r, **_tol(torch.float32))
+    assert counts() == (1, 0)
+
+
+def test_epilogue_dtype_cast(device: str) -> None:
+    def fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.relu(a @ b).to(torch.float16)
+
+    check(fn, make((70, 40), device), make((40, 50), device), atol=2e-3, rtol=2e-3)
+    assert counts() == (1, 0)
+
+
+def test_matmul_output_also_returned(device: str) -> None:
+    def fn(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = a @ b
+        return y, torch.tanh(y) + 1
+
+    check(fn, make((70, 40), device), make((40, 50), device), **_tol(torch.float32))
+    assert counts() == (1, 0)  # both stored by the template kernel
+
+
+def test_transposed_reader_is_not_an_epilogue(device: str) -> None:
+    def fn(a: torch.Tensor, b: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        return (a @ b).t() + r  # reads element (j, i) of the product at output (i, j)
+
+    check(fn, make((30, 40), device), make((40, 50), device), make((50, 30), device), **_tol(torch.float32))
+    assert counts() == (2, 0)
+
+
+def test_producer_of_an_operand_is_not_fused(device: str) -> None:
+    # K == N: the producer of ``a`` has as many elements as the product, yet the template reads
+    # ``a`` at other indices than it stores the product.
+    def fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        h = torch.exp(a * 0.1)
+        return (h @ b) + h
+
+    check(fn, make((30, 40), device), make((40, 40), device), **_tol(torch.float32))
+    assert metrics.extern_calls == 0
+
+
+def test_two_matmuls_chain(device: str) -> None:
+    def fn(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x @ w1) @ w2
+
+    check(fn, make((33, 24), device), make((24, 40), device), make((40, 20), device), **_tol(torch.float32))
+    assert counts() == (2, 0)
+
+
+def test_template_off_keeps_extern(device: str) -> None:
+    with cfg.patch(matmul_template="off"):
+        check(_linear_gelu_residual, make((70, 48), device), make((40, 48), device), make((40,), device),
+              make((70, 40), device), **_tol(torch.float32))
+    assert counts() == (1, 1)
+
+
+def test_cpu_auto_never_uses_template() -> None:
+    # On CPU "auto" never benchmarks and keeps the extern (C++ or interpreted kernels alike).
+    with cfg.patch(cpu_backend="triton_interpret", raise_on_internal_error=True, matmul_template="auto",
+                   backend_disk_cache=False):
+        metrics.reset()
+        check(_linear_gelu_residual, make((70, 48), "cpu"), make((40, 48), "cpu"), make((40,), "cpu"),
+              make((70, 40), "cpu"), **_tol(torch.float32))
+        assert counts() == (1, 1)
+
+
+def test_symbolic_graph_keeps_extern(device: str) -> None:
+    from .test_dynamic_backend import symbolic_graph
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x @ w) + 1
+
+    example = [torch.randn(9, 16, device=device), torch.randn(16, 8, device=device)]
+    gm = symbolic_graph(fn, example, [[True, False], None])
+    compiled = backend.compile_fx(gm, example)
+    assert metrics.dynamic_graphs == 1 and metrics.eager_graphs == []
+    assert metrics.extern_calls == 1
+    assert "pyjit_template" not in compiled.pyjit_source
+    for n in (9, 17, 40):
+        x = torch.randn(n, 16, device=device)
+        torch.testing.assert_close(compiled(x, example[1]), fn(x, example[1]), atol=1e-4, rtol=1e-4)
+
+
+def test_template_kernel_source_shape(device: str) -> None:
+    compiled = check(_linear_gelu_residual, make((70, 48), device), make((40, 48), device), make((40,), device),
+                     make((70, 40), device), **_tol(torch.float32))
+    src = compiled.pyjit_source
+    assert "tl.dot(" in src and "GROUP_M" in src
+    assert 'input_precision="ieee"' in src  # torch's default: no TF32 for fp32 matmuls
+
+
+# --------------------------------------------------------------------------- autotune cache
+_CHILD = textwrap.dedent("""
+    import json, sys, time
+    import torch
+    sys.path.insert(0, {root!r})
+    from pyjit import config as cfg
+    from pyjit.runtime import autotune
+
+    def slow():
+        time.sleep(0.004)
+
+    def fast():
+        pass
+
+    with cfg.patch(cache_dir={cache!r}):
+        choice = autotune.choose("test", {{"shape": "8x8", "device": "cpu"}},
+                                 {{"slow": lambda: slow, "fast": lambda: fast}}, torch.device("cpu"))
+    print(json.dumps({{"choice": choice, **autotune.counters}}))
+""")
+
+
+def _run_child(tmp_path: Any, code: str) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYJIT_")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
+                         cwd=str(tmp_path))
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_autotune_cache_reused_by_new_process(tmp_path: Any) -> None:
+    code = _CHILD.format(root=ROOT, cache=str(tmp_path / "cache"))
+    first = _run_child(tmp_path, code)
+    assert first["choice"] == "fast" and first["benchmarks"] == 2 and first["tunings"] == 1
+    second = _run_child(tmp_path, code)
+    assert second["choice"] == "fast" and second.get("benchmarks", 0) == 0 and second["cache_hits"] == 1
+
+
+def test_autotune_failing_candidate_never_chosen(tmp_path: Any) -> None:
+    from pyjit.runtime import autotune
+
+    def broken() -> Any:
+        raise RuntimeError("does not compile")
+
+    with cfg.patch(cache_dir=str(tmp_path / "cache")):
+        choice = autotune.choose("test_fail", {"k": "1"}, {"broken": broken, "ok": lambda: (lambda: None)},
+                                 torch.device("cpu"))
+    assert choice == "ok"
+
+
+_CUDA_CHILD = textwrap.dedent("""
+    import json, sys
+    import torch
+    import torch.nn.functional as F
+    sys.path.insert(0, {root!r})
+    import pyjit.backend as backend
+    from pyjit import config as cfg
+    from pyjit.runtime import autotune
+
+    def fn(x, w, b, r):
+        return F.gelu(F.linear(x, w, b)) + r
+
+    args = [torch.randn(s, device="cuda", dtype=torch.bfloat16) for s in ((512, 256), (384, 256), (384,), (512, 384))]
+    with cfg.patch(cache_dir={cache!r}, raise_on_internal_error=True, matmul_template={mode!r}):
+        out = backend.compile_fx(torch.fx.symbolic_trace(fn), args)(*args)
+    err = (out[0] if isinstance(out, (tuple, list)) else out).float().sub(fn(*args).float()).abs().max().item()
+    print(json.dumps({{"err": err, "kernels": backend.metrics.generated_kernel_count, **autotune.counters}}))
+""")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("mode", ["auto", "force"])
+def test_cuda_tuning_not_repeated_in_new_process(tmp_path: Any, mode: str) -> None:
+    code = _CUDA_CHILD.format(root=ROOT, cache=str(tmp_path / "cache"), mode=mode)
+    first = _run_child(tmp_path, code)
+    assert first["benchmarks"] >= 2 and first["tunings"] == 1 and first["err"] < 0.1
+    if mode == "force":
+        assert first["kernels"] == 1
+    # The graph cache would skip compiling altogether: clear it so the lowering runs again.
+    import shutil
+    for root, dirs, _files in os.walk(tmp_path / "cache"):
+        for d in dirs:
+            if d == "graphs":
+                shutil.rmtree(os.path.join(root, d))
+    second = _run_child(tmp_path, code)
+    assert second.get("benchmarks", 0) == 0 and second["cache_hits"] == 1 and second["err"] < 0.1
+    assert second["kernels"] == first["kernels"]
