@@ -118,6 +118,16 @@ def _build_linear_gelu_residual(device: torch.device, size: str) -> Built:
     return Built(linear_gelu_residual, make, f"[{r},{c}]x[{c},{c}] f32", flops=2.0 * r * c * c)
 
 
+def _build_linear_gelu_residual_bf16(device: torch.device, size: str) -> Built:
+    r, c = {"small": (256, 256), "large": (8192, 2048)}[size]
+
+    def make(g: torch.Generator) -> tuple[Any, ...]:
+        x, w, b = randn(g, device, r, c), randn(g, device, c, c) / math.sqrt(c), randn(g, device, c)
+        return x.to(torch.bfloat16), w.to(torch.bfloat16), b.to(torch.bfloat16)
+
+    return Built(linear_gelu_residual, make, f"[{r},{c}]x[{c},{c}] bf16", flops=2.0 * r * c * c)
+
+
 def _build_attention(device: torch.device, size: str) -> Built:
     b, h, n, d = {"small": (2, 4, 128, 32), "large": (8, 16, 1024, 64)}[size]
 
@@ -186,6 +196,8 @@ KERNELS: tuple[Workload, ...] = (
     Workload("cross_entropy", "kernels", _build_cross_entropy, "F.cross_entropy, mean reduction", memory_bound=True),
     Workload("linear_gelu_residual", "kernels", _build_linear_gelu_residual, "x + gelu(linear(x))",
              atol=1e-3, rtol=1e-3),
+    Workload("linear_gelu_residual_bf16", "kernels", _build_linear_gelu_residual_bf16,
+             "x + gelu(linear(x)) in bf16 (matmul template with fused epilogue on CUDA)", atol=3e-2, rtol=3e-2),
     Workload("attention", "kernels", _build_attention, "causal attention, explicit softmax", atol=1e-3, rtol=1e-3),
     Workload("attention_handwritten_bf16", "kernels", _build_attention_bf16,
              "softmax(q@kT/sqrt(d)) @ v in bf16, fp32 softmax (rewritten to fused SDPA)", atol=2e-2, rtol=2e-2),

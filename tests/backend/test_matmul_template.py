@@ -30,8 +30,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.fixture(params=DEVICES)
 def device(request: Any, tmp_path_factory: Any) -> Any:
     cache = tmp_path_factory.getbasetemp() / "pyjit-cache-mm"
+    # autotune off: CUDA runs take the first configuration (tuning is tested in new processes
+    # below); the CPU never benchmarks anyway.
     with cfg.patch(cpu_backend="triton_interpret", raise_on_internal_error=True, cache_dir=str(cache),
-                   matmul_template="force"):
+                   matmul_template="force", autotune=False):
         metrics.reset()
         yield request.param
 
@@ -310,3 +312,32 @@ def test_cuda_tuning_not_repeated_in_new_process(tmp_path: Any, mode: str) -> No
     second = _run_child(tmp_path, code)
     assert second.get("benchmarks", 0) == 0 and second["cache_hits"] == 1 and second["err"] < 0.1
     assert second["kernels"] == first["kernels"]
+
+
+def test_tuning_path_runs_every_candidate(tmp_path: Any, monkeypatch: Any) -> None:
+    """The CUDA tuning path (dummy inputs with the operands' layouts, each configuration compiled
+    and launched, the extern timed) exercised on CPU with kernels interpreted."""
+    import types
+
+    import pyjit.runtime.launcher as launcher
+    from pyjit.backend.ir import InputBuffer, Layout, MatmulTemplate, ReinterpretView
+    from pyjit.backend.lowering import matmul as mmod
+    from pyjit.runtime import autotune
+
+    real_load = launcher.load_module
+    monkeypatch.setattr(launcher, "load_module", lambda path, key, interpret: real_load(path, key, True))
+    a = InputBuffer("arg0_1", Layout.of(torch.empty(70, 40)))
+    w = InputBuffer("arg1_1", Layout.of(torch.empty(50, 40)))
+    b = ReinterpretView(w, Layout(torch.device("cpu"), torch.float32, (40, 50), (1, 40), 0))
+    out = Layout.contiguous(torch.device("cpu"), torch.float32, [70, 50])
+    cand = MatmulTemplate("template_candidate", out, a, b, mmod.INTERPRET_CONFIG, False)
+    ctx = types.SimpleNamespace(current_node=None, current_target_name=lambda: "mm")
+    configs = mmod.cuda_configs(torch.float32, 70, 50, 40)
+    state = torch.random.get_rng_state()
+    before = dict(autotune.counters)
+    with cfg.patch(cache_dir=str(tmp_path / "cache")):
+        chosen = mmod.tune(ctx, torch.ops.aten.mm.default, cand, "tune", configs)
+    assert torch.equal(torch.random.get_rng_state(), state)  # dummy inputs use a private generator
+    assert autotune.counters["benchmarks"] - before.get("benchmarks", 0) == len(configs) + 1
+    assert autotune.counters.get("failures", 0) == before.get("failures", 0)
+    assert chosen is None or chosen in configs

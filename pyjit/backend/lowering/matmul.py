@@ -134,14 +134,22 @@ def _choose_config(ctx: "GraphLowering", target: Any, cand: MatmulTemplate, mode
     configs = cuda_configs(cand.get_dtype(), M, N, K)
     if not config.autotune:
         return configs[0]
+    return tune(ctx, target, cand, mode, configs)
+
+
+def tune(ctx: "GraphLowering", target: Any, cand: MatmulTemplate, mode: str,
+         configs: list[dict[str, int]]) -> dict[str, int] | None:
+    """Benchmark ``configs`` of the template (and the extern when ``mode`` is "tune")."""
     from ...runtime import autotune
+    from ..codegen.matmul_template import matmul_dims
+    device = cand.get_device()
+    _, M, N, K = matmul_dims(cand)
     candidates: dict[str, Callable[[], Callable[[], object]]] = {}
     inputs = _DummyInputs(cand)
     for cfg in configs:
         candidates[_config_name(cfg)] = functools.partial(_template_runner, cand, cfg, inputs)
     if mode == "tune":
-        extern = aten.bmm.default if len(cand.a.get_size()) == 3 else aten.mm.default
-        candidates["extern"] = lambda: (lambda: extern(inputs.a(), inputs.b()))
+        candidates["extern"] = functools.partial(_extern_runner, cand, inputs, _expects_epilogue(ctx, target))
     a_lay, b_lay = cand.a.layout, cand.b.layout  # type: ignore[attr-defined]
     fields = {"generator": generator_hash(), "mode": mode, "device": autotune.device_name(device),
               "a": _layout_text(a_lay), "b": _layout_text(b_lay), "allow_tf32": str(cand.allow_tf32),
@@ -151,6 +159,32 @@ def _choose_config(ctx: "GraphLowering", target: Any, cand: MatmulTemplate, mode
     if choice == "extern":
         return None
     return next(c for c in configs if _config_name(c) == choice)
+
+
+def _expects_epilogue(ctx: "GraphLowering", target: Any) -> bool:
+    """Whether the product is likely to get a fused pointwise epilogue (addmm's bias; a reader
+    that is lowered to loops rather than being another extern)."""
+    if target is aten.addmm.default:
+        return True
+    from .fallbacks import EXTERN_BY_DESIGN
+    node = ctx.current_node
+    return node is not None and any(u.op == "call_function" and u.target not in EXTERN_BY_DESIGN
+                                    for u in node.users)
+
+
+def _extern_runner(cand: MatmulTemplate, inputs: "_DummyInputs", epilogue: bool) -> Callable[[], object]:
+    """The extern product on dummy inputs; with ``epilogue``, plus one copy of its output: the
+    read and write of the product that a separate epilogue kernel costs and fusion into the
+    template saves (timings compare the whole, not the matmul alone)."""
+    extern = aten.bmm.default if len(cand.a.get_size()) == 3 else aten.mm.default
+    a, b, dst = inputs.a(), inputs.b(), inputs.by_name(cand.name)
+    if not epilogue:
+        return lambda: extern(a, b)
+
+    def run() -> None:
+        dst.copy_(extern(a, b))
+
+    return run
 
 
 def _config_name(cfg: dict[str, int]) -> str:
@@ -175,12 +209,17 @@ class _DummyInputs:
             for node in (self.cand.a, self.cand.b):
                 name, lay = _storage(node)
                 spans[name] = (max(spans.get(name, (0, lay.dtype))[0], lay.storage_span()), lay.dtype)
+            # A private generator: compiling must not advance the program's random stream.
+            gen = torch.Generator(device=self.cand.get_device())
+            gen.manual_seed(0)
             for name, (span, dtype) in spans.items():
-                made[name] = torch.randn(span, device=self.cand.get_device()).to(dtype)
+                made[name] = torch.randn(int(span), device=self.cand.get_device(), generator=gen).to(dtype)
             for key, node in (("a", self.cand.a), ("b", self.cand.b)):
                 name, lay = _storage(node)
-                made[key] = torch.as_strided(made[name], lay.size, lay.stride, lay.offset)
-            made["out"] = torch.empty(self.cand.layout.size, device=self.cand.get_device(), dtype=self.cand.get_dtype())
+                made[key] = torch.as_strided(made[name], [int(s) for s in lay.size], [int(s) for s in lay.stride],
+                                             int(lay.offset))
+            made["out"] = torch.empty([int(s) for s in self.cand.layout.size], device=self.cand.get_device(),
+                                      dtype=self.cand.get_dtype())
             self._made = made
         return self._made
 
