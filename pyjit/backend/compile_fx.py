@@ -302,7 +302,11 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], symbolic: list
                                            "kernels": len(module.kernel_names), "externs": module.extern_calls,
                                            "fallbacks": [op for op, n in metrics.fallback_ops.items()
                                                          if n > fallbacks_before.get(op, 0)]})
-    return _make_callable(gm, compiled.call, out_spec, example_inputs, constants, getattr(compiled, "check", None))
+    fn = _make_callable(gm, compiled.call, out_spec, example_inputs, constants, getattr(compiled, "check", None))
+    # For the warm start's frame records (pyjit/frame/warm_start.py): the graph-cache key as
+    # computed here (from the symbolic inputs and the ShapeEnv before the aten trace).
+    fn.pyjit_graph_key = graph_cache._key_of(gkey) if gkey is not None and not constants else None  # type: ignore[attr-defined]
+    return fn
 
 
 def _lower_and_generate(aten_gm: torch.fx.GraphModule, device: torch.device, extra_guards: list[Any]
@@ -434,7 +438,9 @@ def _load_cached_graph(gm: torch.fx.GraphModule, gkey: dict[str, str], device: t
     metrics.graph_cache_hits += 1
     for op in entry.get("fallbacks", []):
         metrics.fallback_ops[op] += 1
-    return _make_callable(gm, compiled.call, out_spec, example_inputs, [], getattr(compiled, "check", None))
+    fn = _make_callable(gm, compiled.call, out_spec, example_inputs, [], getattr(compiled, "check", None))
+    fn.pyjit_graph_key = graph_cache._key_of(gkey)  # type: ignore[attr-defined] # for the warm start
+    return fn
 
 
 def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], out_spec: Any,
