@@ -287,10 +287,15 @@ _CUDA_CHILD = textwrap.dedent("""
     def fn(x, w, b, r):
         return F.gelu(F.linear(x, w, b)) + r
 
-    args = [torch.randn(s, device="cuda", dtype=torch.bfloat16) for s in ((512, 256), (384, 256), (384,), (512, 384))]
+    g = torch.Generator(device="cuda").manual_seed(0)
+    args = [torch.randn(s, device="cuda", generator=g) for s in ((512, 256), (384, 256), (384,), (512, 384))]
+    args[1] = args[1] / 16  # outputs of order 1: bf16 rounding stays near 1e-2
+    args = [a.to(torch.bfloat16) for a in args]
     with cfg.patch(cache_dir={cache!r}, raise_on_internal_error=True, matmul_template={mode!r}):
         out = backend.compile_fx(torch.fx.symbolic_trace(fn), args)(*args)
-    err = (out[0] if isinstance(out, (tuple, list)) else out).float().sub(fn(*args).float()).abs().max().item()
+    ref = fn(*args).float()
+    got = (out[0] if isinstance(out, (tuple, list)) else out).float()
+    err = (got - ref).abs().max().item() / ref.abs().max().item()  # relative to the output's scale
     print(json.dumps({{"err": err, "kernels": backend.metrics.generated_kernel_count, **autotune.counters}}))
 """)
 
@@ -300,7 +305,7 @@ _CUDA_CHILD = textwrap.dedent("""
 def test_cuda_tuning_not_repeated_in_new_process(tmp_path: Any, mode: str) -> None:
     code = _CUDA_CHILD.format(root=ROOT, cache=str(tmp_path / "cache"), mode=mode)
     first = _run_child(tmp_path, code)
-    assert first["benchmarks"] >= 2 and first["tunings"] == 1 and first["err"] < 0.1
+    assert first["benchmarks"] >= 2 and first["tunings"] == 1 and first["err"] < 2e-2
     if mode == "force":
         assert first["kernels"] == 1
     # The graph cache would skip compiling altogether: clear it so the lowering runs again.
@@ -310,7 +315,7 @@ def test_cuda_tuning_not_repeated_in_new_process(tmp_path: Any, mode: str) -> No
             if d == "graphs":
                 shutil.rmtree(os.path.join(root, d))
     second = _run_child(tmp_path, code)
-    assert second.get("benchmarks", 0) == 0 and second["cache_hits"] == 1 and second["err"] < 0.1
+    assert second.get("benchmarks", 0) == 0 and second["cache_hits"] == 1 and second["err"] < 2e-2
     assert second["kernels"] == first["kernels"]
 
 
