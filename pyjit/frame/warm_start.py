@@ -242,9 +242,15 @@ def _graph_placeholder(frame: Any, example_inputs: list[Any]) -> dict[str, Any]:
         raise NotSerializable("its graph was not compiled by pyjit's code generator (it runs as captured, "
                               "or it is a training graph)")
     gm = frame.graph
-    key = graph_cache.graph_key(gm, example_inputs)
+    # A dynamic graph is keyed by the backend on its symbolic inputs and the ShapeEnv as it was
+    # before the aten trace: only the backend knows that key, and attaches it to its callable.
+    key = getattr(compiled.fn, "pyjit_graph_key", None)
+    dynamic = _is_dynamic(frame)
+    if key is None and not dynamic:
+        key = graph_cache.graph_key(gm, example_inputs)
     if key is None:
-        raise NotSerializable("its graph calls code outside torch (not kept in the graph cache)")
+        raise NotSerializable("its graph is not kept in the graph cache (it calls code outside torch, "
+                              "or holds constants)")
     if cache.entry_path(graph_cache.NAMESPACE, key, ".json") is None or \
             cache.get_bytes(graph_cache.NAMESPACE, key, ".json") is None:
         raise NotSerializable("its compiled graph is not in the graph cache (constants, or the cache is off)")
@@ -253,9 +259,24 @@ def _graph_placeholder(frame: Any, example_inputs: list[Any]) -> dict[str, Any]:
         glb = {name: serialize.encode(value) for name, value in pc.globals.items()}
     except NotSerializable as e:
         raise NotSerializable(f"its graph code uses an object of this process ({e})") from None
+    if dynamic:
+        # The module's own check(args) verifies each call against its symbolic layouts.
+        devices = sorted({str(t.device) for t in example_inputs if hasattr(t, "device")})
+        if len(devices) > 1 or not all(isinstance(t, (int, float)) or hasattr(t, "device") for t in example_inputs):
+            raise NotSerializable("its dynamic graph has inputs other than tensors on one device and scalars")
+        return {"graph": key, "name": type(gm).__name__, "src": pc.src, "globals": glb, "dynamic": True,
+                "device": devices[0] if devices else "cpu"}
     inputs = [[list(t.shape), list(t.stride()), str(t.dtype).removeprefix("torch."), str(t.device)]
               for t in example_inputs]
     return {"graph": key, "name": type(gm).__name__, "src": pc.src, "globals": glb, "inputs": inputs}
+
+
+def _is_dynamic(frame: Any) -> bool:
+    """The entry's graph was compiled with symbolic sizes or scalars (as the backend decides)."""
+    import importlib
+
+    compile_fx = importlib.import_module("pyjit.backend.compile_fx")  # the module, not its function
+    return frame.graph is not None and compile_fx.symbolic_inputs(frame.graph) is not None
 
 
 # ----------------------------------------------------------------------------- installing
@@ -450,13 +471,22 @@ def _load_graph(ph: dict[str, Any]) -> Any:
     path = cache.get_path("modules", module_key, ".py")
     if path is None:
         raise RebuildError(f"the module of graph {key[:12]} is missing or corrupt")
-    metas = [_InputMeta(*i) for i in ph["inputs"]]
-    device = metas[0].device if metas else None
+    import torch
+
+    dynamic = bool(ph.get("dynamic"))
+    metas = [] if dynamic else [_InputMeta(*i) for i in ph["inputs"]]
+    device = torch.device(str(ph["device"])) if dynamic else metas[0].device if metas else None
     interpret = (device is None or device.type == "cpu") and config.cpu_backend == "triton_interpret"
     module = load_module(path, module_key, interpret)
+    # A dynamic graph's module checks each call against its symbolic layouts (as compile_fx's
+    # callable does); a static one is checked against the recorded input metadata.
+    check = getattr(module, "check", None)
+    if dynamic and not callable(check):
+        raise RebuildError(f"the module of dynamic graph {key[:12]} has no check(args)")
     fallback = _CapturedGraph(str(ph["name"]), str(ph["src"]),
                               {k: serialize.decode(v) for k, v in ph["globals"].items()})
-    fn = compile_fx._make_callable(fallback, module.call, out_spec, metas, [])  # type: ignore[arg-type]
+    fn = compile_fx._make_callable(fallback, module.call, out_spec, metas, [],  # type: ignore[arg-type]
+                                   check if dynamic else None)
     backends._mark_skip(fn)
     metrics.graph_cache_hits += 1
     log.info("graph cache hit for %s (key %s), from a frame record", fallback.name, key[:12])

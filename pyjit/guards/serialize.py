@@ -13,6 +13,14 @@ and :class:`~pyjit.runtime.frame_store.RebuildError` on the way in (the entry re
 - a source class it does not know;
 - an ``ID_MATCH`` on an object with no importable name (an identity of the old process).
 
+Dynamic shapes (format 2): a ``TENSOR_MATCH`` keeps its ``None`` (symbolic) sizes/strides and
+its slot bindings ``bind`` (``(what, dim, slot)`` ints); a ``SHAPE`` guard is recorded as its
+:class:`~pyjit.guards.shape_relation.ShapeRelation` parts -- text, slots, slot origins (sources
+through :func:`dump_source`), the Python text of its check and its C program. The Python text is
+re-executed on load, so it must be a plain expression over ``v[k]``
+(:func:`~pyjit.guards.shape_relation.check_python_source`, checked on the way out and in); the
+program is validated like the C core does. Records of format 1 are refused (:class:`RebuildError`).
+
 Two rules keep a rebuilt guard as strong as the original:
 
 - a function or user class pinned by identity and re-resolved by name also records a
@@ -38,18 +46,23 @@ from typing import Any
 from ..runtime.frame_store import (NotSerializable, RebuildError, decode_value, encode_value,
                                    frame_key)
 from .guards import Guard, GuardKind, GuardSet, TensorSpec
+from .shape_relation import ShapeRelation, SlotOrigin
 from .source import (AttrSource, ClosureSource, FrameValues, FuncAttrSource, GlobalSource, ItemSource,
                      LocalSource, ModuleDictSource, ModuleGlobalSource, Source)
 
-GUARD_FORMAT = 1
+# 2: TENSOR_MATCH with symbolic (None) sizes/strides and slot bindings, SHAPE guards. A reader
+# refuses any other format (format 1 had neither; an older reader would misread format 2's).
+GUARD_FORMAT = 2
 
 # Kinds this module knows how to carry (by value: the enum's string). Anything else is refused.
 _KNOWN_KINDS = {k.value: k for k in (
     GuardKind.TYPE_MATCH, GuardKind.ID_MATCH, GuardKind.EQUALS_MATCH, GuardKind.TENSOR_MATCH,
     GuardKind.DICT_KEYS, GuardKind.LEN_MATCH, GuardKind.GLOBAL_STATE, GuardKind.SAME_OBJECT,
-    GuardKind.DISTINCT, GuardKind.HASATTR, GuardKind.DICT_CONTAINS)}
+    GuardKind.DISTINCT, GuardKind.HASATTR, GuardKind.DICT_CONTAINS, GuardKind.SHAPE)}
 
-_TENSOR_FIELDS = ("type", "dtype", "device", "requires_grad", "sizes", "strides")
+_TENSOR_FIELDS = ("type", "dtype", "device", "requires_grad", "sizes", "strides", "bind")
+_SLOT_WHAT = ("size", "stride", "scalar")
+_MAX_SLOTS = 1024  # as shape_program.MAX_SLOTS (the C core's limit)
 
 _DESCRIPTORS = (types.MethodDescriptorType, types.WrapperDescriptorType, types.ClassMethodDescriptorType,
                 types.GetSetDescriptorType, types.MemberDescriptorType)
@@ -230,10 +243,13 @@ def dump_guard(g: Guard) -> dict[str, Any]:
             # a field added after this format (dynamic shapes' slot bindings) must be at its default
             if f.name not in _TENSOR_FIELDS and getattr(t, f.name) != f.default:
                 raise NotSerializable(f"{g.describe()}: tensor guard field {f.name!r} is not serialised")
+        if not all(s is None or type(s) is int for s in (*t.sizes, *t.strides)):
+            raise NotSerializable(f"{g.describe()}: sizes other than ints and None are not serialised")
         expected = {"type": encode(t.type), "dtype": encode(t.dtype), "device": encode(t.device),
-                    "requires_grad": bool(t.requires_grad), "sizes": list(t.sizes), "strides": list(t.strides)}
-        if not all(isinstance(s, int) for s in (*t.sizes, *t.strides)):
-            raise NotSerializable(f"{g.describe()}: symbolic sizes are not serialised")
+                    "requires_grad": bool(t.requires_grad), "sizes": list(t.sizes), "strides": list(t.strides),
+                    "bind": [[int(w), int(d), int(k)] for w, d, k in t.bind]}
+    elif k is GuardKind.SHAPE:
+        expected, extra = _dump_relation(g.expected), str(g.extra)
     elif k is GuardKind.GLOBAL_STATE:
         expected, extra = encode(g.expected), encode(g.extra)
     elif k is GuardKind.SAME_OBJECT:
@@ -279,9 +295,10 @@ def load_guards(data: list[dict[str, Any]], frame: FrameValues | None) -> GuardS
             else:
                 expected = decode(expected)
         elif kind is GuardKind.TENSOR_MATCH:
-            expected = TensorSpec(decode(expected["type"]), decode(expected["dtype"]), decode(expected["device"]),
-                                  bool(expected["requires_grad"]), tuple(int(s) for s in expected["sizes"]),
-                                  tuple(int(s) for s in expected["strides"]))
+            expected = _load_tensor_spec(expected, source)
+        elif kind is GuardKind.SHAPE:
+            expected = _load_relation(expected)
+            extra = expected.text
         elif kind is GuardKind.SAME_OBJECT:
             extra = load_source(extra)
         elif kind is GuardKind.DISTINCT:
@@ -292,6 +309,69 @@ def load_guards(data: list[dict[str, Any]], frame: FrameValues | None) -> GuardS
             expected = tuple(expected)
         out.add(kind, source, expected, extra)
     return out
+
+
+def _dump_relation(rel: ShapeRelation) -> dict[str, Any]:
+    from .shape_relation import check_python_source
+
+    try:
+        check_python_source(rel.python_source, len(rel.origins))
+    except ValueError as e:
+        raise NotSerializable(f"shape guard {rel.text}: its Python check cannot be rebuilt ({e})") from None
+    return {"text": rel.text, "slots": [int(k) for k in rel.slots],
+            "origins": [[dump_source(o.source), o.what, o.dim] for o in rel.origins],
+            "python": rel.python_source, "program": None if rel.program is None else [int(x) for x in rel.program]}
+
+
+def _load_relation(data: Any) -> ShapeRelation:
+    """A recorded SHAPE guard's relation; :class:`RebuildError` for anything malformed."""
+    try:
+        origins = []
+        for src, what, dim in data["origins"]:
+            source = load_source(src)
+            if source is None or what not in _SLOT_WHAT or (dim is None) != (what == "scalar") \
+                    or not (dim is None or (type(dim) is int and 0 <= dim)):
+                raise ValueError(f"bad slot origin {[src, what, dim]!r:.60}")
+            origins.append(SlotOrigin(source, what, dim))
+        slots = [k for k in data["slots"] if type(k) is int]
+        if len(slots) != len(data["slots"]) or not isinstance(data["text"], str):
+            raise ValueError("slots must be ints and the text a string")
+        program = data["program"]
+        return ShapeRelation.rebuild(data["text"], slots, origins, data["python"],
+                                     None if program is None else tuple(program))
+    except RebuildError:
+        raise
+    except Exception as e:  # noqa: BLE001 - malformed or refused: the entry re-traces
+        raise RebuildError(f"shape guard record cannot be rebuilt ({type(e).__name__}: {e})") from None
+
+
+def _load_tensor_spec(data: Any, source: Source | None) -> TensorSpec:
+    """A recorded TENSOR_MATCH; symbolic dims are None and each is bound to a slot exactly once."""
+    try:
+        sizes = tuple(None if s is None else _int(s) for s in data["sizes"])
+        strides = tuple(None if s is None else _int(s) for s in data["strides"])
+        bind = tuple((_int(w), _int(d), _int(k)) for w, d, k in data.get("bind", ()))
+        if len(sizes) != len(strides):
+            raise ValueError("sizes and strides differ in length")
+        for w, d, k in bind:
+            dims = sizes if w == 0 else strides
+            if w not in (0, 1) or not 0 <= d < len(dims) or dims[d] is not None or not 0 <= k < _MAX_SLOTS:
+                raise ValueError(f"binding {(w, d, k)} does not name a symbolic dimension")
+        if len({(w, d) for w, d, _ in bind}) != len(bind):
+            raise ValueError("a dimension is bound twice")
+        if sum(s is None for s in (*sizes, *strides)) != len(bind):
+            raise ValueError("a symbolic dimension is bound to no slot")  # as the tracer writes them
+    except Exception as e:  # noqa: BLE001 - malformed: the entry re-traces
+        where = source.name() if source is not None else "?"
+        raise RebuildError(f"tensor guard on {where} is malformed ({type(e).__name__}: {e})") from None
+    return TensorSpec(decode(data["type"]), decode(data["dtype"]), decode(data["device"]),
+                      bool(data["requires_grad"]), sizes, strides, bind)
+
+
+def _int(v: Any) -> int:
+    if type(v) is not int:
+        raise ValueError(f"{v!r:.20} is not an int")
+    return v
 
 
 def _value_at(source: Source | None, frame: FrameValues | None) -> Any:
