@@ -221,3 +221,173 @@ def test_corrupt_record_is_removed_and_rebuilt(cold, tmp_path, damage) -> None:
     assert _traced(log, "small") and "frame record saved for small" in log
     result, log = _run(program, cache, "small")  # the rewritten record hits again
     assert _installed(log, "small") and not result["tracer"], log[-2000:]
+
+
+# ----------------------------------------------------------------------------- dynamic shapes
+# A jitted function called with three batch sizes has two entries (static for the first size,
+# dynamic after the second); a new process installs the dynamic entry from the record.
+
+DYN_PROGRAM = textwrap.dedent('''
+    import json, os, sys
+    import torch
+    import pyjit
+    from pyjit.frame import warm_start
+
+    captured = [0]  # calls that ran the graph as captured (the module's check refused them)
+    _forward = warm_start._CapturedGraph.forward
+    def _counting(self, *args):
+        captured[0] += 1
+        return _forward(self, *args)
+    warm_start._CapturedGraph.forward = _counting
+
+    def rows(x, y):
+        # broadcasting x + y relies on x.size(0) == y.size(0): a relation between two slots
+        return (x * 2 + y).sum(-1) + x.size(0)
+
+    def branch(x, y):
+        if x.size(0) == y.size(0):  # an equality the trace specialised on
+            return x + y
+        return x.sum(0) + y.sum(0)
+
+    def scaled(x, n):
+        return x * n + x.size(0)  # n: a symbolic int graph input after two values
+
+    torch.manual_seed(0)
+    steps = []
+    with torch.no_grad():
+        for n in [int(s) for s in os.environ["SIZES"].split(",")]:
+            x = torch.randn(n, 4)
+            y = torch.randn(n - 5 if os.environ.get("MISMATCH") else n, 4)
+            checks = {}
+            for name in os.environ["FUNCS"].split(","):
+                fn = {"rows": rows, "branch": branch, "scaled": scaled}[name]
+                args = (x, n) if name == "scaled" else (x, y)
+                jf = pyjit.jit(fn)
+                ref = fn(*args)
+                got = [jf(*args), jf(*args)]
+                checks[name] = all(g.shape == ref.shape and torch.allclose(ref, g, atol=1e-5) for g in got)
+            steps.append({"size": n, "checks": checks, "tracer": "pyjit.frame.convert" in sys.modules,
+                          "stats": dict(warm_start.stats), "captured": captured[0]})
+    print("RESULT " + json.dumps(steps), flush=True)
+''')
+
+DYN_FUNCS = "rows,branch,scaled"
+
+
+def _run_dyn(program: Path, cache: Path, funcs: str, sizes: str, **env: str) -> tuple[list[dict[str, Any]], str]:
+    full = {k: v for k, v in os.environ.items() if k != "PYJIT_WARM_START"}
+    full.update(PYJIT_CACHE_DIR=str(cache), PYJIT_LOGS="cache", PYTHONPATH=REPO, FUNCS=funcs, SIZES=sizes, **env)
+    p = subprocess.run([sys.executable, str(program)], cwd=REPO, env=full, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    line = next(ln for ln in p.stdout.splitlines() if ln.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):]), p.stderr
+
+
+@pytest.fixture(scope="module")
+def cold_dynamic(tmp_path_factory: Any) -> tuple[Path, Path, list[dict[str, Any]], str]:
+    """Sizes 3, 5, 7 on an empty cache: each function gets a static and a dynamic entry."""
+    root = tmp_path_factory.mktemp("warm_dyn")
+    program = root / "dyn.py"
+    program.write_text(DYN_PROGRAM)
+    cache = root / "cache"
+    steps, log = _run_dyn(program, cache, DYN_FUNCS, "3,5,7")
+    return program, cache, steps, log
+
+
+def _copy_dyn(cold_dynamic: tuple[Path, Path, Any, str], tmp_path: Path) -> tuple[Path, Path]:
+    program, cache, _, _ = cold_dynamic
+    shutil.copytree(cache, tmp_path / "cache")
+    return program, tmp_path / "cache"
+
+
+def test_cold_run_records_dynamic_entries(cold_dynamic) -> None:
+    _, _, steps, log = cold_dynamic
+    assert all(all(s["checks"].values()) for s in steps), steps
+    for name in DYN_FUNCS.split(","):
+        # the static entry (size 3) and the dynamic one (from size 5): both recorded
+        assert f"frame record saved for {name} " in log and f"{name} (" in log, name
+        assert any(f"frame record saved for {name} " in ln and ": 2 entries" in ln for ln in log.splitlines()), name
+        assert f"no frame record for an entry of {name} " not in log, name
+
+
+def test_warm_process_installs_dynamic_entry_without_tracing(cold_dynamic, tmp_path) -> None:
+    program, cache = _copy_dyn(cold_dynamic, tmp_path)
+    steps, log = _run_dyn(program, cache, DYN_FUNCS, "9,11,3,1")
+    by_size = {s["size"]: s for s in steps}
+    assert all(all(s["checks"].values()) for s in steps), steps
+    # 9 and 11 (sizes never seen before): the dynamic entries, installed from the record
+    for n in (9, 11):
+        assert not by_size[n]["tracer"], f"the tracer was imported for size {n}"
+        assert by_size[n]["stats"].get("entries_installed") == 3, by_size[n]
+        assert by_size[n]["captured"] == 0, "the module's check refused a call: it ran as captured"
+    for name in DYN_FUNCS.split(","):
+        assert _installed(log, name), name
+    # 3 is served by the dynamic entry too (C hit): still no tracer, nothing more installed
+    assert not by_size[3]["tracer"] and by_size[3]["stats"]["entries_installed"] == 3
+    # 1: the 0/1 specialisation guard (size >= 2) fails and no recorded entry matches: traced
+    assert by_size[1]["tracer"] and by_size[1]["stats"].get("rebuild_failures") is None, by_size[1]
+    assert _traced(log, "rows") and _traced(log, "scaled")
+
+
+def test_failing_relation_makes_the_dynamic_entry_not_match(cold_dynamic, tmp_path) -> None:
+    program, cache = _copy_dyn(cold_dynamic, tmp_path)
+    # x has 9 rows, y 4: branch's dynamic entry relied on x.size(0) == y.size(0)
+    steps, log = _run_dyn(program, cache, "branch", "9", MISMATCH="1")
+    assert steps[0]["checks"]["branch"], steps  # the other branch, as eager
+    assert steps[0]["tracer"] and not _installed(log, "branch") and _traced(log, "branch"), log[-2000:]
+    assert "entries_installed" not in steps[0]["stats"] and "rebuild_failures" not in steps[0]["stats"]
+
+
+def _rewrite_dynamic_record(cache: Path, name: str, edit: Any) -> None:
+    """Apply ``edit`` to the guards of ``name``'s dynamic entry and store the record again through
+    the cache (valid integrity data: only the content is wrong)."""
+    import pyjit
+    from pyjit.runtime import cache as store
+    from pyjit.runtime import frame_store
+
+    paths = [p for p in cache.rglob("*.rec") if frame_store._from_payload(p.read_bytes()).qualname == name]
+    assert len(paths) == 1, paths
+    record = frame_store._from_payload(paths[0].read_bytes())
+    dynamic = [e for e in record.entries if any(g.get("kind") == "shape" for g in e.guards[1:])]
+    assert len(dynamic) == 1
+    edit(dynamic[0].guards)
+    with pyjit.config.patch(cache_dir=str(cache)):
+        written = store.put_bytes(frame_store.NAMESPACE, paths[0].stem, frame_store._to_payload(record), ".rec",
+                                  overwrite=True)
+    assert written == str(paths[0])
+
+
+def _shape_guard(guards: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(g for g in guards[1:] if g["kind"] == "shape")
+
+
+def _tensor_guard(guards: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(g for g in guards[1:] if g["kind"] == "tensor" and g["expected"]["bind"])
+
+
+_DAMAGE = {
+    # a format-1 record (before symbolic tensor specs and shape guards)
+    "old_format": (lambda gs: gs[0].update(format=1), "guard format"),
+    # Python text that is not a relation over v[k]: must never be executed
+    "python_code": (lambda gs: _shape_guard(gs)["expected"].update(
+        python="__import__('pathlib').Path('PWNED').touch() or v[0] >= 2"), "relation source"),
+    "python_name": (lambda gs: _shape_guard(gs)["expected"].update(python="open(v[0]) >= 2"), "relation source"),
+    "program": (lambda gs: _shape_guard(gs)["expected"].update(program=[1, 999, 0, 2, 16]), "program reads slot"),
+    "origin": (lambda gs: _shape_guard(gs)["expected"]["origins"][0].__setitem__(1, "itemsize"), "bad slot origin"),
+    "unbound_dim": (lambda gs: _tensor_guard(gs)["expected"].update(bind=[]), "bound to no slot"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(_DAMAGE))
+def test_damaged_dynamic_record_is_refused_with_reason(cold_dynamic, tmp_path, damage) -> None:
+    program, cache = _copy_dyn(cold_dynamic, tmp_path)
+    edit, reason = _DAMAGE[damage]
+    _rewrite_dynamic_record(cache, "rows", edit)
+    steps, log = _run_dyn(program, cache, "rows", "9")
+    assert steps[0]["checks"]["rows"], steps
+    refusal = [ln for ln in log.splitlines() if "an entry of rows" in ln and "cannot be rebuilt" in ln]
+    assert refusal and reason in refusal[0], log[-2000:]
+    assert steps[0]["stats"].get("rebuild_failures") == 1 and steps[0]["tracer"]
+    assert not _installed(log, "rows") and _traced(log, "rows")
+    assert not (Path(REPO) / "PWNED").exists() and not (cache.parent / "PWNED").exists()
