@@ -9,7 +9,8 @@ is a pointwise node over the template's output, so the scheduler fuses it (and w
 pointwise ops follow: activation, residual add, cast) into the template's epilogue; when the
 extern wins, the graph is what it always was (extern call + fused pointwise kernel).
 
-``config.matmul_template`` = ``"force"`` takes the template without timing the extern (CUDA,
+Under ``"auto"``, fp32 matmuls are candidates only where torch allows TF32 (IEEE fp32 dots lost
+to cuBLAS 2x on an H100). ``config.matmul_template`` = ``"force"`` takes the template without timing the extern (CUDA,
 and CPU under ``PYJIT_CPU_BACKEND=triton_interpret`` for tests: the CPU never benchmarks, it
 uses :data:`INTERPRET_CONFIG`); ``"off"`` always keeps the extern. Symbolic sizes, other
 dtypes, empty operands and ``baddbmm`` keep the extern.
@@ -107,6 +108,11 @@ def _template_mode(ctx: "GraphLowering", a: IRNode, b: IRNode) -> str | None:
     elif not (device.type == "cpu" and mode == "force" and config.cpu_backend == "triton_interpret"):
         return None
     if a.get_dtype() != b.get_dtype() or a.get_dtype() not in _DTYPES or b.get_device() != device:
+        return None
+    if mode == "auto" and device.type == "cuda" and a.get_dtype() == torch.float32 and not _allow_tf32():
+        # IEEE fp32 dots (TF32 not allowed, torch's default) lost to cuBLAS by 2.0-2.2x on every
+        # shape measured on an H100 (docs/performance.md "Matmul template"): not worth the
+        # ~5 s of compiling four configurations per shape.
         return None
     sizes = [*a.get_size(), *b.get_size()]
     if not all(is_static(s) for s in sizes) or any(int(s) == 0 for s in sizes) or _symbolic_graph(ctx):
