@@ -65,10 +65,21 @@ class NotCompilable(ValueError):
 
 
 # --- validation ----------------------------------------------------------------------------
-@functools.lru_cache(maxsize=4096)
 def validate_program(program: tuple[int, ...]) -> int:
     """Check a program as ``GuardTree.check_symbols`` does; returns 1 + the largest slot read
     (0 if none). Raises TypeError (not a tuple of ints) or ValueError (what is wrong)."""
+    if type(program) is tuple and all(type(v) is int for v in program):
+        return _validate_cached(program)
+    # Not cached: ``(0, True) == (0, 1)`` would hit the cache entry of a valid program.
+    return _validate(program)
+
+
+@functools.lru_cache(maxsize=4096)
+def _validate_cached(program: tuple[int, ...]) -> int:
+    return _validate(program)
+
+
+def _validate(program: tuple[int, ...]) -> int:
     if not isinstance(program, (tuple, list)):
         raise TypeError(f"check_symbols(): program must be a tuple of ints, got {type(program).__name__}")
     if not program:

@@ -51,8 +51,12 @@ if TYPE_CHECKING:
 
 # -- what is recognised --------------------------------------------------------------------------
 
+# Each lookup below tolerates a torch without the piece (the torch-free stub the bytecode
+# self-checks run on under other Pythons, another torch version): the rule is then inactive.
+
 def _profiler_classes() -> tuple[type, ...]:
-    classes: list[type] = [torch.autograd.profiler.record_function]
+    record_function = getattr(getattr(getattr(torch, "autograd", None), "profiler", None), "record_function", None)
+    classes: list[type] = [record_function] if isinstance(record_function, type) else []
     fast = getattr(getattr(torch._C, "_profiler", None), "_RecordFunctionFast", None)
     if isinstance(fast, type):
         classes.append(fast)
@@ -76,13 +80,19 @@ def _wrapper_code(decorator: Any) -> types.CodeType | None:
 
 
 def _use_grad_code() -> types.CodeType | None:
-    from torch.optim import optimizer
+    try:
+        from torch.optim import optimizer
+    except ImportError:
+        return None
 
     return _wrapper_code(getattr(optimizer, "_use_grad_for_differentiable", None))
 
 
 def _disable_code() -> types.CodeType | None:
-    import torch._compile
+    try:
+        import torch._compile
+    except ImportError:
+        return None
 
     return _wrapper_code(getattr(torch._compile, "_disable_dynamo", None))
 
@@ -97,13 +107,17 @@ SPECIAL_CODES: frozenset[types.CodeType] = frozenset(c for c in (_USE_GRAD_CODE,
 def _folded_functions() -> frozenset[Any]:
     """torch helpers the optimizers call that answer from the build alone (which devices have
     foreach/fused kernels): called while tracing, their constant result used."""
-    from torch.utils import _foreach_utils
+    try:
+        from torch.utils import _foreach_utils
+    except ImportError:
+        return frozenset()
 
     names = ("_get_foreach_kernels_supported_devices", "_get_fused_kernels_supported_devices")
     return frozenset(f for f in (getattr(_foreach_utils, n, None) for n in names) if f is not None)
 
 
 _FOLDED = _folded_functions()
+_OPTIMIZER: type | None = getattr(getattr(torch, "optim", None), "Optimizer", None)
 
 
 def special_tracker(tx: "Translator", value: Any, source: Source | None) -> VariableTracker | None:
@@ -136,7 +150,7 @@ def special_tracker(tx: "Translator", value: Any, source: Source | None) -> Vari
                 tx.output.guards.add(GuardKind.ID_MATCH, source, value)
             return ProfilerRangeClassVariable(value, source)
         return None
-    if isinstance(value, torch.optim.Optimizer):
+    if _OPTIMIZER is not None and isinstance(value, _OPTIMIZER):
         known = tx.output.side_effects.known(tx, value, source)
         if known is not None:
             return known
