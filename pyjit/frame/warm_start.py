@@ -22,6 +22,10 @@ Two halves, both called by the frame layer (storage is :mod:`pyjit.runtime.frame
   the C core to install, so later calls hit it in C. A rebuild failure drops that entry (it
   re-traces), logged with the reason.
 
+Dynamic-shape entries are recorded too: their guards (symbolic tensor specs, shape relations)
+through the guard format, their graph by the key the backend computed from the symbolic inputs
+(``pyjit_graph_key`` on the backend's callable), rebuilt with the module's ``check(args)``.
+
 Nothing here imports the tracer or creates fake tensors: ``stats`` counts what happened, and
 tests assert that ``pyjit.frame.convert`` was never imported by a warm process.
 Switch: ``pyjit.config.warm_start`` (``PYJIT_WARM_START=0/1``), active only with the disk cache.
