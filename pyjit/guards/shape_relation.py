@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import math
+import types
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 if TYPE_CHECKING:
@@ -137,9 +139,17 @@ class ShapeRelation:
         return seen
 
 
+# What torch's PythonPrinter may print in a relation (``math.ceil(...)``, ``torch.sym_float(...)``):
+# the names the generated check runs with (a stand-in for torch: this module is torch-free).
+_PRINTED_NAMES: dict[str, Any] = {
+    "math": math,
+    "torch": types.SimpleNamespace(sym_float=float, _sym_sqrt=math.sqrt),
+}
+
+
 def _make_check(body: str) -> Callable[[Sequence[int]], bool]:
     """The Python check ``v -> bool(body)`` (``body`` is our own printed relation)."""
-    namespace: dict[str, Any] = {}
+    namespace: dict[str, Any] = dict(_PRINTED_NAMES)
     exec(f"def ___pyjit_shape_check(v):\n    return bool({body})\n", namespace)  # noqa: S102 - our own text
     return namespace["___pyjit_shape_check"]
 

@@ -246,3 +246,20 @@ def test_torch_sympy_functions():
             compile_relation(bad, slot_of)
     assert issubclass(NotCompilable, ValueError)
     assert compile_relation(s0 >= 2, lambda sym: {s0: 7}[sym]) == (1, 7, 0, 2, 16)
+
+
+def test_python_checked_relations_can_use_what_the_printer_prints():
+    """A relation the C language cannot express (ceil of a true division) is checked in Python
+    from its printed text, which names ``math.ceil`` / ``torch.sym_float``: the check must run
+    (it once raised NameError at guard time) and agree with the relation."""
+    import sympy
+
+    from pyjit.guards.shape_relation import ShapeRelation, SlotOrigin
+    from pyjit.guards.source import LocalSource
+
+    s0 = sympy.Symbol("s0", integer=True, positive=True)
+    expr = sympy.Eq(sympy.ceiling(s0 / sympy.Float(2.0)), 3)
+    rel = ShapeRelation.build(expr, [s0], [SlotOrigin(LocalSource("x", 0), "size", 0)], ["L['x'].size()[0]"])
+    assert "math" in rel.python_source or "ceil" in rel.python_source
+    for n in range(1, 10):
+        assert rel.holds([n]) == (-(-n // 2) == 3), n
