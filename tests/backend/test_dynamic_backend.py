@@ -380,3 +380,23 @@ def test_graph_cache_keys_on_the_tracers_guards(target: str, tmp_path: Any) -> N
             compiled = backend.compile_fx(gm, [x, y])
             torch.testing.assert_close(compiled(x, y), fn(x, y))
     assert metrics.graph_cache_hits == 0 and metrics.compiled_graphs == 2
+
+
+@pytest.mark.parametrize("op", ["softmax", "var", "argmax"])
+def test_symbolic_row_length_picks_persistent_or_looped_per_call(target: str, op: str) -> None:
+    """A reduction over a symbolic row length gets both kernels on Triton: rows up to the
+    persistent limit run whole in registers (RBLOCK chosen per call), longer rows loop; the
+    C++ generator has one general loop. Both branches are exercised (limit lowered to 128)."""
+    def fn(x: torch.Tensor) -> Any:
+        if op == "softmax":
+            return torch.softmax(x, -1) * 2 + x.sum(-1, keepdim=True)
+        if op == "var":
+            return x.var(-1) + x.mean(-1)
+        return x.argmax(-1)
+
+    with cfg.patch(backend_persistent_reduction_max=128, backend_disk_cache=False):
+        compiled = check_sizes(fn, lambda n, d: (_randn(5, n, device=d),), [[False, True]], target,
+                               sizes=(40, 300, 7, 128, 129, 1000))
+    if cfg.config.cpu_backend != "cpp" or target == "cuda":
+        source = compiled.pyjit_source
+        assert "persistent_meta(" in source and "else:" in source.split("def call(args):")[1]

@@ -93,14 +93,17 @@ class TritonKernel:
     """Generates one kernel. Implements the ops-handler Protocol with ``CSEVar`` values."""
 
     def __init__(self, group: FusedGroup, kernel_index: int, removed: set[str], dtypes: dict[str, torch.dtype],
-                 persistent_rmax: int, node_info: dict[str, tuple[str, str]], size_symbols: frozenset[str] = frozenset()):
+                 persistent_rmax: int, node_info: dict[str, tuple[str, str]], size_symbols: frozenset[str] = frozenset(),
+                 force_persistent: bool = False):
         self.group = group
         self.xnumel, self.rnumel = group.group
         self.size_symbols = size_symbols
         self.dynamic = not (is_static(self.xnumel) and is_static(self.rnumel))
         self.is_reduction = self.rnumel != 1
-        # A symbolic row length is looped: the loop is correct for every length.
-        self.persistent = not self.is_reduction or (is_static(self.rnumel) and self.rnumel <= persistent_rmax)
+        # A symbolic row length is looped (correct for every length); the wrapper may also get
+        # a persistent variant (``force_persistent``, RBLOCK chosen per call) for short rows.
+        self.persistent = not self.is_reduction or force_persistent or (
+            is_static(self.rnumel) and self.rnumel <= persistent_rmax)
         self.rnumel_text = str(self.rnumel) if is_static(self.rnumel) else "rnumel"
         self.removed = removed
         self.dtypes = dtypes
@@ -715,9 +718,13 @@ class TritonKernel:
 
 def generate_kernel(group: FusedGroup, kernel_index: int, removed: set[str], dtypes: dict[str, torch.dtype],
                     persistent_rmax: int, node_info: dict[str, tuple[str, str]],
-                    multi_pass_rmax: int = 0, size_symbols: frozenset[str] = frozenset()) -> KernelSource:
-    kernel = TritonKernel(group, kernel_index, removed, dtypes, persistent_rmax, node_info, size_symbols)
+                    multi_pass_rmax: int = 0, size_symbols: frozenset[str] = frozenset(),
+                    force_persistent: bool = False) -> KernelSource:
+    kernel = TritonKernel(group, kernel_index, removed, dtypes, persistent_rmax, node_info, size_symbols,
+                          force_persistent)
     source = kernel.source()
+    if force_persistent:
+        return source
     if kernel.is_reduction and not kernel.persistent and kernel.row_passes() > 1 and is_static(kernel.rnumel) \
             and kernel.rnumel <= multi_pass_rmax:
         # Several passes over each row (statistics, then the normalising pass) would read it

@@ -74,6 +74,7 @@ class WrapperCodegen:
         self.scheduler = scheduler
         self.device = device
         self.persistent_rmax = persistent_rmax
+        self.uses_persistent_meta = False  # a reduction over a symbolic row length picks its kernel per call
         self.inputs = list(graph.graph_inputs) + [b for b, _ in graph.constants]
         self.dtypes: dict[str, torch.dtype] = {b.name: b.layout.dtype for b in self.inputs}
         self.dtypes.update({b.name: b.layout.dtype for b in graph.buffers if b.layout is not None})
@@ -165,7 +166,11 @@ class WrapperCodegen:
             sizes = ([pexpr(ks.ynumel)] if ks.ynumel != 1 else []) + [pexpr(ks.xnumel)]
             args = ", ".join(ks.arg_names + ks.size_args + sizes + ([pexpr(ks.rnumel)] if ks.rnumel != 1 else []))
             meta = ", ".join(f"{k}={v}" for k, v in ks.meta.items())
-            lines.append(("kernel", [f"{ks.name}[{_const(ks.grid)}]({args}, {meta})"]))
+            launch = f"{ks.name}[{_const(ks.grid)}]({args}, {meta})"
+            if ks.rnumel != 1 and not is_static(ks.rnumel) and self.persistent_rmax > 1:
+                lines.append(("kernel", self._persistent_or_looped(group, removed, ks, launch, len(kernels), kernels)))
+                continue
+            lines.append(("kernel", [launch]))
         recyclable = {name for s in steps for name, _ in s.allocs}
         plan = plan_buffers(steps, keep, recyclable)
         out = IndentedBuffer()
@@ -273,6 +278,30 @@ class WrapperCodegen:
         lines += ["    " + ln for ln in body]
         return lines + ["", ""]
 
+    def _persistent_or_looped(self, group: Any, removed: set[str], looped: KernelSource, looped_launch: str,
+                              index: int, kernels: list[Any]) -> list[str]:
+        """A reduction over a symbolic row length: the looped kernel (every length) and a
+        persistent variant (whole rows in registers) chosen per call by the row length, with the
+        persistent launch configuration computed from the call's sizes (Triton compiles one
+        variant per RBLOCK it sees)."""
+        graph = self.graph
+        persistent = generate_kernel(group, index, removed, self.dtypes, self.persistent_rmax, graph.node_info,
+                                     0, frozenset(self.symbols), force_persistent=True)
+        kernels.append(persistent)
+        if not persistent.int64 and not is_static(persistent.xnumel * persistent.rnumel):
+            self.int32_limits.append(sympy.sympify(persistent.xnumel * persistent.rnumel))
+        self.uses_persistent_meta = True
+        xnumel, rnumel = pexpr(persistent.xnumel), pexpr(persistent.rnumel)
+        args = ", ".join(persistent.arg_names + persistent.size_args + [xnumel, rnumel])
+        return [
+            f"if {rnumel} <= {self.persistent_rmax}:",
+            f"    _meta = persistent_meta({xnumel}, {rnumel})",
+            f"    {persistent.name}[(-(-({xnumel}) // _meta['XBLOCK']),)]({args}, XBLOCK=_meta['XBLOCK'], "
+            f"RBLOCK=_meta['RBLOCK'], num_warps=_meta['num_warps'])",
+            "else:",
+            f"    {looped_launch}",
+        ]
+
     def _kept_names(self) -> set[str]:
         keep = {b.name for b in self.inputs}
         for value in list(self.graph.outputs) + [v for _, v in self.graph.mutations]:
@@ -329,6 +358,10 @@ class WrapperCodegen:
             "import triton.language as tl",
             "",
             "from pyjit.runtime.triton_compat import libdevice",
+            *(["import functools",
+               "from pyjit.backend.codegen.reduction_heuristics import persistent_meta as _persistent_meta",
+               "persistent_meta = functools.lru_cache(maxsize=256)(_persistent_meta)"]
+              if self.uses_persistent_meta else []),
             "",
             f"DEVICE = torch.device({str(self.device)!r})",
             "empty_strided = torch.empty_strided",
