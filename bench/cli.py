@@ -129,10 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     size = args.size if args.size != "auto" else ("large" if device.type == "cuda" else "small")
     workload_filter = set(_split(args.workloads)) or None
     if workload_filter is not None:
+        from bench.dynamic import DYNAMIC
         from bench.workloads import by_name
 
         try:
-            for wname in workload_filter:
+            for wname in workload_filter - {w.name for w in DYNAMIC}:
                 by_name(wname)
         except KeyError as exc:
             print(f"{exc.args[0]}; see python -m bench --list", file=sys.stderr)

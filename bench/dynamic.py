@@ -123,6 +123,9 @@ DYNAMIC: tuple[DynamicWorkload, ...] = (
                     {"small": 256, "large": 8192}),
     DynamicWorkload("cross_entropy", "F.cross_entropy, rows vary", workloads.cross_entropy, _cross_entropy,
                     {"small": 256, "large": 4096}),
+    DynamicWorkload("softmax_row_length", "softmax over the last dim, row length varies", workloads.softmax,
+                    lambda device, size: (lambda g, n: (randn(g, device, _rows_cols(size)[0], n),)),
+                    {"small": 1024, "large": 4096}),
     DynamicWorkload("gpt2_block", "GPT-2 style pre-LN block, sequence length varies", gpt2_block_seq, _gpt2_block,
                     {"small": 64, "large": 1024}, atol=1e-3, rtol=1e-3),
 )
