@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+import re
+from typing import Iterator, Mapping
 
 import torch
 
@@ -51,3 +52,23 @@ class IndentedBuffer:
 
 def next_power_of_2(n: int) -> int:
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+def drop_dead_loop_temporaries(sections: Mapping[str, IndentedBuffer], assign: "re.Pattern[str]") -> None:
+    """Remove assignments to ``tmpN`` in the ``loop*`` sections that nothing reads (left behind
+    when a reduction moved to an earlier loop), until none is left, so a loop with no work left
+    is not emitted and reads no memory. ``assign`` matches a line assigning ``tmpN`` (group 1)
+    in the generator's syntax (Triton: ``tmp3 = ...``; C++: ``float tmp3 = ...``)."""
+    changed = True
+    while changed:
+        changed = False
+        text = "\n".join(line for sec in sections.values() for line in sec.lines)
+        counts: dict[str, int] = {}
+        for m in re.finditer(r"\btmp\d+\b", text):
+            counts[m.group(0)] = counts.get(m.group(0), 0) + 1
+        for name, sec in sections.items():
+            if not name.startswith("loop"):
+                continue
+            kept = [line for line in sec.lines if (m := assign.match(line)) is None or counts.get(m.group(1), 0) > 1]
+            changed |= len(kept) != len(sec.lines)
+            sec.lines = kept

@@ -40,7 +40,7 @@ from ...config import config
 from ..ops_handler import BinaryOp, ReductionType, UnaryOp
 from ..scheduler import FusedGroup
 from ..symbolic import _Printer, hint, is_static, simplify_with_ranges
-from .common import IndentedBuffer, compute_dtype
+from .common import IndentedBuffer, compute_dtype, drop_dead_loop_temporaries
 from .cpp_prelude import HEADER
 from .triton import XINDEX, YINDEX, CSEVar, TritonKernel
 
@@ -65,6 +65,7 @@ def cpp_type(dtype: torch.dtype) -> str:
         raise NotImplementedError(f"no C++ type for {dtype}") from None
 
 
+_DEAD_ASSIGN = re.compile(r"\s*[\w:]+ (tmp\d+) = ")  # a loop temporary's assignment line
 
 
 class _CppPrinter(_Printer):
@@ -562,23 +563,7 @@ class CppKernel(TritonKernel):
         return text
 
     def _drop_dead_loop_temporaries(self) -> None:
-        """Remove loop temporaries nothing reads (left behind when an exp-sum moved into the
-        max's loop), so a loop with no work left is not emitted and reads no memory."""
-        assign = re.compile(r"\s*[\w:]+ (tmp\d+) = ")
-        changed = True
-        while changed:
-            changed = False
-            text = "\n".join(line for sec in self.sections.values() for line in sec.lines)
-            counts: dict[str, int] = {}
-            for m in re.finditer(r"\btmp\d+\b", text):
-                counts[m.group(0)] = counts.get(m.group(0), 0) + 1
-            for name, sec in self.sections.items():
-                if not name.startswith("loop"):
-                    continue
-                kept = [line for line in sec.lines
-                        if (m := assign.match(line)) is None or counts.get(m.group(1), 0) > 1]
-                changed |= len(kept) != len(sec.lines)
-                sec.lines = kept
+        drop_dead_loop_temporaries(self.sections, _DEAD_ASSIGN)
 
     def _post(self, expr: str, dtype: torch.dtype) -> CSEVar:
         var = CSEVar(f"tmp{self.counter}", dtype)

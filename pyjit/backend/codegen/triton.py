@@ -28,11 +28,14 @@ import torch
 from ..ops_handler import BinaryOp, ReductionType, UnaryOp
 from ..scheduler import RINDEX, XINDEX, FusedGroup, SchedulerNode
 from ..symbolic import FloorDiv, hint, is_static, simplify_with_ranges, sym, texpr, unflatten_index
-from .common import IndentedBuffer, compute_dtype, next_power_of_2, triton_dtype
+from .common import IndentedBuffer, compute_dtype, drop_dead_loop_temporaries, next_power_of_2, triton_dtype
 from .reduction_heuristics import looped_meta, persistent_meta
 from .tiling import XBLOCK_2D, YBLOCK_2D, Tiling, choose_tiling
 
 YINDEX = sym("yindex")
+
+
+_DEAD_ASSIGN = re.compile(r"\s*(tmp\d+) = ")  # a loop temporary's assignment line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -538,27 +541,7 @@ class TritonKernel:
         return var
 
     def _drop_dead_loop_temporaries(self) -> None:
-        """Remove loop temporaries nothing reads (left behind when a reduction moved to an
-        earlier loop), so a loop with no work left is not emitted and reads no memory."""
-        assign = re.compile(r"\s*(tmp\d+) = ")
-        changed = True
-        while changed:
-            changed = False
-            text = "\n".join(line for sec in self.sections.values() for line in sec.lines)
-            counts: dict[str, int] = {}
-            for m in re.finditer(r"\btmp\d+\b", text):
-                counts[m.group(0)] = counts.get(m.group(0), 0) + 1
-            for name, sec in self.sections.items():
-                if not name.startswith("loop"):
-                    continue
-                kept = []
-                for line in sec.lines:
-                    m = assign.match(line)
-                    if m is not None and counts.get(m.group(1), 0) == 1:
-                        changed = True
-                        continue
-                    kept.append(line)
-                sec.lines = kept
+        drop_dead_loop_temporaries(self.sections, _DEAD_ASSIGN)
 
     def _post(self, expr: str, dtype: torch.dtype) -> CSEVar:
         var = CSEVar(f"tmp{self.counter}", dtype)
