@@ -10,6 +10,10 @@
 #include "eval_frame.h"
 #include "eval_frame_internal.h"
 #include <structmember.h>
+#if defined(__linux__) || defined(__APPLE__)
+#include <dlfcn.h>
+#define PYJIT_HAVE_DLADDR 1
+#endif
 
 /* `ScopedCall`: calling it runs `scoped_fn(*args, **kwargs)` with this thread's callback set
  * to `scoped_callback` (None: pyjit off for the call) and restores it afterwards. It is the
@@ -68,7 +72,21 @@ static inline int foreign_hook(_PyFrameEvalFunction top)
     return top != NULL && top != pyjit_eval_frame && top != _PyEval_EvalFrameDefault;
 }
 
-/* The escape for foreign hook `top` (borrowed; NULL: none, call directly). */
+/* The file of the shared library that defines `fn` (a new str), or None where unknown. */
+static PyObject *library_of(_PyFrameEvalFunction fn)
+{
+#ifdef PYJIT_HAVE_DLADDR
+    Dl_info info;
+    if (dladdr((void *)fn, &info) != 0 && info.dli_fname != NULL) {
+        return PyUnicode_DecodeFSDefault(info.dli_fname);
+    }
+#endif
+    (void)fn;
+    Py_RETURN_NONE;
+}
+
+/* The escape for foreign hook `top` (borrowed; NULL: none, call directly). The factory gets
+ * the path of the library defining `top`, so Python can tell whose hook it is. */
 static PyObject *escape_for_hook(PyInterpreterState *interp, _PyFrameEvalFunction top, ThreadState *t)
 {
     if (escape_for == top) {
@@ -80,10 +98,17 @@ static PyObject *escape_for_hook(PyInterpreterState *interp, _PyFrameEvalFunctio
         return NULL;
     }
     PyObject *factory = Py_NewRef(escape_factory);
+    PyObject *library = library_of(top);
+    if (library == NULL) {
+        PyErr_WriteUnraisable(factory);
+        Py_DECREF(factory);
+        return NULL;
+    }
     _PyInterpreterState_SetEvalFrameFunc(interp, pyjit_eval_frame);
     t->busy++;
-    PyObject *made = PyObject_CallNoArgs(factory);
+    PyObject *made = PyObject_CallOneArg(factory, library);
     t->busy--;
+    Py_DECREF(library);
     if (_PyInterpreterState_GetEvalFrameFunc(interp) == pyjit_eval_frame) {
         _PyInterpreterState_SetEvalFrameFunc(interp, top);
     }
@@ -228,7 +253,7 @@ static PyMethodDef scoped_methods[] = {
     {"_scoped_call", (PyCFunction)(void (*)(void))py_scoped_call, METH_FASTCALL,
      "_scoped_call(obj, args, kwargs): call a ScopedCall without the foreign-hook escape (the escape's target)."},
     {"set_escape_factory", py_set_escape_factory, METH_O,
-     "set_escape_factory(fn() -> escape | None | None): makes the escape(obj, args, kwargs) a ScopedCall with a "
+     "set_escape_factory(fn(library) -> escape | None | None): makes the escape(obj, args, kwargs) a ScopedCall with a "
      "callback goes through while another frame hook is on top."},
     {NULL, NULL, 0, NULL},
 };

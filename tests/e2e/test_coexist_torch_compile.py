@@ -142,3 +142,17 @@ CASES = [(n, f, b, e)
                          ids=[f"{n}-{'after_failed' if f else 'clean'}-{b}-{e}" for n, f, b, e in CASES])
 def test_coexist(nesting, failed_first, backend, entry, tmp_path):
     _check(_run_child(nesting, failed_first, backend, entry, tmp_path))
+
+
+def test_escape_only_for_a_hook_defined_in_torch(tmp_path):
+    """The C core names the library that defines the hook on top of pyjit's; only torch's gets
+    the torch.compiler.disable escape (another tool's hook: none, pyjit goes on top instead)."""
+    import torch
+
+    from pyjit.frame.coexist import make_escape
+
+    torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_python.so")
+    assert callable(make_escape(torch_lib))
+    assert make_escape(None) is None
+    assert make_escape(str(tmp_path / "libdebugger.so")) is None
+    assert make_escape(os.path.dirname(torch.__file__) + "_other/lib.so") is None  # a sibling folder
