@@ -682,25 +682,24 @@ class CppKernel(TritonKernel):
         per-chunk code (``chunk_pre{i}``/``chunk_post{i}``) around the ``omp simd`` loop."""
         clauses = self.simd.get(i, [])
         pragma = None if clauses is None else "#pragma omp simd" + "".join(f" reduction({c})" for c in clauses)
-        lanes = self.chunks.get(i)
-        if lanes is None:
+
+        def element_loop(start: str, end: str) -> None:
             if pragma:
                 code.writeline(pragma)
-            code.writeline(f"for (int64_t rindex = 0; rindex < {rbound}; ++rindex) {{")
+            code.writeline(f"for (int64_t rindex = {start}; rindex < {end}; ++rindex) {{")
             with code.indent():
                 code.writelines(self._section(f"loop{i}").lines)
             code.writeline("}")
+
+        lanes = self.chunks.get(i)
+        if lanes is None:
+            element_loop("0", rbound)
             return
         code.writeline(f"for (int64_t r0_{i} = 0; r0_{i} < {rbound}; r0_{i} += {lanes}) {{")
         with code.indent():
             code.writeline(f"const int64_t rend_{i} = pyjit_min<int64_t>(r0_{i} + {lanes}, {rbound});")
             code.writelines(self._section(f"chunk_pre{i}").lines)
-            if pragma:
-                code.writeline(pragma)
-            code.writeline(f"for (int64_t rindex = r0_{i}; rindex < rend_{i}; ++rindex) {{")
-            with code.indent():
-                code.writelines(self._section(f"loop{i}").lines)
-            code.writeline("}")
+            element_loop(f"r0_{i}", f"rend_{i}")
             code.writelines(self._section(f"chunk_post{i}").lines)
         code.writeline("}")
 

@@ -60,6 +60,7 @@ from ..metrics import metrics
 from .graph_utils import (
     broadcasts_into,
     constant_value,
+    finish_rewrite,
     inline_traced,
     is_target,
     known_true,
@@ -159,9 +160,7 @@ def rewrite_attention(gm: torch.fx.GraphModule) -> int:
         if replaced:
             done += 1
     if done:
-        gm.graph.eliminate_dead_code()
-        gm.graph.lint()
-        gm.recompile()
+        finish_rewrite(gm)
         metrics.attention_rewrites += done
     return done
 

@@ -37,7 +37,7 @@ from torch.fx import Node
 from ...config import config
 from ...logs import get_logger
 from ..metrics import metrics
-from .graph_utils import broadcasts_into, inline_traced, is_target, shape, trace_replacement, val
+from .graph_utils import broadcasts_into, finish_rewrite, inline_traced, is_target, shape, trace_replacement, val
 
 aten = torch.ops.aten
 log = get_logger("perf_hints")
@@ -66,9 +66,7 @@ def fold_conv_bn(gm: torch.fx.GraphModule) -> int:
             folds += 1
             log.info("folded a per-channel scale (eval batch norm) into convolution %s", conv.name)
     if changed:
-        gm.graph.eliminate_dead_code()
-        gm.graph.lint()
-        gm.recompile()
+        finish_rewrite(gm)
         metrics.conv_bn_folds += folds
     return folds
 

@@ -236,3 +236,10 @@ def known_true(cond: Any) -> bool:
     from torch.fx.experimental.symbolic_shapes import statically_known_true
 
     return bool(statically_known_true(cond))
+
+
+def finish_rewrite(gm: torch.fx.GraphModule) -> None:
+    """After a pass replaced nodes: drop what became dead, check the graph, regenerate its code."""
+    gm.graph.eliminate_dead_code()
+    gm.graph.lint()
+    gm.recompile()
