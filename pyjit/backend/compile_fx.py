@@ -243,7 +243,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], symbolic: list
         device = torch.device("cuda", torch.cuda.current_device())
     gkey = graph_cache.graph_key_fields(gm, symbolic or example_inputs) if config.backend_disk_cache else None
     if gkey is not None:
-        warm = _load_cached_graph(gm, gkey, device, example_inputs)
+        warm = _load_cached_graph(gm, gkey, device, example_inputs, symbolic is not None)
         if warm is not None:
             return warm
     # Imported here, after the warm-start check: lowering imports sympy and registers ~500 ops.
@@ -407,8 +407,10 @@ def _lower_bounds(shape_env: Any) -> dict[Any, Any]:
 
 
 def _load_cached_graph(gm: torch.fx.GraphModule, gkey: dict[str, str], device: torch.device,
-                       example_inputs: list[torch.Tensor]) -> Callable[..., Any] | None:
+                       example_inputs: list[torch.Tensor], symbolic: bool) -> Callable[..., Any] | None:
     """The compiled callable from the graph cache, or None on a miss (logged on ``cache``).
+
+    ``symbolic``: the graph has symbolic sizes (counted in ``metrics.dynamic_graphs`` like a fresh compile).
 
     A module that is missing, fails its hash check or fails to load is removed with its index
     entry, so this compile rewrites both.
@@ -435,6 +437,7 @@ def _load_cached_graph(gm: torch.fx.GraphModule, gkey: dict[str, str], device: t
     metrics.generated_kernel_count += int(entry.get("kernels", 0))
     metrics.extern_calls += int(entry.get("externs", 0))
     metrics.compiled_graphs += 1
+    metrics.dynamic_graphs += int(symbolic)
     metrics.graph_cache_hits += 1
     for op in entry.get("fallbacks", []):
         metrics.fallback_ops[op] += 1
