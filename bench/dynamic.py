@@ -14,14 +14,19 @@ Per workload and compiler (``pyjit``, ``torch.compile``; eager is the reference)
   for pyjit, ``dynamic.backend_graphs`` counts the sweep's graphs its backend compiled, those
   compiled with symbolic sizes and those it ran as captured (a fallback, also in the table).
 
-Compiles per size are what the suite is about, so each compiler starts with empty in-memory
-caches (``reset``); on-disk caches stay as they are (a per-run temporary directory when the
-harness runs it, see ``bench.suites``).
+Compiles per size are what the suite is about, so each row starts cold: empty in-memory caches
+(``reset``) and, for the row's duration, empty on-disk caches (pyjit's cache and warm-start index,
+Inductor's and Triton's cache directories point at a fresh temporary directory). Otherwise a
+second run would measure pyjit's warm start (0 compiles) and Inductor's FX-graph cache.
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import tempfile
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -172,8 +177,39 @@ def _close(actual: Any, expected: Any, w: DynamicWorkload) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def _cold_disk_caches() -> Iterator[None]:
+    """Every compiler's on-disk cache in a fresh temporary directory, restored afterwards."""
+    root = tempfile.mkdtemp(prefix="pyjit-bench-dynamic-")
+    names = {"PYJIT_CACHE_DIR": "pyjit", "TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}
+    saved_env = {k: os.environ.get(k) for k in names}
+    os.environ.update({k: os.path.join(root, sub) for k, sub in names.items()})
+    patch: Any = contextlib.nullcontext()
+    try:
+        from pyjit import config as pyjit_config  # read at import; the env var alone is too late
+
+        patch = pyjit_config.patch(cache_dir=os.path.join(root, "pyjit"))
+    except ImportError:
+        pass
+    try:
+        with patch:
+            yield
+    finally:
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def run_one(w: DynamicWorkload, backend: Any, device: torch.device, size: str, plan: Any) -> dict[str, Any]:
-    """One row (see the module docstring)."""
+    """One row (see the module docstring), with cold on-disk caches."""
+    with _cold_disk_caches():
+        return _run_one(w, backend, device, size, plan)
+
+
+def _run_one(w: DynamicWorkload, backend: Any, device: torch.device, size: str, plan: Any) -> dict[str, Any]:
     row: dict[str, Any] = {"suite": "dynamic", "workload": w.name, "backend": backend.name, "status": STATUS_SKIPPED,
                            "reason": None, "params": {"size": size, "device": str(device),
                                                       "description": w.description}}
