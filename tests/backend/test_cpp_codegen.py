@@ -221,3 +221,17 @@ def test_cpu_backend_choice_is_one_fallbacks_line_per_process(tmp_path: Any) -> 
     assert len(lines) == 1, lines
     assert "cpp (C++ kernels compiled with" in lines[0] and "PYJIT_CPU_BACKEND" in lines[0]
     assert 'extern "C" void pyjit_fused_' in out  # output_code still prints the generated C++
+
+
+@pytest.mark.parametrize("exponent", [3, -1, -2, -0.5, 2, 0.5, 2.5])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_pow_small_exponents_as_multiplies(cpp: Any, exponent: float, dtype: torch.dtype) -> None:
+    """pow by 3, -1, -2, -0.5 (like 2 and 0.5) lowers to the multiplies/rsqrt aten's kernels use:
+    a powf call per element would stop the loop vectorising (GELU's tanh form has ``x ** 3``)."""
+    x = make([257], "cpu", dtype)
+    x[:4] = torch.tensor([0.0, float("inf"), float("-inf"), float("nan")], dtype=dtype)
+    compiled = check(lambda t: torch.pow(t, exponent) * 0.5, x)
+    source = compiled.pyjit_source  # type: ignore[attr-defined]
+    # fp16 keeps pow for +-0.5: aten's CPU kernel does (pow(-inf, 0.5) = inf where sqrt gives nan).
+    keeps_pow = exponent == 2.5 or (dtype == torch.float16 and exponent in (0.5, -0.5))
+    assert ("powf(" in source or "pow(" in source) == keeps_pow, source

@@ -179,8 +179,22 @@ def _pow(ctx: Any, a: Any, b: Any) -> IRNode:
             return make_pointwise(ctx, [a], lambda ops, x: ops.binary("mul", x, x), rdt, compute_dtype=cdt)
         if b == 1:
             return to_dtype_node(ctx, a, rdt)
-        if b == 0.5 and cdt.is_floating_point:
+        # sqrt/rsqrt for 0.5/-0.5 only where aten takes that path for every device (fp32/fp64):
+        # they differ from pow at -inf (pow(-inf, 0.5) = inf, sqrt(-inf) = nan).
+        exact_root = rdt in (torch.float32, torch.float64)
+        if b == 0.5 and exact_root:
             return make_pointwise(ctx, [a], lambda ops, x: ops.unary("sqrt", x), rdt, compute_dtype=cdt)
+        # The small exponents aten's pow kernels special-case (same arithmetic, so same results):
+        # a libm powf call costs ~20x a multiply and stops the C++ loops from vectorising.
+        if b == 3:
+            return make_pointwise(ctx, [a], lambda ops, x: ops.binary("mul", ops.binary("mul", x, x), x), rdt,
+                                  compute_dtype=cdt)
+        if cdt.is_floating_point and (b in (-1, -2) or (b == -0.5 and exact_root)):
+            def negative(ops: Any, x: Any) -> Any:
+                if b == -0.5:
+                    return ops.unary("rsqrt", x)
+                return ops.unary("reciprocal", x if b == -1 else ops.binary("mul", x, x))
+            return make_pointwise(ctx, [a], negative, rdt, compute_dtype=cdt)
     if not cdt.is_floating_point:
         raise NotImplementedError("integer pow is left to aten (exact integer semantics)")
     return _binary(ctx, a, b, "pow", K.BOOL_TO_LONG)
