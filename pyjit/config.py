@@ -76,6 +76,13 @@ class Config:
     # "force": always the template where Triton kernels run (CUDA; CPU under triton_interpret,
     # for tests), configurations still tuned on CUDA; "off": always the extern aten call.
     matmul_template: Literal["auto", "force", "off"] = "auto"
+    # Training runtime (backend/aot): a graph that needs autograd first runs a forward that saves
+    # only its inputs; the first backward through it recomputes the saved activations and from
+    # then on the forward saves them (min-cut partition). So grad-enabled inference
+    # (`model.eval(); model(x)` without no_grad) runs the no_grad kernels and writes nothing
+    # for a backward that never comes. Not for graphs with random ops or mutated inputs (their
+    # forward cannot be replayed). Off: the forward always saves (one compile fewer in training).
+    aot_defer_saving: bool = True
     # Backend: use the on-disk cache of generated modules (PYJIT_CACHE_DIR).
     backend_disk_cache: bool = True
     # Warm start (PYJIT_WARM_START): record compiled frames on disk and install them in a new

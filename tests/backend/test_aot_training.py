@@ -232,3 +232,85 @@ def test_cpu_cpp_backend(model: str, tmp_path: Any) -> None:
     with cfg.patch(cpu_backend="cpp", raise_on_internal_error=True, cache_dir=str(tmp_path)):
         backend.metrics.reset()
         check_training(module, [x])
+
+
+def _state(compiled: Callable[..., Any]) -> Any:
+    return compiled.pyjit_state  # type: ignore[attr-defined]
+
+
+def test_deferred_saving_grad_inference_then_training(device: str) -> None:
+    """Grad-enabled inference runs the forward without saved values (the saving forward is never
+    compiled); the first backward replays it, later calls save in the forward; every gradient
+    equals eager across the switch."""
+    model = MLP().to(device)
+    ref = copy.deepcopy(model)
+    x = torch.randn(3, 16, device=device)
+    before = backend.metrics.compiled_graphs
+    compiled = compile_graph(torch.fx.symbolic_trace(model), [x])
+    state = _state(compiled)
+    assert state.inference_fw is not None and state.fw is None
+    for _ in range(3):  # inference with grad enabled: one graph compiled, nothing else
+        out = compiled(x)
+        torch.testing.assert_close(out, ref(x), atol=1e-4, rtol=1e-4)
+        assert out.requires_grad
+    assert backend.metrics.compiled_graphs == before + 1 and state.fw is None
+    for step in range(3):  # step 0 replays the forward in the backward; steps 1-2 save in it
+        model.zero_grad()
+        ref.zero_grad()
+        xs = torch.randn(3, 16, device=device)
+        (compiled(xs) * (step + 1)).sum().backward()
+        (ref(xs) * (step + 1)).sum().backward()
+        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=name)
+        assert state.inference_fw is None and state.fw is not None
+    assert backend.metrics.compiled_graphs == before + 3  # inference fw, saving fw, backward
+
+
+def test_deferred_saving_outstanding_forward_after_switch(device: str) -> None:
+    """Two forwards before any backward: both saved only inputs; their backwards (the second after
+    the switch to the saving forward) each replay correctly."""
+    w = torch.randn(8, 8, device=device, requires_grad=True)
+    fn = torch.fx.symbolic_trace(lambda a, b: torch.tanh(a @ b).exp())
+    xs = [torch.randn(4, 8, device=device) for _ in range(2)]
+    compiled = compile_graph(fn, [xs[0], w])
+    outs = [compiled(x, w) for x in xs]
+    for x, out in zip(xs, outs):
+        (g,) = torch.autograd.grad(out.sum(), w)
+        w_ref = w.detach().clone().requires_grad_()
+        (g_ref,) = torch.autograd.grad(torch.tanh(x @ w_ref).exp().sum(), w_ref)
+        torch.testing.assert_close(g, g_ref, atol=1e-4, rtol=1e-4)
+
+
+def test_deferred_saving_input_modified_in_place_raises(device: str) -> None:
+    """The deferred forward saves its inputs: modifying one in place before the backward is
+    autograd's usual error, never a gradient computed from the new value."""
+    w = torch.randn(8, device=device, requires_grad=True)
+    x = torch.randn(8, device=device)
+    compiled = compile_graph(torch.fx.symbolic_trace(lambda a, b: (a * b).sin()), [x, w])
+    out = compiled(x, w)
+    x.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+
+
+def test_graphs_that_cannot_replay_always_save(device: str) -> None:
+    """Random ops (dropout) and mutated inputs (train-mode batch norm) keep the saving forward."""
+    torch.manual_seed(0)
+    block = Block(p=0.5).to(device).train()
+    x = torch.randn(2, 8, 16, device=device)
+    compiled = compile_graph(torch.fx.symbolic_trace(block), [x])
+    assert _state(compiled).inference_fw is None and _state(compiled).fw is not None
+    bn = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).to(device).train()
+    img = torch.randn(2, 3, 6, 6, device=device)
+    compiled = compile_graph(torch.fx.symbolic_trace(bn), [img])
+    assert _state(compiled).inference_fw is None and _state(compiled).fw is not None
+
+
+def test_deferred_saving_off(device: str) -> None:
+    from pyjit import config as cfg
+
+    model = MLP().to(device)
+    x = torch.randn(3, 16, device=device)
+    with cfg.patch(aot_defer_saving=False):
+        compiled = check_training(model, [x])
+    assert _state(compiled).inference_fw is None

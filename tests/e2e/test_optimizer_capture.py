@@ -119,7 +119,9 @@ def test_pyjit_backend_matches_eager(name: str, cpu_backend: str, tmp_path: Any)
     with cfg.patch(cpu_backend=cpu_backend, raise_on_internal_error=True, cache_dir=str(tmp_path)):
         # pyjit's kernels reorder the forward/backward arithmetic: SGD is no longer bit-identical.
         _run_loop(name, "pyjit", exact_sgd=False)
-    assert backend.metrics.compiled_graphs + len(backend.metrics.eager_graphs) <= MAX_GRAPHS
+    # +1: the model's forward is compiled twice, first without saved values (deferred saving,
+    # config.aot_defer_saving), then saving once the first backward came.
+    assert backend.metrics.compiled_graphs + len(backend.metrics.eager_graphs) <= MAX_GRAPHS + 1
     pyjit.reset()
 
 

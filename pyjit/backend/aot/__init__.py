@@ -44,8 +44,11 @@ def _label(gm: torch.fx.GraphModule) -> str:
 def aot_compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], fw_compiler: Compiler,
                 bw_compiler: Compiler | None = None, *,
                 decompositions: dict[Any, Callable[..., Any]] | None = None,
-                partition: str = "min_cut") -> Callable[..., Any]:
-    """Compile ``gm`` for training; raises ``NotImplementedError`` for unsupported graphs."""
+                partition: str = "min_cut", defer_saving: bool = False) -> Callable[..., Any]:
+    """Compile ``gm`` for training; raises ``NotImplementedError`` for unsupported graphs.
+
+    ``defer_saving``: until the first backward, run a forward that saves nothing (runtime.py).
+    """
     if decompositions is None:
         from .decompositions import training_decomposition_table
         decompositions = training_decomposition_table()
@@ -54,9 +57,14 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], fw_comp
     joint = trace_joint(gm, attr_names, inputs, decompositions)
     part = partition_joint(joint, partition)
     label = _label(gm)
+    examples = [_detach(t) for t in inputs]
     with torch.no_grad():
-        fw = fw_compiler(part.fw_gm, [_detach(t) for t in inputs])
-    state = AOTState(label, joint, part, fw, bw_compiler or fw_compiler)
+        if part.inference_gm is not None and not joint.mutated_inputs and defer_saving:
+            # Deferred saving (runtime.py): the saving forward is compiled at the first backward.
+            inference_fw = fw_compiler(part.inference_gm, examples)
+            state = AOTState(label, joint, part, None, bw_compiler or fw_compiler, fw_compiler, inference_fw)
+        else:
+            state = AOTState(label, joint, part, fw_compiler(part.fw_gm, examples), bw_compiler or fw_compiler)
     return make_runtime(state, gm, attr_names, gm.forward)
 
 
@@ -68,7 +76,8 @@ def compile_training(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) ->
     """pyjit's backend for a graph that needs autograd: forward and backward through compile_fx."""
     from ..compile_fx import _data_dependent_errors, _run_as_captured, compile_fx
     try:
-        return aot_compile(gm, example_inputs, compile_fx, compile_fx, partition="min_cut")
+        return aot_compile(gm, example_inputs, compile_fx, compile_fx, partition="min_cut",
+                           defer_saving=config.aot_defer_saving)
     except NotImplementedError as e:
         return _run_as_captured(gm, f"training graph not compiled: {e}")
     except _data_dependent_errors() as e:

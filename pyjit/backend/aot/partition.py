@@ -64,6 +64,10 @@ class Partitioned:
     num_saved: int
     saved_primals: list[int]  # per saved value: the primal index it is, or -1
     report: PartitionReport
+    # The forward without saved values (user outputs and mutated inputs' new values only), for
+    # calls whose backward may never come; None when the forward cannot be replayed in the
+    # backward (random ops: the replay would draw other numbers).
+    inference_gm: torch.fx.GraphModule | None = None
 
 
 last_report: PartitionReport | None = None
@@ -208,4 +212,12 @@ def partition_joint(joint: JointGraph, partition: str = "min_cut") -> Partitione
     log.info("partition %s: saved %d bytes (reference %d, min-cut %d), recomputed %d ops", partition,
              report.saved_bytes, report.reference_bytes, report.min_cut_bytes, len(recomputed))
     saved_primals = [roles.primals.index(n) if n in roles.primals else -1 for n in saved]
-    return Partitioned(fw_gm, bw_gm, len(saved), saved_primals, report)
+    inference_gm = None
+    if not any(_is_random(n) for n in fw_nodes):
+        inference_gm, _ = _extract(joint.gm, roles, roles.primals, roles.fw_outputs, "pyjit_forward_inference")
+    return Partitioned(fw_gm, bw_gm, len(saved), saved_primals, report, inference_gm)
+
+
+def _is_random(node: torch.fx.Node) -> bool:
+    target = node.target
+    return isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags

@@ -9,6 +9,17 @@ tangents (made contiguous, as traced) and returns the grads, ``None`` where eage
 names the graph and says what to do. Outputs aliasing an input are rebuilt outside the
 ``Function`` as ``as_strided`` views of the real input, so they alias and differentiate as in
 eager.
+
+Deferred saving (``config.aot_defer_saving``): until a backward has run through a graph, its
+forward is the partition's ``inference_gm`` (no saved values: the same kernels as under
+``no_grad``) and saves only the graph's inputs. A backward of such a call first replays the
+training forward on those inputs to get the saved values (compiled then, on first use), then
+runs the backward, and switches the graph to the saving forward for every later call. So
+grad-enabled inference never writes activations, and a training loop pays one extra forward on
+its first step. Graphs whose forward cannot be replayed (random ops, mutated inputs) always save.
+An input modified in place between the forward and such a backward makes autograd raise its
+usual "modified by an inplace operation" error (the inputs are saved tensors): never a wrong
+gradient.
 """
 from __future__ import annotations
 
@@ -30,18 +41,40 @@ Compiler = Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]
 class AOTState:
     """Everything a compiled training graph needs at run time (one per compiled graph)."""
 
-    def __init__(self, label: str, joint: JointGraph, part: Partitioned, fw: Callable[..., Any],
-                 bw_compiler: Compiler) -> None:
+    def __init__(self, label: str, joint: JointGraph, part: Partitioned, fw: Callable[..., Any] | None,
+                 bw_compiler: Compiler, fw_compiler: Compiler | None = None,
+                 inference_fw: Callable[..., Any] | None = None) -> None:
+        """``fw`` is the compiled saving forward, or None to compile it with ``fw_compiler`` on
+        first use; ``inference_fw`` (deferred saving) runs until the first backward."""
         self.label = label
         self.joint = joint
         self.part = part
         self.fw = fw
+        self.fw_compiler = fw_compiler
+        self.inference_fw = inference_fw
         self.bw: Callable[..., Any] | None = None
         self.bw_compiler = bw_compiler
         self.lock = threading.Lock()
         self.tangent_outputs = joint.tangent_outputs
         self.non_diff = [i for i, r in enumerate(joint.fw_requires_grad) if not r]
         self.mutated_saved = [j for j, p in enumerate(part.saved_primals) if p in joint.mutated_inputs]
+
+    def saving_fw(self, example: Sequence[torch.Tensor]) -> Callable[..., Any]:
+        """The forward that saves for the backward (compiled on first use under deferred saving)."""
+        if self.fw is None:
+            with self.lock:
+                if self.fw is None:
+                    assert self.fw_compiler is not None
+                    with torch.no_grad():
+                        self.fw = self.fw_compiler(self.part.fw_gm, [t.detach() for t in example])
+        return self.fw
+
+    def replay_saved(self, primals: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """The saved values of a deferred-saving call: the saving forward replayed on its inputs."""
+        self.inference_fw = None  # a backward came: later calls save in their forward
+        with torch.no_grad():
+            outs = self.saving_fw(primals)(*primals)
+        return list(outs[self.joint.num_fw_outputs:])
 
     def backward_fn(self, example: list[torch.Tensor]) -> Callable[..., Any]:
         """The compiled backward, compiled on first use (the aten graph as is if that fails)."""
@@ -82,7 +115,16 @@ class CompiledFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, state: AOTState, *primals: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
         joint = state.joint
-        outs = state.fw(*primals)
+        ctx.state = state
+        inference_fw = state.inference_fw
+        ctx.replay = inference_fw is not None
+        if inference_fw is not None:  # deferred saving: the backward replays the forward
+            user = tuple(inference_fw(*primals))
+            ctx.save_for_backward(*primals)
+            if state.non_diff:
+                ctx.mark_non_differentiable(*[user[i] for i in state.non_diff])
+            return user
+        outs = state.saving_fw(primals)(*primals)
         n_fw = joint.fw_outputs
         n_mut = len(joint.mutated_inputs)
         saved = list(outs[n_fw + n_mut:])
@@ -90,7 +132,6 @@ class CompiledFunction(torch.autograd.Function):
             saved[j] = saved[j].clone()
         for index, value in zip(joint.mutated_inputs, outs[n_fw:n_fw + n_mut]):
             primals[index].copy_(value)
-        ctx.state = state
         ctx.save_for_backward(*saved)
         user = tuple(outs[:n_fw])
         if state.non_diff:
@@ -106,12 +147,11 @@ class CompiledFunction(torch.autograd.Function):
                 f"compiled graph {state.label} is not supported. Run this code without pyjit "
                 f"(pyjit.jit(..., backend='eager') or torch.compiler.disable) or compute the higher-order "
                 f"gradient outside the compiled function.")
-        saved = list(ctx.saved_tensors)
         tangents = [grads[i].contiguous() for i in state.tangent_outputs]  # grads are materialized
-        args = saved + tangents
         previous = _set_callback(None)
         try:
-            present = list(state.run_backward(args))
+            saved = state.replay_saved(ctx.saved_tensors) if ctx.replay else list(ctx.saved_tensors)
+            present = list(state.run_backward(saved + tangents))
         finally:
             _set_callback(previous)
         it = iter(present)
