@@ -213,6 +213,9 @@ def _build_gpt2_train(device: torch.device, size: str) -> Built:
 MODELS: tuple[Workload, ...] = (
     Workload("gpt2_decoder", "models", _build_gpt2, "GPT-2 style decoder, few layers, inference",
              atol=2e-3, rtol=2e-3),
+    Workload("gpt2_decoder_grad", "models", _build_gpt2,
+             "GPT-2 style decoder inference with grad enabled (model.eval(); model(x) without no_grad)",
+             atol=2e-3, rtol=2e-3, inference=False),
     Workload("small_resnet", "models", _build_resnet, "small ResNet (2 stages x 2 basic blocks), inference",
              atol=2e-3, rtol=2e-3),
     Workload("mlp_classifier", "models", _build_mlp_classifier, "3-layer MLP classifier with log_softmax",
