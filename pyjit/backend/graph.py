@@ -31,11 +31,21 @@ from .ir import (
     Reduction,
     ReinterpretView,
     StorageBox,
+    View,
+    as_strided_layout,
 )
 from .lowering import LOWERINGS
 from .lowering.fallbacks import make_extern
 from .ops_handler import RecordHandler
-from .symbolic import as_size, from_torch_expr, is_static, sym
+from .symbolic import (
+    as_size,
+    from_torch_expr,
+    is_static,
+    join_terms,
+    linear_coefficient,
+    simplify_with_ranges,
+    sym,
+)
 
 # A multi-reader pointwise value this cheap is recomputed in each reader instead of stored:
 # e.g. log_softmax's ``x - amax`` is read by the exp-sum loop and by nll_loss's gather; storing
@@ -136,10 +146,23 @@ class GraphLowering(torch.fx.Interpreter):
             return ""
         return self.node_info.get(self.current_node.name, ("", ""))[1]
 
-    def realize(self, node: IRNode, stride: tuple[int, ...] | None = None) -> IRNode:
-        """Make ``node`` a buffer (or a strided view of one) so it can be read from memory."""
+    def realize(self, node: IRNode, stride: tuple[int, ...] | None = None, *, allow_view: bool = False) -> IRNode:
+        """Make ``node`` a buffer (or a strided view of one) so it can be read from memory.
+
+        ``allow_view`` (for readers that take any strides: extern calls, the matmul template): a
+        view of a computed value whose indexing is a strided layout (a transpose, a permute, a
+        slice) realizes the value in its own layout and returns a :class:`ReinterpretView` of
+        it, instead of copying the value through the view (a transposed copy kernel: its loads
+        or stores are strided, and it costs a full write and read of the value).
+        """
         if isinstance(node, (Buffer, ReinterpretView)):
             return node
+        if allow_view and stride is None:
+            view = node.data if isinstance(node, StorageBox) and isinstance(node.data, View) else node
+            if isinstance(view, View):
+                strided = self._strided_view(view)
+                if strided is not None:
+                    return strided
         if isinstance(node, StorageBox):
             data = node.data
             if isinstance(data, (Buffer, ReinterpretView)):
@@ -161,6 +184,55 @@ class GraphLowering(torch.fx.Interpreter):
             node.data = self.realize(copy, stride)
             return node.data
         return self.realize(self._copy_of(node), stride)
+
+    def _strided_view(self, view: View) -> ReinterpretView | None:
+        """``view`` as a strided view of its base realized, if its index map is affine with
+        non-negative integer strides (static sizes); None otherwise (nothing is realized then).
+
+        The walk looks through views and through ``clone`` copies not yet realized (the aten
+        decomposition of ``matmul`` clones a transposed operand before ``bmm``): reading the
+        cloned value directly is the same value.
+        """
+        size = view.get_size()
+        if not all(is_static(s) for s in size):
+            return None
+        idx = [sym(f"view{k}") for k in range(len(size))]
+        index: list[Any] = list(idx)
+        base: IRNode = view
+        while True:
+            if isinstance(base, View):
+                index = list(base.reindex(index))
+                base = base.base
+            elif isinstance(base, StorageBox) and isinstance(base.data, (View, StorageBox)):
+                base = base.data
+            elif isinstance(base, StorageBox) and getattr(base.data, "copy_of", None) is not None:
+                base = base.data.copy_of  # type: ignore[union-attr]
+            else:
+                break
+        found = as_strided_layout(base)
+        layout = found[1] if found is not None else Layout.contiguous(base.get_device(), base.get_dtype(),
+                                                                        base.get_size())
+        ranges = {v: int(n) for v, n in zip(idx, size)}
+
+        def strides_in(lay: Layout) -> tuple[list[int], int] | None:
+            flat = join_terms(simplify_with_ranges(sympy.expand(sympy.sympify(lay.index(index))), ranges))
+            if not _affine(flat, idx):
+                return None
+            strides = [linear_coefficient(flat, v) for v in idx]
+            offset = sympy.expand(flat.subs({v: 0 for v in idx}))
+            if any(s is None or s < 0 for s in strides) or offset < 0:
+                return None
+            return [int(s) for s in strides], int(offset)  # type: ignore[arg-type]
+
+        if strides_in(layout) is None:
+            return None
+        found = as_strided_layout(self.realize(base))
+        got = strides_in(found[1]) if found is not None else None
+        if found is None or got is None:
+            return None
+        strides, offset = got
+        return ReinterpretView(found[0], Layout(view.get_device(), view.get_dtype(), tuple(int(s) for s in size),
+                                                tuple(strides), offset))  # type: ignore[arg-type]
 
     def _copy_of(self, node: IRNode) -> StorageBox:
         return StorageBox(Pointwise(node.get_device(), node.get_dtype(), node.get_size(), node.get_origins(),
@@ -339,3 +411,15 @@ class GraphLowering(torch.fx.Interpreter):
                 return f"{lines[i]}: {code}" if code else lines[i]
         return ""
 
+
+def _affine(expr: Any, idx: list[sympy.Symbol]) -> bool:
+    """``expr`` is ``c + sum(k_i * idx_i)`` with integer ``c`` and ``k_i`` (no floor/mod terms)."""
+    expr = sympy.expand(sympy.sympify(expr))
+    rest = expr
+    for v in idx:
+        k = linear_coefficient(expr, v)
+        if k is None:
+            return False
+        rest = rest - k * v
+    rest = sympy.expand(rest)
+    return not (rest.free_symbols & set(idx)) and rest.is_Integer

@@ -147,7 +147,10 @@ def make_extern(ctx: "GraphLowering", target: Any, args: tuple, kwargs: dict, re
             where = ctx.current_user_location()
             log.info("no lowering for %s%s; calling aten from the wrapper%s", name,
                      f" ({reason})" if reason else "", f" [{where}]" if where else "")
-    real_args, real_kwargs = tree_map(lambda a: ctx.realize(a) if isinstance(a, IRNode) else a, (args, kwargs))
+    # Externs read any strides: a transposed/permuted view is passed as a strided view of its
+    # realized base, never copied (``realize(allow_view=True)``).
+    real_args, real_kwargs = tree_map(lambda a: ctx.realize(a, allow_view=True) if isinstance(a, IRNode) else a,
+                                      (args, kwargs))
     if _has_symbolic_layout((real_args, real_kwargs)):
         # Symbolic sizes: fake tensors of our layouts would need the ShapeEnv (and add guards).
         # Pass the extern exactly the layouts the aten trace gave it instead, so the traced

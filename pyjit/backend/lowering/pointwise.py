@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from ..ir import IRNode
+from ..ir import IRNode, unwrap
 from .registry import (
     ELEMENTWISE_TYPE_PROMOTION_KIND as K,
     aten,
@@ -483,7 +483,10 @@ def _clone(ctx: Any, x: IRNode, *, memory_format: Any = None) -> IRNode:
     name = ctx.current_target_name()
     if name in ("alias", "detach", "positive"):
         return x
-    return make_pointwise(ctx, [x], lambda ops, v: v, x.get_dtype())
+    out = make_pointwise(ctx, [x], lambda ops, v: v, x.get_dtype())
+    # Readers that take any strides (externs) may read ``x`` itself (graph.GraphLowering._strided_view).
+    unwrap(out).copy_of = x
+    return out
 
 
 @register_lowering(aten.copy)

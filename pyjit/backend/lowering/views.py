@@ -365,7 +365,9 @@ def _as_strided(ctx: Any, x: IRNode, size: Sequence[int], stride: Sequence[int],
                 storage_offset: int | None = None) -> IRNode:
     base = as_strided_layout(x)
     if base is None:
-        base = as_strided_layout(ctx.realize(x))
+        # A view of a computed value addresses that value's storage (realized in its own
+        # layout), as in eager; copying the view first would address the copy's storage.
+        base = as_strided_layout(ctx.realize(x, allow_view=True))
         assert base is not None
     buffer, layout = base
     # as_strided addresses the storage of ``x``: a realized buffer's storage is the buffer's own.

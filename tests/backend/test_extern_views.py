@@ -1,0 +1,78 @@
+"""Extern calls (``mm``, ``bmm``, fallbacks) read views of computed values without copies.
+
+A transposed, permuted or sliced view of a value the graph computes is passed to the extern as
+a strided view of that value realized in its own layout (``GraphLowering.realize(allow_view=True)``),
+as eager passes ``h.t()`` to cuBLAS; only views that no strided layout expresses (a reshape
+merging dimensions with incompatible strides, a flip) are copied. Results equal eager's.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import pyjit.backend as backend
+from pyjit import config as cfg
+
+from .conftest import check
+
+
+def _kernels(compiled: object) -> int:
+    return compiled.pyjit_source.count("def pyjit_fused")  # type: ignore[attr-defined]
+
+
+def test_transposed_computed_operand_is_not_copied(device: str) -> None:
+    a, b = torch.randn(32, 16, device=device), torch.randn(32, 4, device=device)
+    compiled = check(lambda x, y: torch.tanh(x).t() @ y, a, b, atol=1e-4, rtol=1e-4)
+    assert _kernels(compiled) == 1  # tanh, realized row-major; mm reads it transposed
+    assert "reinterpret(" in compiled.pyjit_source  # type: ignore[attr-defined]
+
+
+def test_clone_of_transpose_before_bmm_reads_the_value(device: str) -> None:
+    """``matmul``'s decomposition clones a transposed operand; where the batch dims merge into a
+    strided layout the clone is not materialized."""
+    a, b = torch.randn(4, 8, 16, device=device), torch.randn(4, 8, 5, device=device)
+
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        h = (x * 2).transpose(1, 2)  # [4, 16, 8], strides (128, 1, 16)
+        return torch.bmm(h.clone(), y)
+
+    compiled = check(fn, a, b, atol=1e-4, rtol=1e-4)
+    assert _kernels(compiled) == 1
+
+
+def test_views_a_layout_cannot_express_are_copied(device: str) -> None:
+    x, w = torch.randn(2, 3, 4, 5, device=device), torch.randn(5, 6, device=device)
+
+    def merged(t: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        # [2, 4, 3, 5] -> [8, 3, 5] cannot be strided over the [2, 3, 4, 5] value: a copy.
+        return (t + 1).transpose(1, 2).reshape(8, 3, 5) @ m
+
+    check(merged, x, w, atol=1e-4, rtol=1e-4)
+    check(lambda t, m: (t * 3).flip(-1) @ m, torch.randn(7, 5, device=device), w, atol=1e-4, rtol=1e-4)
+
+
+def test_expanded_and_sliced_operands(device: str) -> None:
+    a, b = torch.randn(1, 8, 6, device=device), torch.randn(3, 6, 10, device=device)
+
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        left = (x.sin()).expand(3, 8, 6)  # stride 0 on the batch dim
+        right = (y * 2)[:, :, 2:7]  # a slice: offset 2, row stride 10
+        return torch.bmm(left, right)
+
+    check(fn, a, b, atol=1e-4, rtol=1e-4)
+
+
+def test_as_strided_of_a_computed_view_keeps_its_meaning(device: str) -> None:
+    """``as_strided`` addresses the storage under its input: for a view of a computed value,
+    the value's own storage (as in eager), not a copy of the view (which had another order)."""
+    x = torch.randn(4, 6, device=device)
+    check(lambda t: (t * 2).t().as_strided((3, 4), (1, 3)) + 0, x)
+
+
+@pytest.mark.parametrize("cpu_backend", ["cpp"])
+def test_cpp_backend_reads_strided_views(cpu_backend: str, tmp_path: object) -> None:
+    a, b = torch.randn(32, 16), torch.randn(32, 4)
+    with cfg.patch(cpu_backend=cpu_backend, raise_on_internal_error=True, cache_dir=str(tmp_path)):
+        backend.metrics.reset()
+        compiled = check(lambda x, y: torch.tanh(x).t() @ y, a, b, atol=1e-4, rtol=1e-4)
+    assert "reinterpret(" in compiled.pyjit_source  # type: ignore[attr-defined]
