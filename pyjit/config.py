@@ -83,6 +83,9 @@ class Config:
     # for a backward that never comes. Not for graphs with random ops or mutated inputs (their
     # forward cannot be replayed). Off: the forward always saves (one compile fewer in training).
     aot_defer_saving: bool = True
+    # Training runtime: a graph with symbolic sizes that needs autograd gets a static training
+    # graph per distinct input size, at most this many; further sizes run as captured (logged).
+    aot_static_sizes_max: int = 8
     # Backend: use the on-disk cache of generated modules (PYJIT_CACHE_DIR).
     backend_disk_cache: bool = True
     # Warm start (PYJIT_WARM_START): record compiled frames on disk and install them in a new

@@ -67,7 +67,9 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Calla
     if torch.is_grad_enabled() and (any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
                                     or any(p.requires_grad for p in gm.parameters())):
         if symbolic is not None:
-            return _run_as_captured(gm, "symbolic sizes in a graph that needs autograd are not compiled")
+            # No symbolic joint graph yet: static training graphs per input size (aot/__init__.py).
+            from .aot import compile_training_per_size
+            return compile_training_per_size(gm, list(example_inputs))
         # Training (or inference with grad enabled): joint graph, partition, autograd.Function.
         from .aot import compile_training
         return compile_training(gm, list(example_inputs))

@@ -23,7 +23,8 @@ from .joint import JointGraph, fetch_attributes, module_state, trace_joint
 from .partition import PartitionReport, partition_joint
 from .runtime import AOTState, CompiledFunction, make_runtime
 
-__all__ = ["aot_compile", "compile_training", "JointGraph", "PartitionReport", "CompiledFunction"]
+__all__ = ["aot_compile", "compile_training", "compile_training_per_size", "JointGraph", "PartitionReport",
+           "CompiledFunction"]
 
 log = get_logger("fallbacks")
 Compiler = Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]
@@ -86,3 +87,62 @@ def compile_training(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) ->
         if config.raise_on_internal_error:
             raise BackendError(f"pyjit training backend failed on graph {_label(gm)}: {e}") from e
         return _run_as_captured(gm, f"training backend error: {type(e).__name__}: {e}")
+
+
+def compile_training_per_size(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+    """A graph with symbolic sizes that needs autograd: one static training graph per distinct
+    input layout (and value of each symbolic scalar input), compiled on first sight, at most
+    ``config.aot_static_sizes_max``; calls beyond that run the graph as captured (logged once).
+
+    The joint graph is traced on static sizes only (a symbolic joint graph, partition and
+    autograd runtime are not built yet), so a dynamic frame entry that trains keeps pyjit's
+    kernels for the sizes it sees again instead of running every size as captured.
+    """
+    from ..compile_fx import _graph_label
+
+    compiled: dict[tuple[Any, ...], Callable[..., Any]] = {}
+    scalar_positions = [i for i, v in enumerate(example_inputs) if not isinstance(v, torch.Tensor)]
+    warned = False
+
+    def key_of(args: Sequence[Any]) -> tuple[Any, ...]:
+        return tuple((tuple(a.shape), a.stride(), a.dtype, a.device, a.requires_grad) if isinstance(a, torch.Tensor)
+                     else (type(a), a) for a in args)
+
+    def run(*args: Any) -> Any:
+        nonlocal warned
+        key = key_of(args)
+        fn = compiled.get(key)
+        if fn is None:
+            if len(compiled) >= config.aot_static_sizes_max:
+                if not warned:
+                    warned = True
+                    log.info("graph %s: symbolic sizes in a graph that needs autograd; %d static training "
+                             "graphs compiled (config.aot_static_sizes_max), further sizes run as captured",
+                             _graph_label(gm), len(compiled))
+                return gm.forward(*args)
+            static_gm = _bind_scalars(gm, {i: args[i] for i in scalar_positions})
+            tensors = [a for i, a in enumerate(args) if i not in scalar_positions]
+            inner = compile_training(static_gm, tensors)
+            fn = compiled[key] = (lambda *a, _inner=inner: _inner(*[x for i, x in enumerate(a)
+                                                                    if i not in scalar_positions]))
+        return fn(*args)
+
+    log.info("graph %s: symbolic sizes in a graph that needs autograd: compiled per input size", _graph_label(gm))
+    return run
+
+
+def _bind_scalars(gm: torch.fx.GraphModule, values: dict[int, Any]) -> torch.fx.GraphModule:
+    """A copy of ``gm`` whose scalar placeholders (by input position) are the given constants."""
+    from ..compile_fx import copy_graph
+
+    graph = copy_graph(gm.graph)
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    for i, value in values.items():
+        node = placeholders[i]
+        for user in list(node.users):
+            user.args = torch.fx.map_arg(user.args, lambda a, _n=node, _v=value: _v if a is _n else a)
+            user.kwargs = torch.fx.map_arg(user.kwargs, lambda a, _n=node, _v=value: _v if a is _n else a)
+        graph.erase_node(node)
+    out = torch.fx.GraphModule(gm, graph, class_name=type(gm).__name__)
+    out.recompile()
+    return out
