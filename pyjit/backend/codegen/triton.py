@@ -29,7 +29,8 @@ from ..ops_handler import BinaryOp, ReductionType, UnaryOp
 from ..scheduler import RINDEX, XINDEX, FusedGroup, SchedulerNode
 from ..symbolic import FloorDiv, hint, is_static, simplify_with_ranges, sym, texpr, unflatten_index
 from .common import IndentedBuffer, compute_dtype, drop_dead_loop_temporaries, next_power_of_2, triton_dtype
-from .reduction_heuristics import looped_meta, persistent_meta
+from .reduction_heuristics import (COLUMN_PERSISTENT_RMAX, column_element_bytes, column_meta, column_multi_pass_rmax,
+                                   looped_meta, persistent_meta)
 from .tiling import XBLOCK_2D, YBLOCK_2D, Tiling, choose_tiling
 
 YINDEX = sym("yindex")
@@ -59,6 +60,7 @@ class KernelSource:
     ynumel: int = 1  # > 1 for 2-D tiled pointwise kernels
     size_args: list[str] = dataclasses.field(default_factory=list)  # size symbols passed after the pointers
     int64: bool = False  # indexes in int64
+    column_bytes: int | None = None  # a column reduction: element bytes of its x-contiguous loads
 
 
 _LIBDEVICE_UNARY = {"expm1", "log10", "log1p", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh",
@@ -103,6 +105,11 @@ class TritonKernel:
         self.size_symbols = size_symbols
         self.dynamic = not (is_static(self.xnumel) and is_static(self.rnumel))
         self.is_reduction = self.rnumel != 1
+        # A column reduction (loads contiguous along x, strided along r) gets wide-x tiles; it
+        # holds whole columns only when they are short (reduction_heuristics.py).
+        self.column_bytes = _column_bytes(group, dtypes) if self.is_reduction else None
+        if self.column_bytes is not None:
+            persistent_rmax = min(persistent_rmax, COLUMN_PERSISTENT_RMAX)
         # A symbolic row length is looped (correct for every length); the wrapper may also get
         # a persistent variant (``force_persistent``, RBLOCK chosen per call) for short rows.
         self.persistent = not self.is_reduction or force_persistent or (
@@ -666,7 +673,7 @@ class TritonKernel:
         else:
             grid = (FloorDiv(self.xnumel + meta["XBLOCK"] - 1, meta["XBLOCK"]),)
         return KernelSource(name, code.getvalue(), arg_names, self.xnumel, self.rnumel, meta, grid, 1, size_args,
-                            self.int64)
+                            self.int64, self.column_bytes)
 
     def _i64(self) -> str:
         return ".to(tl.int64)" if self.int64 else ""
@@ -689,6 +696,8 @@ class TritonKernel:
         if not self.is_reduction:
             xblock = min(1024, next_power_of_2(X))
             return {"XBLOCK": xblock, "num_warps": max(1, min(8, xblock // 128))}
+        if self.column_bytes is not None:
+            return column_meta(X, R, self.persistent, self.column_bytes)
         if self.persistent:
             return persistent_meta(X, R)
         return looped_meta(X, R)
@@ -708,12 +717,30 @@ def generate_kernel(group: FusedGroup, kernel_index: int, removed: set[str], dty
     source = kernel.source()
     if force_persistent:
         return source
+    if kernel.column_bytes is not None:
+        # Whole columns in registers only while a coalesced tile (>= 128-byte rows) fits.
+        multi_pass_rmax = min(multi_pass_rmax, column_multi_pass_rmax(kernel.column_bytes))
     if kernel.is_reduction and not kernel.persistent and kernel.row_passes() > 1 and is_static(kernel.rnumel) \
             and kernel.rnumel <= multi_pass_rmax:
         # Several passes over each row (statistics, then the normalising pass) would read it
         # from memory once per pass: hold the row in registers instead and read it once. A
         # kernel whose passes were folded into one loop (online log-sum-exp) keeps its loop:
         # measured faster than a 32768-wide register block (docs/performance.md).
-        return TritonKernel(group, kernel_index, removed, dtypes, kernel.rnumel, node_info).source()
+        return TritonKernel(group, kernel_index, removed, dtypes, kernel.rnumel, node_info, size_symbols,
+                            force_persistent=True).source()
     return source
+
+
+def _column_bytes(group: FusedGroup, dtypes: dict[str, torch.dtype]) -> int | None:
+    """Element bytes of a reduction kernel's x-contiguous loads if it is a column reduction
+    (``reduction_heuristics.column_element_bytes``): the memory reads of its r-iterated nodes,
+    in kernel coordinates. Values produced inside the kernel are not memory reads."""
+    loads: list[tuple[sympy.Expr, int]] = []
+    for node in group.nodes:
+        access = node.access(group.group)
+        if access is None or access.x_only:
+            continue
+        loads += [(dep.index, dtypes[dep.name].itemsize) for dep in access.reads
+                  if dep.name not in group.names and dep.name in dtypes]
+    return column_element_bytes(loads)
 

@@ -75,6 +75,7 @@ class WrapperCodegen:
         self.device = device
         self.persistent_rmax = persistent_rmax
         self.uses_persistent_meta = False  # a reduction over a symbolic row length picks its kernel per call
+        self.uses_column_meta = False  # the same for a column reduction (reduction_heuristics.column_meta)
         self.inputs = list(graph.graph_inputs) + [b for b, _ in graph.constants]
         self.dtypes: dict[str, torch.dtype] = {b.name: b.layout.dtype for b in self.inputs}
         self.dtypes.update({b.name: b.layout.dtype for b in graph.buffers if b.layout is not None})
@@ -283,19 +284,28 @@ class WrapperCodegen:
         """A reduction over a symbolic row length: the looped kernel (every length) and a
         persistent variant (whole rows in registers) chosen per call by the row length, with the
         persistent launch configuration computed from the call's sizes (Triton compiles one
-        variant per RBLOCK it sees)."""
+        variant per RBLOCK it sees). A column reduction holds whole columns only while they are
+        short (``COLUMN_PERSISTENT_RMAX``) and takes ``column_meta``'s wide-x tiles."""
+        from .reduction_heuristics import COLUMN_PERSISTENT_RMAX
+
         graph = self.graph
         persistent = generate_kernel(group, index, removed, self.dtypes, self.persistent_rmax, graph.node_info,
                                      0, frozenset(self.symbols), force_persistent=True)
         kernels.append(persistent)
         if not persistent.int64 and not is_static(persistent.xnumel * persistent.rnumel):
             self.int32_limits.append(sympy.sympify(persistent.xnumel * persistent.rnumel))
-        self.uses_persistent_meta = True
         xnumel, rnumel = pexpr(persistent.xnumel), pexpr(persistent.rnumel)
+        if persistent.column_bytes is not None:
+            self.uses_column_meta = True
+            limit = min(self.persistent_rmax, COLUMN_PERSISTENT_RMAX)
+            meta = f"column_meta({xnumel}, {rnumel}, True, {persistent.column_bytes})"
+        else:
+            self.uses_persistent_meta = True
+            limit, meta = self.persistent_rmax, f"persistent_meta({xnumel}, {rnumel})"
         args = ", ".join(persistent.arg_names + persistent.size_args + [xnumel, rnumel])
         return [
-            f"if {rnumel} <= {self.persistent_rmax}:",
-            f"    _meta = persistent_meta({xnumel}, {rnumel})",
+            f"if {rnumel} <= {limit}:",
+            f"    _meta = {meta}",
             f"    {persistent.name}[(-(-({xnumel}) // _meta['XBLOCK']),)]({args}, XBLOCK=_meta['XBLOCK'], "
             f"RBLOCK=_meta['RBLOCK'], num_warps=_meta['num_warps'])",
             "else:",
@@ -358,10 +368,13 @@ class WrapperCodegen:
             "import triton.language as tl",
             "",
             "from pyjit.runtime.triton_compat import libdevice",
-            *(["import functools",
-               "from pyjit.backend.codegen.reduction_heuristics import persistent_meta as _persistent_meta",
+            *(["import functools"] if self.uses_persistent_meta or self.uses_column_meta else []),
+            *(["from pyjit.backend.codegen.reduction_heuristics import persistent_meta as _persistent_meta",
                "persistent_meta = functools.lru_cache(maxsize=256)(_persistent_meta)"]
               if self.uses_persistent_meta else []),
+            *(["from pyjit.backend.codegen.reduction_heuristics import column_meta as _column_meta",
+               "column_meta = functools.lru_cache(maxsize=256)(_column_meta)"]
+              if self.uses_column_meta else []),
             "",
             f"DEVICE = torch.device({str(self.device)!r})",
             "empty_strided = torch.empty_strided",

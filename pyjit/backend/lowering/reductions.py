@@ -5,6 +5,10 @@ A reduction is always realized into its own buffer (a :class:`Reduction` loop); 
 fuses its pointwise producers (inlined here when single-use) and consumers back into one
 kernel. Accumulation happens in fp32 for fp16/bf16 and in int64 for integers. A few very long
 rows (e.g. ``x.sum()`` of a large tensor) are split into chunks reduced in parallel, then combined.
+So are long *column* reductions with few columns (``grad.sum(0)`` of a ``[4096, 768]`` bias
+gradient) on devices whose kernels are Triton: a column kernel covers 32+ columns per program
+(coalesced loads, ``codegen/reduction_heuristics.py``), which leaves few programs; the chunks'
+partials are laid out ``[split, *kept]`` so both reductions stay column reductions.
 """
 from __future__ import annotations
 
@@ -13,9 +17,11 @@ from typing import Any, Sequence
 import sympy
 import torch
 
+from ...config import config
+from ..codegen.reduction_heuristics import column_element_bytes, column_split
 from ..ir import IRNode, Reduction, StorageBox
-from ..ops_handler import ReductionType
-from ..symbolic import is_static, known_true, prod, unflatten_index
+from ..ops_handler import RecordHandler, ReductionType
+from ..symbolic import is_static, known_true, prod, sym, unflatten_index
 from .registry import aten, canonical_dims, make_pointwise, prims, register_lowering
 from .views import _view
 
@@ -73,10 +79,12 @@ def make_reduction(ctx: Any, x: IRNode, dims: Any, keepdim: bool, reduction_type
             out1 = _view(ctx, out1, [1 if d in rdims else size[d] for d in range(ndim)])
         return out1
     origins = x.get_origins() | ctx.current_origins()
-    split = _split_factor(prod(ranges), prod(rranges), reduction_type)
+    column = _is_triton_column(x, ranges, rranges, reduction_type, inner_fn)
+    split = column_split(prod(ranges), prod(rranges)) if column \
+        else _split_factor(prod(ranges), prod(rranges), reduction_type)
     if split > 1:
         out: IRNode = _split_reduction(ctx, x, ranges, prod(rranges), split, inner_fn, reduction_type, out_dtype,
-                                       vdt, origins)
+                                       vdt, origins, column)
     else:
         red = Reduction(x.get_device(), out_dtype, ranges, origins, inner_fn=inner_fn,
                         reduction_ranges=[prod(rranges)], reduction_type=reduction_type, src_dtype=vdt)
@@ -90,14 +98,29 @@ def make_reduction(ctx: Any, x: IRNode, dims: Any, keepdim: bool, reduction_type
 _SPLITTABLE = {"sum": "sum", "max": "max", "min": "min", "any": "any", "all": "all"}
 
 
+def _is_triton_column(x: IRNode, ranges: list[Any], rranges: list[Any], reduction_type: ReductionType,
+                      inner_fn: Any) -> bool:
+    """A splittable static column reduction whose kernels will be Triton (CUDA, or CPU under
+    ``triton_interpret``). The C++ generator walks rows with its own loops: its split stays the
+    row rule below (a column split there would only add a pass and a buffer)."""
+    device = x.get_device()
+    if (device.type == "cpu" and config.cpu_backend != "triton_interpret") or reduction_type not in _SPLITTABLE:
+        return False
+    if not (is_static(prod(ranges)) and is_static(prod(rranges))):
+        return False  # symbolic: no split (chunks must divide every size the graph serves)
+    rec = RecordHandler()
+    inner_fn(rec, unflatten_index(sym("xindex"), ranges), [sym("rindex")])
+    if rec.has_indirect:
+        return False
+    return column_element_bytes((dep.index, 4) for dep in rec.reads) is not None
+
+
 def _split_factor(xnumel: int, rnumel: int, reduction_type: ReductionType) -> int:
     """How many chunks to cut each row into: > 1 when few long rows would leave the GPU idle.
 
     A power of two dividing ``rnumel`` (so chunks need no tail masking), keeping chunks of at
     least 1024 elements and at most 1024 chunks.
     """
-    from ...config import config
-
     if not (is_static(xnumel) and is_static(rnumel)):
         return 1  # symbolic: no split (chunks must divide every size the graph serves)
     if reduction_type not in _SPLITTABLE or xnumel >= 128 or rnumel < config.backend_split_reduction_min:
@@ -111,21 +134,29 @@ def _split_factor(xnumel: int, rnumel: int, reduction_type: ReductionType) -> in
 
 def _split_reduction(ctx: Any, x: IRNode, ranges: list[int], rnumel: int, split: int, inner_fn: Any,
                      reduction_type: ReductionType, out_dtype: torch.dtype, vdt: torch.dtype,
-                     origins: set[str]) -> IRNode:
-    """Two reductions: each of ``split`` chunks of a row into a partial, then the partials."""
+                     origins: set[str], column: bool = False) -> IRNode:
+    """Two reductions: each of ``split`` chunks of a row into a partial, then the partials.
+
+    Row layout: partials ``[*kept, split]`` (a row's chunks side by side, the second kernel
+    reads each row of partials contiguously). Column layout: ``[split, *kept]``, so the first
+    kernel's consecutive outputs are consecutive columns of one chunk (its loads stay
+    contiguous along x) and the second is a short column reduction over ``split`` rows.
+    """
     chunk = rnumel // split
 
     def first(ops: Any, index: Sequence[sympy.Expr], rindex: Sequence[sympy.Expr]) -> Any:
+        if column:
+            return inner_fn(ops, index[1:], [index[0] * chunk + rindex[0]])
         return inner_fn(ops, index[:-1], [index[-1] * chunk + rindex[0]])
 
     partial_dtype = torch.bool if reduction_type in ("any", "all") else vdt
     partial = ctx.realize(StorageBox(Reduction(
-        x.get_device(), partial_dtype, ranges + [split], set(origins), inner_fn=first, reduction_ranges=[chunk],
-        reduction_type=reduction_type, src_dtype=vdt)))
+        x.get_device(), partial_dtype, [split] + ranges if column else ranges + [split], set(origins),
+        inner_fn=first, reduction_ranges=[chunk], reduction_type=reduction_type, src_dtype=vdt)))
     load_partial = partial.make_loader()
 
     def second(ops: Any, index: Sequence[sympy.Expr], rindex: Sequence[sympy.Expr]) -> Any:
-        return load_partial(ops, [*index, rindex[0]])
+        return load_partial(ops, [rindex[0], *index] if column else [*index, rindex[0]])
 
     return ctx.realize(StorageBox(Reduction(
         x.get_device(), out_dtype, ranges, set(origins), inner_fn=second, reduction_ranges=[split],
