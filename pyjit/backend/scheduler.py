@@ -7,7 +7,9 @@ Looped reduction kernels may hold several loops (e.g. softmax: max, then sum, th
 normalised store); a value needed in a later loop is recomputed there (see codegen).
 Two nodes may share a kernel when their groups are compatible and every value one reads from
 the other is produced by the same program at the same index (:func:`can_fuse`). Fusion is
-greedy by a score (bytes of memory traffic saved), never creating a cycle between kernels.
+greedy by a score (bytes of memory traffic saved), never creating a cycle between kernels. A
+buffer two groups merely both read saves traffic only where one load serves both (a common
+index in the fused kernel); reads of disjoint slices of one buffer are no reason to fuse.
 
 Templates (:class:`MatmulTemplate`) are nodes over their output's elements whose inputs are
 read at arbitrary indices: only pointwise nodes of the same element count that read the
@@ -248,15 +250,44 @@ class Scheduler:
         self.groups = self._topological(self.groups)
 
     def _score(self, a: FusedGroup, b: FusedGroup) -> int:
-        """Bytes saved: buffers one produces and the other reads, plus buffers both read."""
-        shared = (a.names & b.read_names()) | (b.names & a.read_names()) | (a.read_names() & b.read_names())
-        total = 0
-        for name in shared:
-            node = self.by_name.get(name)
-            # A symbolic size counts at its example value: the score only orders candidates.
-            total += (hint(node.buf.layout.numel()) * node.buf.layout.dtype.itemsize) if node is not None \
-                and node.buf.layout is not None else 1
-        return total
+        """Bytes of memory traffic fusing ``a`` and ``b`` saves (0: no reason to try them).
+
+        A buffer one produces and the other reads is never written and read back. A buffer both
+        merely read counts only where one load serves both in the fused kernel: some read of
+        each is at the same index in the kernel's iteration space (:meth:`_shared_loads`).
+        Reads of different elements of one buffer (the q, k and v slices of a qkv projection)
+        share nothing: fusing them would only force unrelated access patterns into one loop
+        (strided loads and transposed stores in a 1-D kernel) and save no traffic.
+        """
+        produced = (a.names & b.read_names()) | (b.names & a.read_names())
+        both = (a.read_names() & b.read_names()) - produced
+        shared = produced | (self._shared_loads(a, b, both) if both else set())
+        return sum(self._bytes(name) for name in shared)
+
+    def _bytes(self, name: str) -> int:
+        """Size of buffer ``name`` in bytes, as far as the score is concerned."""
+        node = self.by_name.get(name)
+        # A symbolic size counts at its example value: the score only orders candidates.
+        # Graph inputs (no node) count 1: enough to make the pair a candidate.
+        if node is None or node.buf.layout is None:
+            return 1
+        return hint(node.buf.layout.numel()) * node.buf.layout.dtype.itemsize
+
+    def _shared_loads(self, a: FusedGroup, b: FusedGroup, names: set[str] | frozenset[str]) -> set[str]:
+        """Buffers of ``names`` that ``a`` and ``b`` read at a common index in their fused kernel."""
+        group = self._kernel_group(a, b)
+        if group is None:
+            return set()
+        reads = []
+        for g in (a, b):
+            found: set[tuple[str, sympy.Expr]] = set()
+            for n in g.nodes:
+                acc = n.access(group)
+                if acc is None:
+                    return set()
+                found.update((d.name, d.index) for d in acc.reads if d.name in names)
+            reads.append(found)
+        return {name for name, _ in reads[0] & reads[1]}
 
     def _kernel_group(self, a: FusedGroup, b: FusedGroup) -> tuple[int, int] | None:
         if a.is_template or b.is_template:

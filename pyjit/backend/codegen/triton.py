@@ -2,7 +2,9 @@
 
 ``TritonKernel`` is an ops handler (see ``ops_handler.py``) whose values are named Triton
 temporaries (:class:`CSEVar`, common subexpressions reused). Kernel shapes:
-- pointwise: 1-D ``xindex`` blocks, masked by ``xmask``;
+- pointwise: 1-D ``xindex`` blocks, masked by ``xmask``; or, when some load or store is
+  contiguous in another dim than the last (transposes, permuted layouts), 2-D
+  ``[YBLOCK, XBLOCK]`` tiles over ``(yindex, xindex)`` (``tiling.py`` decides and sizes them);
 - persistent reduction: a ``[XBLOCK, RBLOCK]`` block holds whole rows (``rnumel <= RBLOCK``);
 - looped reduction: accumulators over ``for roffset in range(0, rnumel, RBLOCK)``, with
   x-only nodes before the loop (producers) or after it (epilogues).
@@ -27,13 +29,11 @@ import torch
 
 from ..ops_handler import BinaryOp, ReductionType, UnaryOp
 from ..scheduler import RINDEX, XINDEX, FusedGroup, SchedulerNode
-from ..symbolic import FloorDiv, hint, is_static, simplify_with_ranges, sym, texpr, unflatten_index
+from ..symbolic import FloorDiv, hint, is_static, simplify_with_ranges, texpr
 from .common import IndentedBuffer, compute_dtype, drop_dead_loop_temporaries, next_power_of_2, triton_dtype
 from .reduction_heuristics import (COLUMN_PERSISTENT_RMAX, column_element_bytes, column_meta, column_multi_pass_rmax,
                                    looped_meta, persistent_meta)
-from .tiling import XBLOCK_2D, YBLOCK_2D, Tiling, choose_tiling
-
-YINDEX = sym("yindex")
+from .tiling import YINDEX, Tiling, choose_tiling, tile_blocks, tiled_index
 
 
 _DEAD_ASSIGN = re.compile(r"\s*(tmp\d+) = ")  # a loop temporary's assignment line
@@ -568,9 +568,7 @@ class TritonKernel:
             deps = [avail[r] for r in node.read_names if r in avail]
             first = max(deps, default=0)
             if self.tiling is not None:
-                t = self.tiling
-                index = [simplify_with_ranges(i, {XINDEX: t.xnumel, YINDEX: t.ynumel}) for i in
-                         unflatten_index(YINDEX, node.sizes[:t.split]) + unflatten_index(XINDEX, node.sizes[t.split:])]
+                index = tiled_index(self.tiling, node)  # nodes of different sizes: via the common dims
                 self.section, self.mask = "pre", "ymask & xmask"
             elif not self.is_reduction:
                 self.section, self.mask = "pre", "xmask"
@@ -692,7 +690,10 @@ class TritonKernel:
     def _launch_meta(self) -> dict[str, int]:
         X, R = hint(self.xnumel), hint(self.rnumel)  # symbolic sizes: tuned for the example sizes
         if self.tiling is not None:
-            return {"YBLOCK": YBLOCK_2D, "XBLOCK": XBLOCK_2D, "num_warps": 4}
+            # Rows of >= 128 bytes of the narrowest element the kernel moves (codegen/tiling.py).
+            itemsize = min((self.dtypes[n].itemsize for n in [*self.inputs, *self.outputs]), default=4)
+            yblock, xblock, warps = tile_blocks(self.tiling, itemsize)
+            return {"YBLOCK": yblock, "XBLOCK": xblock, "num_warps": warps}
         if not self.is_reduction:
             xblock = min(1024, next_power_of_2(X))
             return {"XBLOCK": xblock, "num_warps": max(1, min(8, xblock // 128))}
