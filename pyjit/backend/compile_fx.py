@@ -460,6 +460,29 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
     single = n_out == 1 and probe == 0 and type(probe) is int
     flat_tuple = type(probe) is tuple and probe == tuple(range(n_out))
 
+    # 0: first call not made yet; 1: it succeeded; -1: it failed, the graph runs as captured.
+    state = [0]
+
+    def first_call(flat: list[Any]) -> Any:
+        """The first call compiles Triton kernels (on their first launch). A kernel that fails to
+        compile is a pyjit bug: the graph then runs as captured from now on (logged) instead of
+        breaking the user's program. Input mutations are written back after all kernels ran,
+        so running the graph as captured after a failure sees the inputs unchanged."""
+        try:
+            outs = call(flat)
+        except torch.cuda.OutOfMemoryError:
+            raise
+        except Exception as e:
+            if config.raise_on_internal_error:
+                raise
+            log.warning("pyjit: the compiled graph %s failed on its first call (%s: %s); running it as captured "
+                        "from now on", _graph_label(gm), type(e).__name__, e)
+            metrics.eager_graphs.append(f"first call failed: {type(e).__name__}: {e}")
+            state[0] = -1
+            return None
+        state[0] = 1
+        return outs
+
     def compiled_fn(*args: Any) -> Any:
         # The kernels bake in sizes, strides and dtypes: anything else runs as captured.
         # Grad-requiring inputs under grad mode need autograd, which the kernels do not record.
@@ -472,7 +495,12 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
             if not isinstance(a, torch.Tensor) or a.shape != shape or a.stride() != stride or a.dtype != dtype \
                     or a.device != dev or (grad and a.requires_grad):
                 return gm.forward(*args)
-        outs = call([*args, *constants])
+        if state[0] == 1:
+            outs = call([*args, *constants])
+        else:
+            outs = first_call([*args, *constants]) if state[0] == 0 else None
+            if outs is None:
+                return gm.forward(*args)
         if single:
             return outs[0]
         if flat_tuple:
