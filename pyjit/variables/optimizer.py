@@ -404,24 +404,18 @@ def call_with_tensor_value(tx: "Translator", var: VariableTracker, name: str, ar
     """``x.addcdiv_(t1, t2, value=v)`` with ``v`` a 0-d tensor (Adam's ``value=-step_size`` when
     the step counter is a tensor, as it is while compiling). Eagerly ``v`` becomes a Scalar
     through ``item()``, a data-dependent value a graph cannot hold; recorded instead as the
-    kernel computes it, ``x + (v * t1) / t2`` (``* t2`` for addcmul), with ``v`` cast to ``x``'s
-    dtype as the Scalar is: the same operations in the same order."""
+    kernel computes it (``foreach.addc_with_tensor_value``: on CPU ``x + (v * t1) / t2``, ``* t2``
+    for addcmul, with ``v`` cast to the compute dtype as the Scalar is)."""
+    from .foreach import addc_with_tensor_value
     from .tensor import TensorVariable
 
     value = kwargs["value"]
     assert isinstance(value, TensorVariable)
-    if value.example.dim() != 0 or len(args) != 2 or set(kwargs) != {"value"}:
+    if value.example.dim() != 0 or len(args) != 2 or set(kwargs) != {"value"} \
+            or not all(isinstance(a, TensorVariable) for a in args):
         unsupported("data_dependent", f"Tensor.{name}() with a tensor value=")
     t1, t2 = args
-    out = tx.output
-    dtype = ConstantVariable(var.example.dtype)  # type: ignore[attr-defined]
-    scalar = out.call(tx, "call_method", "to", [value, dtype], {})
-    prod = out.call(tx, "call_function", torch.mul, [scalar, t1], {})
-    combine = torch.div if name.startswith("addcdiv") else torch.mul
-    term = out.call(tx, "call_function", combine, [prod, t2], {})
-    if name.endswith("_"):
-        return out.call(tx, "call_method", "add_", [var, term], {})
-    return out.call(tx, "call_function", torch.add, [var, term], {})
+    return addc_with_tensor_value(tx, var, t1, t2, value, div=name.startswith("addcdiv"), inplace=name.endswith("_"))
 
 
 def read_grad(tx: "Translator", var: VariableTracker) -> VariableTracker:

@@ -86,6 +86,12 @@ class TorchFunctionVariable(KnownCallableVariable):
             unsupported("side_effect", f"{getattr(fn, '__name__', fn)}() changes global state")
         if isinstance(fn, type) and issubclass(fn, torch.nn.Module):
             unsupported("unsupported_call", f"constructing {fn.__name__} inside the traced code")
+        if getattr(fn, "__name__", "").startswith("_foreach_"):
+            from .foreach import call_foreach  # multi-tensor ops as the per-tensor ops eager runs
+
+            result = call_foreach(tx, fn, args, kwargs)
+            if result is not None:
+                return result
         return tx.output.call(tx, "call_function", fn, args, kwargs)
 
     def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
