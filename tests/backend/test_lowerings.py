@@ -104,6 +104,17 @@ def test_indexing(device: str) -> None:
     check(lambda w, t: F.embedding(t, w) * 2, emb, tok)
 
 
+def test_cat_with_empty_inputs(device: str) -> None:
+    """Inputs of size 0 along the cat dimension (an empty key/value cache) are skipped: no
+    clamped index is valid in an empty allocation (the kernel read it: a crash in Triton's
+    interpreter). Dtype promotion still counts them, as eager does."""
+    x, empty = make([2, 3, 5, 4], device), make([2, 3, 0, 4], device)
+    check(lambda a, e: torch.cat([e, a * 2 + 1], 2) - 1, x, empty)
+    check(lambda a, e: torch.cat([a.sin(), e, a.cos()], 2), x, empty)
+    check(lambda a, e: torch.cat([e, a * 3], 2), make([2, 3, 5, 4], device, torch.int64, low=0, high=9),
+          make([2, 3, 0, 4], device, torch.float32))
+
+
 def test_cat_pad_scatter(device: str) -> None:
     a, b = make([3, 4], device), make([3, 2], device)
     check(lambda x, y: (torch.cat([x, y], 1) + 1, F.pad(x, (1, 2, 0, 1), value=0.5),

@@ -43,12 +43,20 @@ def _box(ctx: Any, inputs: Sequence[IRNode], dtype: torch.dtype, size: Sequence[
 
 @register_lowering(aten.cat)
 def _cat(ctx: Any, tensors: Sequence[IRNode], dim: int = 0) -> IRNode:
-    tensors = [t for t in tensors if not (len(t.get_size()) == 1 and t.get_size()[0] == 0)]
+    _, dtype = promote(*tensors)  # eager promotes over every input, empty ones included
+    # Legacy 1-D empty tensors are skipped by eager whatever the rank of the others.
+    tensors = [t for t in tensors if not (len(t.get_size()) == 1 and t.get_size()[0] == 0)] or list(tensors[:1])
+    dim = canonical_dim(dim, len(tensors[0].get_size()))
+    # Inputs of (static) size 0 along `dim` contribute nothing; reading them would address an
+    # empty allocation (no clamped index is valid), e.g. a key/value cache still empty.
+    tensors = [t for t in tensors if not (is_static(t.get_size()[dim]) and t.get_size()[dim] == 0)] or tensors[:1]
     if len(tensors) == 1:
-        return tensors[0]
+        only = tensors[0]
+        if only.get_dtype() == dtype:
+            return only
+        load = only.make_loader()
+        return _box(ctx, [only], dtype, only.get_size(), lambda ops, index: ops.to_dtype(load(ops, index), dtype))
     ndim = len(tensors[0].get_size())
-    dim = canonical_dim(dim, ndim)
-    _, dtype = promote(*tensors)
     size = list(tensors[0].get_size())
     offsets = []
     total = 0
