@@ -100,6 +100,21 @@ def _dense_layout_hint(val: Any) -> tuple[int, ...] | None:
     return tuple(int(s) for s in val.stride())
 
 
+def _eager_strides(val: Any) -> tuple[int, ...] | None:
+    """Eager's strides for an output whose layout a buffer can have (static sizes, dense and
+    non-overlapping, contiguous included); None otherwise (no layout is promised then)."""
+    if not isinstance(val, torch.Tensor) or not all(is_static(s) for s in (*val.shape, *val.stride())):
+        return None
+    if not torch._prims_common.is_non_overlapping_and_dense_or_false(val):
+        return None
+    return tuple(int(s) for s in val.stride())
+
+
+def _same_strides(layout: Layout, stride: tuple[int, ...]) -> bool:
+    """Whether ``layout`` has ``stride`` in every dimension of size > 1 (the others never move)."""
+    return all(size == 1 or got == want for size, got, want in zip(layout.size, layout.stride, stride))
+
+
 class GraphLowering(torch.fx.Interpreter):
     def __init__(self, gm: torch.fx.GraphModule, device: torch.device):
         super().__init__(gm, garbage_collect_values=False)
@@ -337,6 +352,17 @@ class GraphLowering(torch.fx.Interpreter):
         for value, val in zip(args[0], vals):
             if isinstance(value, IRNode):
                 value = self.realize(value, _dense_layout_hint(val))
+                want = _eager_strides(val)
+                if want is not None and not isinstance(value, InputBuffer) \
+                        and not _same_strides(value.layout, want):  # type: ignore[attr-defined]
+                    # Eager's strides are part of an output's contract: the backward graph of a
+                    # training forward was traced with them (a `view` of a saved value is valid
+                    # only for them), and a user may `.view()` a returned tensor. A value
+                    # realized earlier in another layout (contiguous for several readers, an
+                    # extern's output following its inputs' strides, a cat that is a view of
+                    # its one non-empty part) is copied into eager's layout; the scheduler can
+                    # fuse the copy into the producing kernel.
+                    value = self.realize(self._copy_of(value), want)
             results.append(value)
         self.outputs = results
         return results

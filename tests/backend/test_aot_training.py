@@ -314,3 +314,59 @@ def test_deferred_saving_off(device: str) -> None:
     with cfg.patch(aot_defer_saving=False):
         compiled = check_training(model, [x])
     assert _state(compiled).inference_fw is None
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class RopeAttention(nn.Module):
+    """Llama-style attention: heads split by ``view(...).transpose(1, 2)``, a rotary-like
+    pointwise on q/k (eager keeps the transposed strides), a cat onto an empty cache tensor,
+    fused attention, and the ``transpose(1, 2).reshape`` back. The saving forward's outputs
+    (saved activations) must have eager's strides: the backward graph views them."""
+
+    def __init__(self, b: int = 2, t: int = 8, d: int = 32, heads: int = 2) -> None:
+        super().__init__()
+        self.b, self.t, self.heads, self.d = b, t, heads, d
+        self.register_buffer("empty", torch.zeros(b, heads, 0, d // heads))  # an empty cache, as DynamicCache
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).split(self.d, dim=2)
+        q = q.view(self.b, self.t, self.heads, -1).transpose(1, 2)
+        k = k.view(self.b, self.t, self.heads, -1).transpose(1, 2)
+        v = v.view(self.b, self.t, self.heads, -1).transpose(1, 2)
+        q, k = q * cos + _rotate_half(q), k * cos + _rotate_half(k)
+        k = torch.cat([self.empty, k], dim=-2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(y.transpose(1, 2).reshape(self.b, self.t, -1))
+
+
+def test_saved_values_keep_eager_strides(device: str) -> None:
+    """Regression (transformers Llama/Mistral/Qwen2/Gemma/Mixtral training): a saved value
+    realized contiguous, an attention output following its inputs' strides and a cat that is a
+    view of its one non-empty part had other strides than the joint trace gave them, and the
+    backward's ``view`` of them failed (compiled and as captured)."""
+    torch.manual_seed(0)
+    model = RopeAttention().to(device)
+    check_training(model, [torch.randn(2, 8, 32, device=device), torch.randn(8, 16, device=device)])
+
+
+def test_outputs_have_eager_strides(device: str) -> None:
+    """Every dense output of a compiled graph has eager's strides, whatever layout the backend
+    realized the value in first (several readers, an extern, a cat of an empty tensor)."""
+    def f(x: torch.Tensor) -> Any:
+        q = x.transpose(1, 2) * 2  # eager: the transposed strides
+        s = q.sum(-1)  # a second reader: realized before the output is seen
+        c = torch.cat([x.new_zeros(2, 4, 0, 16), q], dim=2)  # eager: a new contiguous tensor
+        a = F.scaled_dot_product_attention(q + 1, q, q)  # extern fed a contiguous buffer
+        return q, s, c, a
+
+    x = torch.randn(2, 8, 4, 16, device=device)
+    compiled = compile_graph(f, [x])
+    for e, a in zip(f(x), compiled(x)):
+        torch.testing.assert_close(a, e)
+        assert a.stride() == e.stride()
