@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import pyjit.backend as backend
 from pyjit import config as cfg
 
-from .conftest import check
+from .conftest import check, make
 
 
 def _kernels(compiled: object) -> int:
@@ -76,3 +77,15 @@ def test_cpp_backend_reads_strided_views(cpu_backend: str, tmp_path: object) -> 
         backend.metrics.reset()
         compiled = check(lambda x, y: torch.tanh(x).t() @ y, a, b, atol=1e-4, rtol=1e-4)
     assert "reinterpret(" in compiled.pyjit_source  # type: ignore[attr-defined]
+
+
+def test_attention_kernels_get_a_contiguous_last_dim(device: str) -> None:
+    """Fused attention kernels need q/k/v with a last-dimension stride of 1 (eager's
+    scaled_dot_product_attention only picks them then; the CPU flash kernel gives wrong values
+    otherwise, without an error). A key that pyjit realized with another layout than eager's
+    (here ``k.mT * 0.5`` stored row-major, so its ``.mT`` has a last stride of 8) is copied."""
+    q, k, v = (make([2, 2, 8, 16], device) for _ in range(3))
+    mask = make([1, 2, 8, 8], device)
+    check(lambda a, b, c: F.scaled_dot_product_attention(a, (b.mT * 0.5).mT, c), q, k, v)
+    check(lambda a, b, c, m: F.scaled_dot_product_attention((a.mT + 1).mT, (b.mT * 0.5).mT, (c.mT - 1).mT,
+                                                            attn_mask=m), q, k, v, mask)

@@ -36,6 +36,44 @@ EXTERN_BY_DESIGN = {
 }
 
 
+# Fused attention kernels read q, k, v (and, for the backward ones, grad_out and out) as rows
+# of a last dimension of stride 1: eager's scaled_dot_product_attention picks them only for
+# such inputs (sdp_utils: check_last_dim_stride_equals_1), the CUDA ones raise otherwise and
+# the CPU flash kernel silently computes wrong values. Value: how many leading arguments.
+_LAST_DIM_STRIDE_1 = {
+    aten._scaled_dot_product_flash_attention.default: 3,
+    aten._scaled_dot_product_efficient_attention.default: 3,
+    aten._scaled_dot_product_cudnn_attention.default: 3,
+    aten._scaled_dot_product_flash_attention_for_cpu.default: 3,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward.default: 5,
+    aten._scaled_dot_product_flash_attention_backward.default: 5,
+    aten._scaled_dot_product_efficient_attention_backward.default: 5,
+}
+
+
+def _last_dim_stride_1(ctx: "GraphLowering", target: Any, args: tuple) -> tuple:
+    """``args`` with each of the first ``_LAST_DIM_STRIDE_1[target]`` buffers whose last
+    dimension is not of stride 1 copied: into the traced layout when that one has stride 1
+    there (eager's choice, usually free to fuse into the producer), else row-major."""
+    node = ctx.current_node
+    out = list(args)
+    for i in range(min(_LAST_DIM_STRIDE_1[target], len(out))):
+        arg = out[i]
+        layout = getattr(arg, "layout", None)
+        if not isinstance(arg, IRNode) or layout is None or not layout.size:
+            continue
+        if _equal(layout.stride[-1], 1) or _equal(layout.size[-1], 1):
+            continue
+        val = node.args[i].meta.get("val") if node is not None and isinstance(node.args[i], torch.fx.Node) else None
+        stride = None
+        if isinstance(val, torch.Tensor) and val.dim() and val.stride(-1) == 1 \
+                and all(is_static(x) for x in (*val.shape, *val.stride())) \
+                and _dense(tuple(val.shape), tuple(val.stride())):
+            stride = tuple(int(x) for x in val.stride())
+        out[i] = ctx.realize(ctx._copy_of(arg), stride)
+    return tuple(out)
+
+
 def _output_meta(target: Any, args: tuple, kwargs: dict, graph_val: Any) -> Any:
     """The extern's outputs as it will produce them from the buffers actually passed.
 
@@ -151,6 +189,8 @@ def make_extern(ctx: "GraphLowering", target: Any, args: tuple, kwargs: dict, re
     # realized base, never copied (``realize(allow_view=True)``).
     real_args, real_kwargs = tree_map(lambda a: ctx.realize(a, allow_view=True) if isinstance(a, IRNode) else a,
                                       (args, kwargs))
+    if target in _LAST_DIM_STRIDE_1 and not _has_symbolic_layout((real_args, real_kwargs)):
+        real_args = _last_dim_stride_1(ctx, target, tuple(real_args))
     if _has_symbolic_layout((real_args, real_kwargs)):
         # Symbolic sizes: fake tensors of our layouts would need the ShapeEnv (and add guards).
         # Pass the extern exactly the layouts the aten trace gave it instead, so the traced
