@@ -370,3 +370,26 @@ def test_outputs_have_eager_strides(device: str) -> None:
     for e, a in zip(f(x), compiled(x)):
         torch.testing.assert_close(a, e)
         assert a.stride() == e.stride()
+
+
+class BiasedAttention(nn.Module):
+    """T5/Swin-style attention: a learned additive bias (a parameter: it requires grad) as
+    ``attn_mask`` of ``scaled_dot_product_attention``."""
+
+    def __init__(self, d: int = 16, heads: int = 2, t: int = 8) -> None:
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(1, heads, t, t))
+        self.lin = nn.Linear(d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = self.lin(x)
+        return F.scaled_dot_product_attention(q, q.sin(), q, attn_mask=self.bias)
+
+
+def test_attention_with_a_mask_that_requires_grad(device: str) -> None:
+    """Regression (transformers T5, Swin training): the forward trace ran under ``no_grad``, so
+    the composite attention picked the CPU flash kernel, which has no gradient for the mask, and
+    the graph ran as captured; traced with the inputs' requires_grad it takes eager's math path
+    and the mask gets its gradient."""
+    torch.manual_seed(0)
+    check_training(BiasedAttention().to(device), [torch.randn(2, 2, 8, 16, device=device)])

@@ -126,10 +126,16 @@ def make_fake_inputs(example_inputs: Sequence[Any]) -> tuple[Any, list[torch.Ten
 
 
 def trace_forward(forward: Callable[..., Any], fake_mode: Any, fakes: Sequence[torch.Tensor],
-                  decompositions: dict[Any, Callable[..., Any]]
+                  decompositions: dict[Any, Callable[..., Any]], requires_grad: Sequence[bool] | None = None
                   ) -> tuple[torch.fx.GraphModule, Any, list[int]]:
     """The functional forward aten graph: outputs are the flat user outputs then the new
-    values of mutated inputs (whose indices are returned), and the output tree spec."""
+    values of mutated inputs (whose indices are returned), and the output tree spec.
+
+    ``requires_grad`` (per input): traced with autograd on and those inputs requiring grad, as
+    eager runs them, because composite ops choose their kernel by it: scaled-dot-product
+    attention with a mask that requires grad (T5's position bias, Swin's relative bias) takes
+    the math path in eager; traced under ``no_grad`` it became the CPU flash kernel, which has no
+    gradient for the mask."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     spec_box: list[Any] = []
@@ -144,8 +150,10 @@ def trace_forward(forward: Callable[..., Any], fake_mode: Any, fakes: Sequence[t
         return leaves
 
     fn = torch.func.functionalize(flat_forward, remove="mutations")
-    inputs = [t.detach() for t in fakes]
-    with fake_mode, torch.no_grad():
+    grads = list(requires_grad) if requires_grad is not None else [False] * len(fakes)
+    with fake_mode:
+        inputs = [t.detach().requires_grad_(r) for t, r in zip(fakes, grads)]
+    with fake_mode, torch.set_grad_enabled(any(grads)):
         fw = make_fx(fn, decomposition_table=decompositions, tracing_mode="real", record_stack_traces=True)(*inputs)
     placeholders = [n for n in fw.graph.nodes if n.op == "placeholder"]
     output = next(n for n in fw.graph.nodes if n.op == "output")
@@ -183,7 +191,7 @@ def trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_in
     requires_grad = [grad and bool(t.requires_grad) for t in example_inputs]
     from .decompositions import forward_table
     fw, out_spec, mutated = trace_forward(as_function(gm, state_names), fake_mode, fakes,
-                                          forward_table(decompositions))
+                                          forward_table(decompositions), requires_grad)
     for i in mutated:
         if requires_grad[i]:
             raise NotImplementedError(f"graph input {i} requires grad and is mutated in place")
