@@ -393,3 +393,12 @@ def test_attention_with_a_mask_that_requires_grad(device: str) -> None:
     and the mask gets its gradient."""
     torch.manual_seed(0)
     check_training(BiasedAttention().to(device), [torch.randn(2, 2, 8, 16, device=device)])
+
+
+def test_flip_in_a_training_graph(device: str) -> None:
+    """Regression: ``flip`` decomposes to ``prims.rev``, which has no autograd formula; the
+    forward-only trace keeps it whole so autograd differentiates it (the graph used to fail)."""
+    torch.manual_seed(0)
+    check_training(torch.fx.symbolic_trace(lambda x, w: (x @ w).flip(-1).tanh() * x.flip(0)),
+                   [torch.randn(4, 8, device=device, requires_grad=True),
+                    torch.randn(8, 8, device=device, requires_grad=True)])

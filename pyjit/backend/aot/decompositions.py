@@ -32,10 +32,12 @@ BACKWARD_DECOMPOSE = [
 # Composite ops kept whole in the first (forward-only) trace, so that autograd differentiates
 # them with their own backward formula (``native_layer_norm_backward``...) instead of
 # differentiating their decomposition piece by piece (which recomputes means and saves more).
-# The joint trace then decomposes forward and backward alike.
+# The joint trace then decomposes forward and backward alike. Also kept: ops whose
+# decomposition reaches a prim without an autograd formula (``flip`` -> ``prims.rev``), which
+# autograd could not differentiate at all.
 KEEP_FOR_AUTOGRAD = {
     aten.native_layer_norm.default, aten._softmax.default, aten._log_softmax.default, aten.gelu.default,
-    aten.silu.default, aten.native_group_norm.default,
+    aten.silu.default, aten.native_group_norm.default, aten.flip.default,
 }
 
 
