@@ -94,6 +94,11 @@ class LoweringError(PyjitError):
         super().__init__(msg)
 
 
+class GraphRefusal(PyjitError):
+    """A documented limit of the backend met while lowering a graph (not a bug): the graph runs
+    as captured with the reason logged on ``fallbacks``, also under raise_on_internal_error."""
+
+
 class InternalError(PyjitError):
     """A bug in pyjit. The frame runs eagerly and the error is logged (raised under config.raise_on_internal_error)."""
 

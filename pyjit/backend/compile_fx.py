@@ -34,7 +34,7 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from ..config import config
-from ..errors import BackendError
+from ..errors import BackendError, GraphRefusal
 from ..logs import get_logger
 from . import graph_cache
 from .metrics import metrics
@@ -78,6 +78,8 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Calla
     except SymbolicRefusal as e:
         # A documented limit of the symbolic path, not a pyjit bug: run as captured, logged.
         return _run_as_captured(gm, f"symbolic sizes: {e}")
+    except GraphRefusal as e:
+        return _run_as_captured(gm, str(e))
     except _data_dependent_errors() as e:
         # Not a pyjit bug: output shapes that depend on data (nonzero, masked_select...)
         # cannot be traced with static fake tensors.

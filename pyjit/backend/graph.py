@@ -161,21 +161,24 @@ class GraphLowering(torch.fx.Interpreter):
             return ""
         return self.node_info.get(self.current_node.name, ("", ""))[1]
 
-    def realize(self, node: IRNode, stride: tuple[int, ...] | None = None, *, allow_view: bool = False) -> IRNode:
+    def realize(self, node: IRNode, stride: tuple[int, ...] | None = None, *, allow_view: bool = False,
+                read_only: bool = False) -> IRNode:
         """Make ``node`` a buffer (or a strided view of one) so it can be read from memory.
 
-        ``allow_view`` (for readers that take any strides: extern calls, the matmul template): a
-        view of a computed value whose indexing is a strided layout (a transpose, a permute, a
-        slice) realizes the value in its own layout and returns a :class:`ReinterpretView` of
-        it, instead of copying the value through the view (a transposed copy kernel: its loads
-        or stores are strided, and it costs a full write and read of the value).
+        ``allow_view`` (for readers that take any strides: extern calls, the matmul template,
+        ``as_strided``): a view of a computed value whose indexing is a strided layout (a
+        transpose, a permute, a slice) realizes the value in its own layout and returns a
+        :class:`ReinterpretView` of it, instead of copying the value through the view (a
+        transposed copy kernel: its loads or stores are strided, and it costs a full write and
+        read of the value). ``read_only`` (the reader only reads values, never relies on which
+        storage it sees): the walk may also look through ``clone`` s not yet realized.
         """
         if isinstance(node, (Buffer, ReinterpretView)):
             return node
         if allow_view and stride is None:
-            view = node.data if isinstance(node, StorageBox) and isinstance(node.data, View) else node
-            if isinstance(view, View):
-                strided = self._strided_view(view)
+            view = _as_view(node)
+            if view is not None:
+                strided = self._strided_view(view, through_clones=read_only)
                 if strided is not None:
                     return strided
         if isinstance(node, StorageBox):
@@ -200,13 +203,15 @@ class GraphLowering(torch.fx.Interpreter):
             return node.data
         return self.realize(self._copy_of(node), stride)
 
-    def _strided_view(self, view: View) -> ReinterpretView | None:
+    def _strided_view(self, view: View, *, through_clones: bool = False,
+                      want: tuple[int, ...] | None = None) -> ReinterpretView | None:
         """``view`` as a strided view of its base realized, if its index map is affine with
-        non-negative integer strides (static sizes); None otherwise (nothing is realized then).
+        non-negative integer strides (static sizes) and, given ``want``, has those strides;
+        None otherwise (nothing is realized then).
 
-        The walk looks through views and through ``clone`` copies not yet realized (the aten
-        decomposition of ``matmul`` clones a transposed operand before ``bmm``): reading the
-        cloned value directly is the same value.
+        ``through_clones``: the walk also looks through ``clone`` copies not yet realized (the
+        aten decomposition of ``matmul`` clones a transposed operand before ``bmm``): reading
+        the cloned value directly reads the same values, for readers that only read.
         """
         size = view.get_size()
         if not all(is_static(s) for s in size):
@@ -220,7 +225,7 @@ class GraphLowering(torch.fx.Interpreter):
                 base = base.base
             elif isinstance(base, StorageBox) and isinstance(base.data, (View, StorageBox)):
                 base = base.data
-            elif isinstance(base, StorageBox) and getattr(base.data, "copy_of", None) is not None:
+            elif through_clones and isinstance(base, StorageBox) and getattr(base.data, "copy_of", None) is not None:
                 base = base.data.copy_of  # type: ignore[union-attr]
             else:
                 break
@@ -236,6 +241,8 @@ class GraphLowering(torch.fx.Interpreter):
             strides = [linear_coefficient(flat, v) for v in idx]
             offset = sympy.expand(flat.subs({v: 0 for v in idx}))
             if any(s is None or s < 0 for s in strides) or offset < 0:
+                return None
+            if want is not None and any(n != 1 and st != w for n, st, w in zip(size, strides, want)):
                 return None
             return [int(s) for s in strides], int(offset)  # type: ignore[arg-type]
 
@@ -351,8 +358,14 @@ class GraphLowering(torch.fx.Interpreter):
         results = []
         for value, val in zip(args[0], vals):
             if isinstance(value, IRNode):
-                value = self.realize(value, _dense_layout_hint(val))
                 want = _eager_strides(val)
+                view = _as_view(value) if want is not None else None
+                # A view (a transpose of a value also returned or saved for the backward) is
+                # returned as a strided view of that value when that gives eager's strides: no
+                # copy, and it aliases the value as in eager. Never through a clone (a fresh
+                # tensor in eager).
+                strided = self._strided_view(view, want=want) if view is not None else None
+                value = strided if strided is not None else self.realize(value, _dense_layout_hint(val))
                 if want is not None and not isinstance(value, InputBuffer) \
                         and not _same_strides(value.layout, want):  # type: ignore[attr-defined]
                     # Eager's strides are part of an output's contract: the backward graph of a
@@ -449,3 +462,10 @@ def _affine(expr: Any, idx: list[sympy.Symbol]) -> bool:
         rest = rest - k * v
     rest = sympy.expand(rest)
     return not (rest.free_symbols & set(idx)) and rest.is_Integer
+
+
+def _as_view(node: IRNode) -> View | None:
+    """``node`` if it is a :class:`View` (possibly boxed), else None."""
+    if isinstance(node, StorageBox) and isinstance(node.data, View):
+        return node.data
+    return node if isinstance(node, View) else None

@@ -79,6 +79,32 @@ def test_cpp_backend_reads_strided_views(cpu_backend: str, tmp_path: object) -> 
     assert "reinterpret(" in compiled.pyjit_source  # type: ignore[attr-defined]
 
 
+def test_output_view_aliases_its_value_as_in_eager(device: str) -> None:
+    """An output that is a view of another output comes back as a view of it (no copy), so an
+    in-place write to one is seen in the other, as in eager."""
+    def fn(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = (t * 2).relu()
+        return y, y.t()
+
+    x = torch.randn(8, 5, device=device)
+    compiled = check(fn, x)
+    a, b = compiled(x)
+    ea, eb = fn(x)
+    assert b.stride() == eb.stride() and b.untyped_storage().data_ptr() == a.untyped_storage().data_ptr()
+    a.add_(1)
+    ea.add_(1)
+    torch.testing.assert_close(b, eb)
+
+
+def test_output_view_of_a_clone_is_a_fresh_tensor(device: str) -> None:
+    x = torch.randn(8, 5, device=device)
+    compiled = check(lambda t: t.clone().t(), x)
+    out = compiled(x)
+    assert out.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    out.zero_()
+    assert x.abs().sum() > 0
+
+
 def test_attention_kernels_get_a_contiguous_last_dim(device: str) -> None:
     """Fused attention kernels need q/k/v with a last-dimension stride of 1 (eager's
     scaled_dot_product_attention only picks them then; the CPU flash kernel gives wrong values
@@ -89,3 +115,18 @@ def test_attention_kernels_get_a_contiguous_last_dim(device: str) -> None:
     check(lambda a, b, c: F.scaled_dot_product_attention(a, (b.mT * 0.5).mT, c), q, k, v)
     check(lambda a, b, c, m: F.scaled_dot_product_attention((a.mT + 1).mT, (b.mT * 0.5).mT, (c.mT - 1).mT,
                                                             attn_mask=m), q, k, v, mask)
+
+
+def test_as_strided_over_a_non_contiguous_value_runs_as_captured(device: str) -> None:
+    """``clone`` of a transposed input keeps its strides in eager; pyjit realizes computed values
+    contiguous, so ``as_strided`` over it would address another layout: the graph runs as
+    captured (logged), with eager's result."""
+    x = torch.randn(6, 4, device=device).t()  # [4, 6], strides (1, 4)
+
+    def fn(t: torch.Tensor) -> torch.Tensor:
+        return t.clone().t().as_strided((3, 4), (1, 3), 2) * 1
+
+    before = len(backend.metrics.eager_graphs)
+    compiled = backend.compile_fx(torch.fx.symbolic_trace(fn), [x])
+    torch.testing.assert_close(compiled(x), fn(x))
+    assert any("as_strided" in r for r in backend.metrics.eager_graphs[before:])

@@ -187,7 +187,7 @@ def make_extern(ctx: "GraphLowering", target: Any, args: tuple, kwargs: dict, re
                      f" ({reason})" if reason else "", f" [{where}]" if where else "")
     # Externs read any strides: a transposed/permuted view is passed as a strided view of its
     # realized base, never copied (``realize(allow_view=True)``).
-    real_args, real_kwargs = tree_map(lambda a: ctx.realize(a, allow_view=True) if isinstance(a, IRNode) else a,
+    real_args, real_kwargs = tree_map(lambda a: ctx.realize(a, allow_view=True, read_only=True) if isinstance(a, IRNode) else a,
                                       (args, kwargs))
     if target in _LAST_DIM_STRIDE_1 and not _has_symbolic_layout((real_args, real_kwargs)):
         real_args = _last_dim_stride_1(ctx, target, tuple(real_args))

@@ -276,7 +276,7 @@ def _matmul(ctx: "GraphLowering", target: Any, args: tuple, kwargs: dict, a: IRN
     mode = _template_mode(ctx, a, b)
     if mode is None:
         return make_extern(ctx, target, args, kwargs)
-    ra, rb = ctx.realize(a, allow_view=True), ctx.realize(b, allow_view=True)
+    ra, rb = ctx.realize(a, allow_view=True, read_only=True), ctx.realize(b, allow_view=True, read_only=True)
     if _static_layout(ra) is None or _static_layout(rb) is None:
         return make_extern(ctx, target, args, kwargs)
     size = [*a.get_size()[:-1], b.get_size()[-1]]

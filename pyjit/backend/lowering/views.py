@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 import sympy
 import torch
 
+from ...errors import GraphRefusal
 from ..ir import IRNode, Layout, ReinterpretView, View, as_strided_layout
 from ..symbolic import FloorDiv, as_size, contiguous_strides, is_static, known_true, prod
 from .registry import (
@@ -360,6 +361,17 @@ def _unbind(ctx: Any, x: IRNode, dim: int = 0) -> list[IRNode]:
     return [select_view(x, dim, i) for i in range(n)]
 
 
+def _storage_is_contiguous(node: Any) -> bool:
+    """Whether eager's storage under fx value ``node`` (the first value up its chain of view ops)
+    is laid out contiguously."""
+    while isinstance(node, torch.fx.Node) and isinstance(node.target, torch._ops.OpOverload) \
+            and node.target.is_view and node.args:
+        node = node.args[0]
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return isinstance(val, torch.Tensor) and all(is_static(s) for s in (*val.shape, *val.stride())) \
+        and val.is_contiguous()
+
+
 @register_lowering(aten.as_strided, aten.as_strided_copy)
 def _as_strided(ctx: Any, x: IRNode, size: Sequence[int], stride: Sequence[int],
                 storage_offset: int | None = None) -> IRNode:
@@ -367,6 +379,10 @@ def _as_strided(ctx: Any, x: IRNode, size: Sequence[int], stride: Sequence[int],
     if base is None:
         # A view of a computed value addresses that value's storage (realized in its own
         # layout), as in eager; copying the view first would address the copy's storage.
+        # pyjit realizes computed values contiguous: where eager laid the value out otherwise
+        # (``clone`` of a transposed tensor keeps its strides) the graph runs as captured.
+        if not _storage_is_contiguous(ctx.current_node.args[0] if ctx.current_node is not None else None):
+            raise GraphRefusal("as_strided over a computed value that eager does not lay out contiguously")
         base = as_strided_layout(ctx.realize(x, allow_view=True))
         assert base is not None
     buffer, layout = base
