@@ -235,3 +235,33 @@ def test_pow_small_exponents_as_multiplies(cpp: Any, exponent: float, dtype: tor
     # fp16 keeps pow for +-0.5: aten's CPU kernel does (pow(-inf, 0.5) = inf where sqrt gives nan).
     keeps_pow = exponent == 2.5 or (dtype == torch.float16 and exponent in (0.5, -0.5))
     assert ("powf(" in source or "pow(" in source) == keeps_pow, source
+
+
+@pytest.mark.parametrize("shape", [(4, 16, 32, 32), (2, 6, 17, 3), (3, 5, 7)])
+def test_per_channel_pointwise_splits_the_loop(cpp: Any, shape: tuple[int, ...]) -> None:
+    """A batch-norm-like pointwise kernel reads per-channel values at ``(xindex / HW) % C``: the
+    loop is split into x_outer (the channel index computed once per step) and a contiguous,
+    vectorizable x_inner loop, when the inner extent is at least 16 elements."""
+    x, r = make(shape, "cpu"), make(shape, "cpu")
+    c = shape[1]
+    mean, var, w, b = (make([c], "cpu") for _ in range(4))
+    view = [1, c] + [1] * (len(shape) - 2)
+
+    def bn_add_relu(t: torch.Tensor, res: torch.Tensor, m: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                    h: torch.Tensor) -> torch.Tensor:
+        y = (t - m.view(view)) / torch.sqrt(v.abs().view(view) + 1e-5) * g.view(view) + h.view(view)
+        return torch.relu(y + res)
+
+    compiled = check(bn_add_relu, x, r, mean, var, w, b, atol=1e-5, rtol=1e-5)
+    inner = 1
+    for n in shape[2:]:
+        inner *= n
+    split = inner >= 16
+    assert ("x_outer" in compiled.pyjit_source) == split, compiled.pyjit_source  # type: ignore[attr-defined]
+
+
+def test_split_loop_with_channels_last_and_broadcast_inputs(cpp: Any) -> None:
+    x = make([2, 8, 5, 6], "cpu").to(memory_format=torch.channels_last)
+    bias = make([8, 1, 1], "cpu")
+    row = make([6], "cpu")
+    check(lambda t, b, r: (t * 2 + b) * r, x, bias, row)

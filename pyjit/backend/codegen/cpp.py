@@ -39,10 +39,12 @@ import torch
 from ...config import config
 from ..ops_handler import BinaryOp, ReductionType, UnaryOp
 from ..scheduler import FusedGroup
-from ..symbolic import _Printer, hint, is_static, simplify_with_ranges
+from ..symbolic import FloorDiv, ModularIndexing, _Printer, hint, is_static, simplify_with_ranges, sym
 from .common import IndentedBuffer, compute_dtype, drop_dead_loop_temporaries
 from .cpp_prelude import HEADER
 from .triton import XINDEX, YINDEX, CSEVar, TritonKernel
+
+X_OUTER, X_INNER = sym("x_outer"), sym("x_inner")  # a split pointwise loop (_inner_split)
 
 RINDEX_NAME = "rindex"
 TILE = 16
@@ -225,12 +227,16 @@ class CppKernel(TritonKernel):
 
     def __init__(self, group: FusedGroup, kernel_index: int, removed: set[str], dtypes: dict[str, torch.dtype],
                  node_info: dict[str, tuple[str, str]], size_symbols: frozenset[str] = frozenset(),
-                 float_symbols: frozenset[str] = frozenset()):
+                 float_symbols: frozenset[str] = frozenset(), inner: int | None = None):
+        """``inner``: a pointwise kernel walks ``xindex = x_outer * inner + x_inner`` in two
+        nested loops (see :func:`_inner_split`); None: one flat loop."""
         # persistent_rmax=0: every reduction row is walked by explicit rindex loops (so a
         # symbolic row length needs nothing special). The base class turns 2-D tiling off for
         # symbolic sizes.
         super().__init__(_in_dependency_order(group), kernel_index, removed, dtypes, 0, node_info, size_symbols)
         self.float_symbols = float_symbols
+        self.inner = inner
+        self.index_log: list[sympy.Expr] = []  # every index this kernel printed (for _inner_split)
         # Reduction clauses of each rindex loop; None once a loop holds a reduction that cannot
         # be written as one (argmax/argmin), which then runs without ``omp simd``.
         self.simd: dict[int, list[str] | None] = {}
@@ -253,6 +259,10 @@ class CppKernel(TritonKernel):
         return var
 
     def _index_str(self, index: sympy.Expr) -> str:
+        self.index_log.append(index)
+        if self.inner is not None:
+            split = index.subs(XINDEX, X_OUTER * self.inner + X_INNER)
+            return cexpr(simplify_with_ranges(split, {X_OUTER: int(self.xnumel) // self.inner, X_INNER: self.inner}))
         if self.tiling is not None:
             ranges = {XINDEX: self.tiling.xnumel, YINDEX: self.tiling.ynumel}
         else:
@@ -653,6 +663,18 @@ class CppKernel(TritonKernel):
                 with code.indent(4):
                     code.writelines(self.sections["pre"].lines)
                 code.writelines(["            }", "        }", "    }", "}"])
+            elif not self.is_reduction and self.inner is not None:
+                # Per-channel (broadcast) indices depend on x_outer only: computed once per outer
+                # step, while the inner loop is contiguous and vectorizes (no 64-bit div/mod
+                # per element, which has no SIMD form).
+                if parallel:
+                    code.writeline(f"#pragma omp parallel for schedule(static){threads}")
+                code.writeline(f"for (int64_t x_outer = 0; x_outer < {int(self.xnumel) // self.inner}; ++x_outer) {{")
+                code.writeline("    #pragma omp simd")
+                code.writeline(f"    for (int64_t x_inner = 0; x_inner < {self.inner}; ++x_inner) {{")
+                with code.indent(2):
+                    code.writelines(self.sections["pre"].lines)
+                code.writelines(["    }", "}"])
             elif not self.is_reduction:
                 code.writeline(f"#pragma omp parallel for simd schedule(static){threads}" if parallel
                                else "#pragma omp simd")
@@ -720,7 +742,50 @@ class CppKernel(TritonKernel):
 def generate_cpp_kernel(group: FusedGroup, kernel_index: int, removed: set[str], dtypes: dict[str, torch.dtype],
                         node_info: dict[str, tuple[str, str]], size_symbols: frozenset[str] = frozenset(),
                         float_symbols: frozenset[str] = frozenset()) -> CppKernelSource:
-    return CppKernel(group, kernel_index, removed, dtypes, node_info, size_symbols, float_symbols).cpp_source()
+    kernel = CppKernel(group, kernel_index, removed, dtypes, node_info, size_symbols, float_symbols)
+    source = kernel.cpp_source()
+    inner = _inner_split(kernel)
+    if inner is None:
+        return source
+    return CppKernel(group, kernel_index, removed, dtypes, node_info, size_symbols, float_symbols,
+                     inner).cpp_source()
+
+
+# Shortest inner loop worth splitting for: below it the outer loop's overhead dominates.
+_MIN_INNER = 16
+
+
+def _inner_split(kernel: CppKernel) -> int | None:
+    """For a static pointwise kernel whose indices divide or reduce ``xindex`` (a per-channel
+    load ``w[(xindex / HW) % C]``), the longest inner extent ``P`` (a trailing product of an
+    iteration shape) such that with ``xindex = x_outer * P + x_inner`` no index divides or
+    reduces ``x_inner``; None when the flat loop has no such index or no split removes them."""
+    if kernel.is_reduction or kernel.tiling is not None or kernel.dynamic:
+        return None
+
+    def divides_or_mods(expr: sympy.Expr, var: sympy.Symbol) -> bool:
+        return any(isinstance(t, (FloorDiv, ModularIndexing)) and var in t.free_symbols
+                   for t in sympy.preorder_traversal(expr))
+
+    exprs = [e for e in kernel.index_log if divides_or_mods(e, XINDEX)]
+    if not exprs:
+        return None
+    xnumel = int(kernel.xnumel)
+    candidates: set[int] = set()
+    for node in kernel.group.nodes:
+        sizes = [int(n) for n in node.sizes] if all(is_static(n) for n in node.sizes) else []
+        acc = 1
+        for n in reversed(sizes[1:]):
+            acc *= n
+            candidates.add(acc)
+    for inner in sorted(candidates, reverse=True):
+        if inner < _MIN_INNER or inner >= xnumel or xnumel % inner:
+            continue
+        ranges = {X_OUTER: xnumel // inner, X_INNER: inner}
+        if not any(divides_or_mods(simplify_with_ranges(e.subs(XINDEX, X_OUTER * inner + X_INNER), ranges), X_INNER)
+                   for e in exprs):
+            return inner
+    return None
 
 
 def translation_unit(kernels: list[CppKernelSource]) -> str:
