@@ -30,8 +30,8 @@ from ..guards.source import AttrSource, ItemSource, Source
 from ..trace.graph_breaks import unsupported
 from .base import VariableTracker
 from .builtins import BuiltinVariable
-from .constant import ConstantVariable, is_constant_value
-from .dicts import DictVariable
+from .constant import ConstantVariable, _is_typing_object, is_constant_value
+from .dicts import DictVariable, check_dict_key
 from .functions import PartialVariable, UserFunctionVariable, UserMethodVariable
 from .lists import ListVariable, NamedTupleVariable, TupleVariable
 from .misc import PythonModuleVariable
@@ -101,8 +101,7 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
             guards.add(GuardKind.TYPE_MATCH, source, t)
             guards.add(GuardKind.DICT_KEYS, source, tuple(value.keys()))
         for k in value:
-            if not is_constant_value(k):
-                unsupported("unsupported_object", f"dict with a non-constant key {type(k).__name__}")
+            check_dict_key(k)  # constants or identity keys (classes, typing forms): variables/dicts.py
         items = {k: wrap(tx, v, ItemSource(source, k) if source is not None else None) for k, v in value.items()}
         return side_effects.remember(value, DictVariable(items, source, dict_type=t))
     from ..api import DisabledFunction, JitFunction
@@ -215,8 +214,7 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
 
 
 def _is_typing_constant(value: Any) -> bool:
-    t = type(value)
-    return t.__module__ == "typing" or isinstance(value, (types.UnionType, types.GenericAlias))
+    return _is_typing_object(value)
 
 
 def wrap_constant_result(tx: "Translator", value: Any) -> VariableTracker:

@@ -37,6 +37,13 @@ def is_constant_value(value: Any) -> bool:
     return False
 
 
+def _is_typing_object(value: Any) -> bool:
+    """A ``typing`` object (special form, alias) or ``int | None``: immutable, pinned by identity."""
+    import types
+
+    return type(value).__module__ == "typing" or isinstance(value, (types.UnionType, types.GenericAlias))
+
+
 def _materialized(v: VariableTracker) -> VariableTracker:
     from .lists import ListIteratorVariable
 
@@ -56,6 +63,12 @@ class ConstantVariable(KnownValueVariable):
             attr = getattr(self.value, name)
         except AttributeError:
             unsupported("exception", f"{type(self.value).__name__} has no attribute {name!r}")
+        if isinstance(attr, type) or _is_typing_object(attr):
+            # ``Optional[int].__origin__`` is ``typing.Union``, ``list[int].__origin__`` is ``list``:
+            # objects, not bound methods (a special form is callable); tracked as such.
+            from .builder import wrap_constant_result
+
+            return wrap_constant_result(tx, attr)
         if callable(attr) and not is_constant_value(attr):
             from .builtins import ConstantMethodVariable
 

@@ -1,12 +1,17 @@
 """Trackers of dicts (and sets) with constant keys and tracker values.
 
-A dict read from the frame gets a DICT_KEYS guard (key order matters for iteration); its values
-are wrapped with ``ItemSource`` so each one guards itself. Dicts built inside the trace are
+Keys are Python constants (``is_constant_value``) or identity keys (``is_identity_key``: classes,
+``typing`` special forms, functions, modules: dispatch tables such as huggingface_hub's
+``{Union: ..., Literal: ..., list: ...}``). A dict read from the frame gets a DICT_KEYS guard
+(key order matters for iteration); its values are wrapped with ``ItemSource`` so each one guards
+itself. Dicts built inside the trace are
 mutable; mutating a dict that came from outside is recorded and replayed on the caller's dict
 after the graph (pyjit/trace/side_effects.py).
 """
 from __future__ import annotations
 
+import types
+import typing
 from typing import TYPE_CHECKING, Any
 
 from ..trace.graph_breaks import unsupported
@@ -17,6 +22,49 @@ from .lists import ListVariable, TupleVariable
 if TYPE_CHECKING:
     from ..trace.output_graph import OutputCodegen
     from ..trace.translator import Translator
+
+
+# Objects whose hash and equality are known to run no user code and to depend only on the
+# object's identity (or, for builtin functions, on identity of their bound self and C entry).
+_IDENTITY_KEY_TYPES = (type, typing._SpecialForm, types.FunctionType, types.ModuleType, types.BuiltinFunctionType)
+
+
+def is_identity_key(value: Any) -> bool:
+    """``value`` may key a traced dict although it is no constant: a class, a ``typing`` special
+    form (``Union``, ``Literal``), a function or a module whose type keeps ``object``'s identity
+    ``__eq__``/``__hash__`` (builtin functions: their own, which compare identities only).
+
+    Such a key hashes and compares without running user code and means "this very object", so
+    the tracer can look it up at trace time: a lookup key read from a source is pinned by the
+    ID_MATCH guard ``builder.wrap`` gives classes, typing objects, functions and modules, and a
+    dict's DICT_KEYS guard (list equality, i.e. identity for these keys) pins the keys it holds. Objects with a custom ``__eq__``/``__hash__`` (a metaclass defining
+    them, generic aliases comparing their arguments) are refused: their answer is user code."""
+    if not isinstance(value, _IDENTITY_KEY_TYPES):
+        return False
+    t = type(value)
+    if isinstance(value, types.BuiltinFunctionType):
+        return t is types.BuiltinFunctionType
+    return t.__eq__ is object.__eq__ and t.__hash__ is object.__hash__
+
+
+def check_dict_key(k: Any) -> None:
+    """Refuse (graph break) a key of a dict read from outside the trace that the tracker cannot hold."""
+    from .constant import is_constant_value
+
+    if not (is_constant_value(k) or is_identity_key(k)):
+        unsupported("unsupported_object", f"dict with a non-constant key {type(k).__name__}")
+
+
+def key_variable(tx: "Translator", k: Any) -> VariableTracker:
+    """The tracker of key ``k`` of a tracked dict (``keys()``, ``items()``, iteration)."""
+    from .constant import is_constant_value
+
+    if is_constant_value(k):
+        return ConstantVariable(k)
+    from .builder import wrap
+
+    # No source: the key object is pinned by the dict's DICT_KEYS guard (or was put there by the trace).
+    return wrap(tx, k, None)
 
 
 def _key(tx: "Translator", k: VariableTracker) -> Any:
@@ -67,7 +115,7 @@ class DictVariable(VariableTracker):
         return method_or_unsupported(self, name)
 
     def unpack(self, tx: "Translator") -> list[VariableTracker]:
-        return [ConstantVariable(k) for k in self.items]
+        return [key_variable(tx, k) for k in self.items]
 
     def truth(self, tx: "Translator") -> bool:
         return len(self.items) > 0
@@ -98,11 +146,11 @@ class DictVariable(VariableTracker):
         if name == "__len__":
             return ConstantVariable(len(items))
         if name == "keys":
-            return ListVariable([ConstantVariable(k) for k in items])
+            return ListVariable([key_variable(tx, k) for k in items])
         if name == "values":
             return ListVariable(list(items.values()))
         if name == "items":
-            return ListVariable([TupleVariable([ConstantVariable(k), v]) for k, v in items.items()])
+            return ListVariable([TupleVariable([key_variable(tx, k), v]) for k, v in items.items()])
         if name == "copy":
             return DictVariable(items, dict_type=self.dict_type)
         if name in ("__setitem__", "update", "pop", "setdefault", "__delitem__", "clear", "popitem"):

@@ -173,7 +173,7 @@ class UserDefinedObjectVariable(VariableTracker):
         and ``super().get(k)``): a dict tracker over the same object, keys guarded, values read
         through ``obj[k]`` (so only where the subclass keeps dict's own ``__getitem__``)."""
         from .builder import wrap
-        from .dicts import DictVariable
+        from .dicts import DictVariable, check_dict_key
 
         obj = self.value
         cls = type(obj)
@@ -188,8 +188,7 @@ class UserDefinedObjectVariable(VariableTracker):
             tx.output.guards.add(GuardKind.DICT_KEYS, self.source, tuple(obj.keys()))
         items = {}
         for k, v in dict.items(obj):
-            if not is_constant_value(k):
-                unsupported("unsupported_object", f"dict with a non-constant key {type(k).__name__}")
+            check_dict_key(k)
             items[k] = wrap(tx, v, ItemSource(self.source, k) if self.source is not None else None)
         # The same object: reconstructs as its source; a mutation through it is a side effect.
         return DictVariable(items, self.source, dict_type=cls)

@@ -3,14 +3,18 @@ defaults and closures of inlined helpers, nn.Module flags and submodules, mutabl
 enums. Changing one after compiling must give eager's answer; leaving it alone must not recompile."""
 from __future__ import annotations
 
+import collections.abc
 import enum
 import functools
 import sys
 import types
+import typing
 
 import pytest
 import torch
 import torch.nn as nn
+
+import pyjit
 
 from .helpers import check_world_change
 
@@ -313,6 +317,85 @@ def test_enum_value_read():
     g = globals()
     check_world_change(uses_enum_value, (X,), lambda: g.__setitem__("MODE", Mode.SLOW),
                        lambda: g.__setitem__("MODE", Mode.FAST))
+
+
+# -- dicts keyed by classes and typing forms (huggingface_hub's strict-dataclass validators) ----------
+
+
+def _add_one(x, args):
+    return x + 1
+
+
+def _times_two(x, args):
+    return x * 2
+
+
+def _minus_three(x, args):
+    return x - 3
+
+
+VALIDATORS = {typing.Union: _add_one, typing.Literal: _times_two, list: _minus_three,
+              collections.abc.Sequence: _minus_three, types.UnionType: _add_one, types: _times_two,
+              _add_one: _minus_three, len: _add_one}
+ANNOTATION = typing.Optional[int]
+
+
+def uses_type_keyed_dict(x, t=None):
+    t = ANNOTATION if t is None else t
+    origin = typing.get_origin(t)
+    validator = VALIDATORS.get(origin)
+    if validator is not None:
+        x = validator(x, typing.get_args(t))
+    if origin in VALIDATORS:
+        x = x + 10
+    for k, v in VALIDATORS.items():
+        if k is types or k is len:  # keys iterate as their own objects (module, builtin function)
+            x = v(x, ())
+    return VALIDATORS[_add_one](x, ()) if isinstance(t, type) else x
+
+
+@pytest.mark.parametrize("t", [typing.Optional[int], typing.Literal["a"], list[int], int, int | str, dict[str, int]],
+                         ids=str)
+def test_type_keyed_dict_no_break(t):
+    explanation = pyjit.explain(uses_type_keyed_dict)(X, t)
+    assert explanation.break_count == 0, explanation
+    torch.testing.assert_close(pyjit.jit(uses_type_keyed_dict)(X, t), uses_type_keyed_dict(X, t))
+
+
+def test_type_keyed_dict_value_rebound():
+    check_world_change(uses_type_keyed_dict, (X,), lambda: VALIDATORS.__setitem__(typing.Union, _times_two),
+                       lambda: VALIDATORS.__setitem__(typing.Union, _add_one))
+
+
+def test_type_keyed_dict_key_removed():
+    check_world_change(uses_type_keyed_dict, (X,), lambda: VALIDATORS.pop(typing.Union),
+                       lambda: VALIDATORS.__setitem__(typing.Union, _add_one))
+
+
+def test_type_keyed_dict_lookup_key_changed():
+    g = globals()
+    check_world_change(uses_type_keyed_dict, (X,), lambda: g.__setitem__("ANNOTATION", typing.Literal[1]),
+                       lambda: g.__setitem__("ANNOTATION", typing.Optional[int]))
+
+
+class _EqualsEverything:
+    def __eq__(self, other):  # user code decides equality: not an identity key
+        return True
+
+    __hash__ = object.__hash__
+
+
+USER_KEYED = {_EqualsEverything(): 1.0}
+
+
+def uses_user_keyed_dict(x):
+    return x * next(iter(USER_KEYED.values()))
+
+
+def test_dict_with_custom_eq_key_still_breaks():
+    explanation = pyjit.explain(uses_user_keyed_dict)(X)
+    assert explanation.break_count == 1 and "non-constant key" in str(explanation), explanation
+    torch.testing.assert_close(pyjit.jit(uses_user_keyed_dict)(X), uses_user_keyed_dict(X))
 
 
 class ClassAttrShadowsChild(nn.Module):
