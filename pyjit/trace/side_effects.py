@@ -8,7 +8,10 @@ mutation:
 - the contents of a list or dict that came from outside (``xs.append(v)``, ``d[k] = v``);
 - an attribute of an outside object or ``nn.Module`` (``self.x = v``, ``setattr``, ``del``);
 - a global (``global g; g = v``) of the root frame's module or of an inlined function's module;
-- a closure cell of an outside function (``nonlocal n; n += 1``).
+- a closure cell of an outside function (``nonlocal n; n += 1``);
+- a deferred call (:meth:`SideEffects.defer_call`): a ``logging.Logger`` method call (and an
+  ``lru_cache`` wrapper whose only effect is one, transformers' ``logger.warning_once``), run
+  natively by the replay, in order with the places above, with the same arguments.
 
 Each entry is replayed after the graph runs (or before a graph break) as the *final* value of its
 place: only the end state is observable to the caller, so a list mutated five times is replayed
@@ -60,6 +63,11 @@ class _Deleted:
 
 
 DELETED: Any = _Deleted()
+
+
+def call_later(fn: Any, args: tuple, kwargs: dict) -> None:
+    """A deferred call (logging), run by the replay."""
+    fn(*args, **kwargs)
 
 
 # -- replay helpers: called by the replacement code ---------------------------------------------
@@ -139,6 +147,8 @@ class SideEffects:
         self._shared: tuple[tuple[int, int], set[int]] | None = None
         self._keep: list[Any] = []  # real objects whose ids are keys above
         self.replay: "Replay | None" = None  # set by OutputCodegen.capture_side_effects
+        self.effects = 0  # recorded effects other than deferred calls (see defer_call)
+        self._deferred = 0
 
     def __bool__(self) -> bool:
         return bool(self._entries)
@@ -170,6 +180,7 @@ class SideEffects:
         """A list/dict tracker that came from outside is about to change (its items are the truth)."""
         from ..variables.dicts import DictVariable
 
+        self.effects += 1
         if container.source is None:
             return
         key = ("container", id(container))
@@ -198,6 +209,7 @@ class SideEffects:
         if obj.source is None or real is None:
             unsupported("side_effect", f"assigning the attribute {name!r} of a {type(real).__name__} object that "
                         "pyjit cannot reach from the frame (a library object or one built by torch)")
+        self.effects += 1
         self._keep.append(real)
         self._attrs.setdefault(id(real), {})[name] = value
         key = ("attr", id(real), name)
@@ -218,6 +230,7 @@ class SideEffects:
         return value
 
     def store_global(self, tx: "Translator", name: str, value: Any) -> None:
+        self.effects += 1
         namespace = tx.f_globals
         key = (id(namespace), name)
         self._globals[key] = value
@@ -237,6 +250,7 @@ class SideEffects:
     # -- closure cells ------------------------------------------------------------------------
     def store_cell(self, tx: "Translator", cell: Any, value: "VariableTracker", name: str) -> None:
         """``nonlocal name; name = value`` on a cell of an outside function (a CellVariable)."""
+        self.effects += 1
         source = cell.source
         if isinstance(source, ClosureSource):
             var = source.var
@@ -256,6 +270,29 @@ class SideEffects:
         key = ("cell", id(cell))
         if key not in self._entries:
             self._entries[key] = _Entry(store_cell, target, (("cell", cell),))
+
+    # -- deferred calls -------------------------------------------------------------------------
+    def defer_call(self, fn: Any, args: "VariableTracker", kwargs: "VariableTracker") -> None:
+        """Run ``fn(*args, **kwargs)`` in the replay instead of tracing it (``fn`` a constant;
+        ``args``/``kwargs`` a tuple and a dict tracker the replay rebuilds). For calls whose
+        result is None and whose effect is outside the program's values (logging): the replay
+        runs it once per call of the compiled code, where eager would, so a logger's level,
+        handlers and ``lru_cache`` are consulted at run time as in eager."""
+        self._deferred += 1
+        self._entries[("call", self._deferred)] = _Entry(call_later, lambda cg: cg.ref(fn, "deferred_fn"), (args, kwargs))
+
+    def deferred_mark(self) -> tuple[int, int]:
+        """Where the record stands now: (effects, deferred calls)."""
+        return self.effects, self._deferred
+
+    def drop_deferred_since(self, mark: tuple[int, int]) -> bool:
+        """When nothing but deferred calls was recorded since ``mark``, forget those calls and
+        say True (the caller defers the enclosing call instead); else False."""
+        if self.effects != mark[0]:
+            return False
+        for n in range(mark[1] + 1, self._deferred + 1):
+            del self._entries[("call", n)]
+        return True
 
     # -- lists and dicts of the trace reachable from two places -------------------------------
     def shared_container_token(self, cg: "OutputCodegen", container: "VariableTracker") -> str | None:

@@ -208,6 +208,13 @@ class CachedFunctionVariable(UserFunctionVariable):
     def as_python_constant(self) -> Any:
         return self.wrapper
 
+    def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        from .logging_calls import call_cached
+
+        # a cached function that only logs (``logger.warning_once``): the cache must decide at run time
+        return call_cached(tx, self.wrapper, lambda: super(CachedFunctionVariable, self).call_function(tx, args, kwargs),
+                           args, kwargs)
+
     def python_type(self) -> type:
         return type(self.wrapper)
 
@@ -272,6 +279,15 @@ class UserMethodVariable(VariableTracker):
         fn_src = self.fn_source
         if fn_src is None and self.source is not None:
             fn_src = AttrSource(self.source, "__func__")
+        from .logging_calls import deferred_logger_call
+
+        logged = deferred_logger_call(tx, self.fn, self.obj, args, kwargs)  # logger.warning(...): replayed
+        if logged is not None:
+            if fn_src is not None:
+                from ..guards.guards import GuardKind
+
+                tx.output.guards.add(GuardKind.ID_MATCH, fn_src, self.fn)
+            return logged
         return UserFunctionVariable(self.fn, fn_src).call_function(tx, [self.obj, *args], kwargs)
 
     def reconstruct(self, cg: "OutputCodegen") -> str:  # graph breaks: fn bound to the rebuilt self

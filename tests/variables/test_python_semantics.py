@@ -446,3 +446,73 @@ def test_vars_fromkeys_and_join_of_generator():
 
     _one_graph(f, X)
     check_world_change(lambda x: x * vars(cfg)["a"], (X,), lambda: setattr(cfg, "a", 5), lambda: setattr(cfg, "a", 2))
+
+
+# -- logging: replayed after the graph, not a graph break ------------------------------------------
+
+import functools  # noqa: E402
+import io  # noqa: E402
+import logging  # noqa: E402
+
+_log = logging.getLogger("pyjit_tests_variables_deferred_logging")
+_log_stream = io.StringIO()
+_handler = logging.StreamHandler(_log_stream)
+_handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+_log.addHandler(_handler)
+_log.propagate = False
+
+
+@functools.lru_cache(None)
+def _warn_once(self, *args):  # transformers' ``logger.warning_once``
+    self.warning(*args)
+
+
+logging.Logger.pyjit_tests_warn_once = _warn_once
+
+
+def _logs(x, n):
+    y = x * 2
+    _log.info(f"scaled by {n}")
+    _log.warning("value %d", n)
+    _log.debug("hidden at INFO")
+    _log.pyjit_tests_warn_once("only once")
+    return y + n
+
+
+def _run_logged(fn, calls):
+    _log_stream.seek(0)
+    _log_stream.truncate(0)
+    _warn_once.cache_clear()
+    results = [fn(X, 3) for _ in range(calls)]
+    return results, _log_stream.getvalue()
+
+
+@pytest.mark.parametrize("level", [logging.DEBUG, logging.INFO, logging.ERROR])
+def test_logging_is_replayed_as_in_eager(level):
+    _log.setLevel(level)
+    try:
+        explanation = pyjit.explain(_logs)(X, 3)
+        assert explanation.break_count == 0, explanation
+        eager, eager_text = _run_logged(_logs, 3)
+        jf, counter = _one_graph(_logs, X, 3)
+        got, got_text = _run_logged(jf, 3)
+        same(eager, got, "results")
+        assert got_text == eager_text  # the lru_cache wrapper logs once, the rest on every call
+        _log.setLevel(logging.CRITICAL)  # the logger's state is read at run time: no recompile
+        assert _run_logged(jf, 1)[1] == _run_logged(_logs, 1)[1] == ""
+        assert counter.graphs == 1
+    finally:
+        _log.setLevel(logging.NOTSET)
+
+
+def test_logging_a_tensor_still_breaks():
+    def logs_tensor(x):
+        _log.warning("x = %s", x)
+        return x + 1
+
+    _log.setLevel(logging.CRITICAL)
+    try:
+        assert pyjit.explain(logs_tensor)(X).break_count >= 1
+        same(logs_tensor(X), pyjit.jit(logs_tensor)(X), "result")
+    finally:
+        _log.setLevel(logging.NOTSET)
