@@ -24,6 +24,27 @@ def device(request: Any, tmp_path_factory: Any) -> Any:
         yield request.param
 
 
+# Device and CPU code generator pairs: every CPU backend that runs generated code, and CUDA.
+TARGET_CASES = [("cpu", b) for b in ("triton_interpret", "cpp")] + \
+    ([("cuda", "triton")] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(params=TARGET_CASES, ids=[f"{d}-{b}" for d, b in TARGET_CASES])
+def target(request: Any, tmp_path_factory: Any) -> Any:
+    """The device to run on, with pyjit configured for it (the C++ case is skipped without a
+    working compiler); internal errors raised; a cache shared by the session."""
+    device, cpu_backend = request.param
+    if cpu_backend == "cpp":
+        from pyjit.runtime import cpp_build
+        if cpp_build.compiler() is None:
+            pytest.skip("no C++ compiler")
+    cache = tmp_path_factory.getbasetemp() / "pyjit-cache-target"
+    with cfg.patch(cpu_backend=cpu_backend if device == "cpu" else "triton_interpret",
+                   raise_on_internal_error=True, cache_dir=str(cache)):
+        backend.metrics.reset()
+        yield device
+
+
 def compile_graph(fn: Callable[..., Any], inputs: Sequence[Any]) -> Callable[..., Any]:
     """compile_fx on the symbolically traced ``fn``; asserts the backend really compiled it."""
     gm = fn if isinstance(fn, torch.fx.GraphModule) else torch.fx.symbolic_trace(fn)

@@ -24,23 +24,6 @@ from pyjit.backend.symbolic import FloorDiv, ModularIndexing, sym
 
 from .conftest import compile_graph
 
-CPU_BACKENDS = ["triton_interpret", "cpp"]
-CASES = [("cpu", b) for b in CPU_BACKENDS] + ([("cuda", "triton")] if torch.cuda.is_available() else [])
-
-
-@pytest.fixture(params=CASES, ids=[f"{d}-{b}" for d, b in CASES])
-def target(request: Any, tmp_path_factory: Any) -> Any:
-    device, cpu_backend = request.param
-    if cpu_backend == "cpp":
-        from pyjit.runtime import cpp_build
-        if cpp_build.compiler() is None:
-            pytest.skip("no C++ compiler")
-    cache = tmp_path_factory.getbasetemp() / "pyjit-cache-columns"
-    with cfg.patch(cpu_backend=cpu_backend if device == "cpu" else "triton_interpret",
-                   raise_on_internal_error=True, cache_dir=str(cache)):
-        metrics.reset()
-        yield device
-
 
 def _triton() -> bool:
     return cfg.config.cpu_backend != "cpp"

@@ -65,24 +65,6 @@ def symbolic_graph(fn: Callable[..., Any], example: Sequence[Any], dyn: Sequence
     return gm
 
 
-CPU_BACKENDS = ["triton_interpret", "cpp"]
-CASES = [("cpu", b) for b in CPU_BACKENDS] + ([("cuda", "triton")] if torch.cuda.is_available() else [])
-
-
-@pytest.fixture(params=CASES, ids=[f"{d}-{b}" for d, b in CASES])
-def target(request: Any, tmp_path_factory: Any) -> Any:
-    device, cpu_backend = request.param
-    if cpu_backend == "cpp":
-        from pyjit.runtime import cpp_build
-        if cpp_build.compiler() is None:
-            pytest.skip("no C++ compiler")
-    cache = tmp_path_factory.getbasetemp() / "pyjit-cache-dyn"
-    with cfg.patch(cpu_backend=cpu_backend if device == "cpu" else "triton_interpret",
-                   raise_on_internal_error=True, cache_dir=str(cache)):
-        metrics.reset()
-        yield device
-
-
 def check_sizes(fn: Callable[..., Any], make: Callable[[int, str], Sequence[Any]], dyn: Sequence[Dyn],
                 device: str, sizes: Sequence[int] = (6, 9, 17, 33, 130), atol: float = 1e-4, rtol: float = 1e-4
                 ) -> Callable[..., Any]:

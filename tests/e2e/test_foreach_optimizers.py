@@ -24,7 +24,7 @@ import pyjit
 import pyjit.backend as backend
 from pyjit import config as cfg
 
-from .test_optimizer_capture import MAX_GRAPHS, _data, _graph_text, _Net, _step
+from .test_optimizer_capture import MAX_GRAPHS, _data, _graph_text, _Net, _step, compare_loop
 
 OPTIMIZERS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
     "adam": lambda p: torch.optim.Adam(p, lr=1e-2, foreach=True),
@@ -57,27 +57,11 @@ def _pair(name: str) -> tuple[torch.nn.Module, torch.optim.Optimizer, Any, torch
 
 
 def _run_loop(name: str, backend_arg: Any, exact_sgd: bool = True) -> None:
-    model, opt, sched, ref, ref_opt, ref_sched = _pair(name)
-    x, y = _data()
     if exact_sgd:
         rtol, atol = (0.0, 0.0) if name in EXACT else (1e-5, 1e-6)
     else:
         rtol, atol = PYJIT_TOLERANCE.get(name, (1e-5, 1e-6))
-    step = pyjit.jit(_step, backend=backend_arg)
-    for i in range(20):
-        loss = step(model, opt, x, y)
-        ref_loss = _step(ref, ref_opt, x, y)
-        sched.step()
-        ref_sched.step()
-        torch.testing.assert_close(loss, ref_loss, rtol=rtol, atol=atol, msg=f"loss, step {i}")
-        for (pname, p), q in zip(model.named_parameters(), ref.parameters()):
-            torch.testing.assert_close(p, q, rtol=rtol, atol=atol, msg=f"{pname}, step {i}")
-        assert opt.param_groups[0]["lr"] == ref_opt.param_groups[0]["lr"]
-    for p, q in zip(model.parameters(), ref.parameters()):
-        s, r = opt.state[p], ref_opt.state[q]
-        assert s.keys() == r.keys()
-        for k in s:
-            torch.testing.assert_close(s[k], r[k], rtol=rtol, atol=atol, msg=k)
+    compare_loop(_pair(name), backend_arg, rtol, atol)
 
 
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))

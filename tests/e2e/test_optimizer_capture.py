@@ -73,9 +73,16 @@ def _data() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _run_loop(name: str, backend_arg: Any, exact_sgd: bool = True) -> None:
-    model, opt, sched, ref, ref_opt, ref_sched = _pair(name)
-    x, y = _data()
     rtol, atol = TOLERANCE.get(name, (1e-5, 1e-6)) if exact_sgd else (1e-5, 1e-6)
+    compare_loop(_pair(name), backend_arg, rtol, atol)
+
+
+def compare_loop(pair: tuple[nn.Module, torch.optim.Optimizer, Any, nn.Module, torch.optim.Optimizer, Any],
+                 backend_arg: Any, rtol: float, atol: float) -> None:
+    """20 jitted training steps against eager: loss and parameters after every step, then the
+    optimizer state (shared with test_foreach_optimizers.py)."""
+    model, opt, sched, ref, ref_opt, ref_sched = pair
+    x, y = _data()
     step = pyjit.jit(_step, backend=backend_arg)
     for i in range(20):
         loss = step(model, opt, x, y)
