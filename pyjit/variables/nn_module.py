@@ -29,6 +29,15 @@ if TYPE_CHECKING:
     from ..trace.translator import Translator
 
 
+def _only_forward_hooks(m: torch.nn.Module) -> bool:
+    """Only module-level forward (pre-)hooks: no backward hooks, no global hooks of any kind."""
+    from torch.nn.modules import module as _mod
+
+    if getattr(m, "_backward_hooks", None) or getattr(m, "_backward_pre_hooks", None):
+        return False
+    return not any(getattr(_mod, name, None) for name in _GLOBAL_HOOK_DICTS)
+
+
 def _has_hooks(m: torch.nn.Module) -> bool:
     if m._forward_hooks or m._forward_pre_hooks or getattr(m, "_backward_hooks", None) or getattr(m, "_backward_pre_hooks", None):
         return True
@@ -88,7 +97,11 @@ class NNModuleVariable(VariableTracker):
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         m = self.value
         if _has_hooks(m):
-            unsupported("hooks", f"{type(m).__name__} has hooks")
+            if not _only_forward_hooks(m) or self.source is None \
+                    or _lookup_class_attr(type(m), "__call__") is not _MODULE_CALL:
+                unsupported("hooks", f"{type(m).__name__} has hooks (backward or global hooks, or a hooked "
+                                     f"module pyjit cannot guard)")
+            return self._call_with_forward_hooks(tx, args, kwargs)
         call = _lookup_class_attr(type(m), "__call__")
         if call is not _MODULE_CALL:
             if not isinstance(call, types.FunctionType):
@@ -104,12 +117,81 @@ class NNModuleVariable(VariableTracker):
             unsupported("unsupported_call", f"{type(m).__name__} instance has its own forward attribute")
         if not isinstance(forward, types.FunctionType):
             unsupported("unsupported_call", f"{type(m).__name__}.forward is not a Python function")
+        _guard_no_hooks(tx, self)
+        return self._inline_forward(tx, forward, args, kwargs)
+
+    def _inline_forward(self, tx: "Translator", forward: types.FunctionType, args: list[VariableTracker],
+                        kwargs: dict[str, VariableTracker]) -> VariableTracker:
         from .functions import UserFunctionVariable
 
-        _guard_no_hooks(tx, self)
+        m = self.value
         guard_not_shadowed(tx, self, "forward")  # `model.act.forward = ...` after compiling
         src = guard_identity(tx, member_source(tx, type(m), class_source(self.source), "forward", forward), forward)
         return UserFunctionVariable(forward, src).call_function(tx, [self, *args], kwargs)
+
+    def _call_with_forward_hooks(self, tx: "Translator", args: list[VariableTracker],
+                                 kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        """``Module.__call__`` with forward pre-hooks and forward hooks, in ``_call_impl``'s order:
+        each pre-hook may replace the positional args (or, registered ``with_kwargs``, args and
+        kwargs), then forward, then each hook may replace the result. The hook dicts' keys are
+        guarded (a hook added or removed retraces) and each hook by identity; the hooks
+        themselves are traced like any user function (their side effects are replayed)."""
+        from ..guards.guards import GuardKind
+        from .builder import wrap
+        from .dicts import DictVariable
+        from .lists import TupleVariable
+
+        m = self.value
+        assert self.source is not None
+        forward = _lookup_class_attr(type(m), "forward")
+        if "forward" in m.__dict__ or not isinstance(forward, types.FunctionType):
+            unsupported("unsupported_call", f"{type(m).__name__}.forward is not a plain Python method")
+        guards = tx.output.guards
+        from torch.nn.modules import module as _mod
+
+        from ..guards.source import ModuleGlobalSource
+        for name in ("_backward_hooks", "_backward_pre_hooks"):
+            if name in m.__dict__:
+                guards.add(GuardKind.LEN_MATCH, AttrSource(self.source, name), 0)
+        for name in _GLOBAL_HOOK_DICTS:
+            if hasattr(_mod, name):
+                guards.add(GuardKind.LEN_MATCH, ModuleGlobalSource(_mod.__name__, name), 0)
+
+        def hooks(name: str) -> DictVariable:
+            var = wrap(tx, getattr(m, name), AttrSource(self.source, name))
+            if not isinstance(var, DictVariable):
+                unsupported("hooks", f"{type(m).__name__}.{name} is not a plain dict")
+            return var
+
+        def is_none(v: VariableTracker) -> bool:
+            return v.is_python_constant() and v.as_python_constant() is None
+
+        pre, pre_kw = hooks("_forward_pre_hooks"), hooks("_forward_pre_hooks_with_kwargs")
+        args, kwargs = list(args), dict(kwargs)
+        for hook_id, hook in pre.items.items():
+            if hook_id in pre_kw.items:
+                res = hook.call_function(tx, [self, TupleVariable(list(args)), DictVariable(dict(kwargs))], {})
+                if not is_none(res):
+                    if not isinstance(res, TupleVariable) or len(res.items) != 2 \
+                            or not isinstance(res.items[1], DictVariable):
+                        unsupported("hooks", "a forward pre-hook with kwargs returned something other than "
+                                             "(args, kwargs)")
+                    args = list(res.items[0].unpack(tx))
+                    kwargs = {str(k): v for k, v in res.items[1].items.items()}
+            else:
+                res = hook.call_function(tx, [self, TupleVariable(list(args))], {})
+                if not is_none(res):
+                    args = list(res.items) if isinstance(res, TupleVariable) else [res]
+        out = self._inline_forward(tx, forward, args, kwargs)
+        post, post_kw = hooks("_forward_hooks"), hooks("_forward_hooks_with_kwargs")
+        for hook_id, hook in post.items.items():
+            if hook_id in post_kw.items:
+                res = hook.call_function(tx, [self, TupleVariable(list(args)), DictVariable(dict(kwargs)), out], {})
+            else:
+                res = hook.call_function(tx, [self, TupleVariable(list(args)), out], {})
+            if not is_none(res):
+                out = res
+        return out
 
     def _guard_keys(self, tx: "Translator", dict_name: str) -> None:
         """The trace used which entries ``_modules``/``_parameters``/``_buffers`` has (a length, an
