@@ -5,6 +5,11 @@ import pytest
 
 import pyjit
 
+# In-process tests count frame compiles: a warm-start record that an earlier run of the suite left
+# in the shared disk cache would install a frame without tracing it (0 compiles). Warm start has
+# its own tests (test_warm_start.py), run in subprocesses with their own caches and settings.
+pyjit.config.config.warm_start = False
+
 
 @pytest.fixture
 def fresh_pyjit():
