@@ -24,7 +24,8 @@ import pyjit
 import pyjit.backend as backend
 from pyjit import config as cfg
 
-from .test_optimizer_capture import MAX_GRAPHS, _data, _graph_text, _Net, _step, compare_loop
+from .test_optimizer_capture import (MAX_GRAPHS, _data, _graph_text, _Net, _step, check_loop_on_pyjits_backend,
+                                     compare_loop, count_graphs_of_loop)
 
 OPTIMIZERS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
     "adam": lambda p: torch.optim.Adam(p, lr=1e-2, foreach=True),
@@ -66,26 +67,14 @@ def _run_loop(name: str, backend_arg: Any, exact_sgd: bool = True) -> None:
 
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_eager_backend_matches_eager(name: str, fresh_pyjit: None) -> None:
-    graphs: list[Any] = []
-
-    def counting(gm: Any, example_inputs: Any) -> Any:
-        graphs.append(gm)
-        return gm.forward
-
-    counting.pyjit_dynamic = True  # type: ignore[attr-defined]
-    _run_loop(name, counting)
+    graphs = count_graphs_of_loop(lambda b: _run_loop(name, b))
     assert 3 <= len(graphs) <= MAX_GRAPHS, [g.code for g in graphs]
 
 
 @pytest.mark.parametrize("cpu_backend", ["cpp", "triton_interpret"])
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_pyjit_backend_matches_eager(name: str, cpu_backend: str, tmp_path: Any) -> None:
-    if cpu_backend == "cpp":
-        from pyjit.runtime import cpp_build
-
-        if cpp_build.compiler() is None:
-            pytest.skip("no working C++ compiler")
-    pyjit.reset()
+    check_loop_on_pyjits_backend(lambda b: _run_loop(name, b, exact_sgd=False), cpu_backend, tmp_path)
     backend.metrics.reset()
     with cfg.patch(cpu_backend=cpu_backend, raise_on_internal_error=True, cache_dir=str(tmp_path)):
         _run_loop(name, "pyjit", exact_sgd=False)

@@ -101,8 +101,8 @@ def compare_loop(pair: tuple[nn.Module, torch.optim.Optimizer, Any, nn.Module, t
             torch.testing.assert_close(s[k], r[k], rtol=rtol, atol=atol, msg=k)
 
 
-@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
-def test_eager_backend_matches_eager(name: str, fresh_pyjit: None) -> None:
+def count_graphs_of_loop(run_loop: Callable[[Any], None]) -> list[Any]:
+    """The graphs ``run_loop(backend)`` gives a counting backend that runs them as captured."""
     graphs: list[Any] = []
 
     def counting(gm: Any, example_inputs: Any) -> Any:
@@ -110,13 +110,12 @@ def test_eager_backend_matches_eager(name: str, fresh_pyjit: None) -> None:
         return gm.forward
 
     counting.pyjit_dynamic = True  # type: ignore[attr-defined]
-    _run_loop(name, counting)
-    assert 3 <= len(graphs) <= MAX_GRAPHS, [g.code for g in graphs]
+    run_loop(counting)
+    return graphs
 
 
-@pytest.mark.parametrize("cpu_backend", ["cpp", "triton_interpret"])
-@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
-def test_pyjit_backend_matches_eager(name: str, cpu_backend: str, tmp_path: Any) -> None:
+def check_loop_on_pyjits_backend(run_loop: Callable[[Any], None], cpu_backend: str, tmp_path: Any) -> None:
+    """``run_loop("pyjit")`` through pyjit's own backend on CPU; bounded graph count, nothing as captured."""
     if cpu_backend == "cpp":
         from pyjit.runtime import cpp_build
         if cpp_build.compiler() is None:
@@ -124,12 +123,25 @@ def test_pyjit_backend_matches_eager(name: str, cpu_backend: str, tmp_path: Any)
     pyjit.reset()
     backend.metrics.reset()
     with cfg.patch(cpu_backend=cpu_backend, raise_on_internal_error=True, cache_dir=str(tmp_path)):
-        # pyjit's kernels reorder the forward/backward arithmetic: SGD is no longer bit-identical.
-        _run_loop(name, "pyjit", exact_sgd=False)
+        run_loop("pyjit")
     # +1: the model's forward is compiled twice, first without saved values (deferred saving,
     # config.aot_defer_saving), then saving once the first backward came.
     assert backend.metrics.compiled_graphs + len(backend.metrics.eager_graphs) <= MAX_GRAPHS + 1
+    assert not backend.metrics.eager_graphs, backend.metrics.eager_graphs
     pyjit.reset()
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_eager_backend_matches_eager(name: str, fresh_pyjit: None) -> None:
+    graphs = count_graphs_of_loop(lambda b: _run_loop(name, b))
+    assert 3 <= len(graphs) <= MAX_GRAPHS, [g.code for g in graphs]
+
+
+@pytest.mark.parametrize("cpu_backend", ["cpp", "triton_interpret"])
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_pyjit_backend_matches_eager(name: str, cpu_backend: str, tmp_path: Any) -> None:
+    # pyjit's kernels reorder the forward/backward arithmetic: SGD is no longer bit-identical.
+    check_loop_on_pyjits_backend(lambda b: _run_loop(name, b, exact_sgd=False), cpu_backend, tmp_path)
 
 
 def _graph_text(gm: Any) -> str:
