@@ -118,6 +118,14 @@ def test_gpt2_block(device: str) -> None:
     check_training(Block().to(device), [torch.randn(2, 8, 16, device=device)])
 
 
+def test_gpt2_block_with_tiled_transposes(device: str) -> None:
+    """64 tokens, heads of 16: the saved k^T copies are transposes large enough for 2-D tiles,
+    and one tiled kernel recomputes a node it also stores (wrong gradients before the fix in
+    ``TritonKernel._recompute``)."""
+    torch.manual_seed(0)
+    check_training(Block(d=32, heads=2, t=64).to(device), [torch.randn(2, 64, 32, device=device)])
+
+
 def test_dropout_same_mask_forward_and_backward(device: str) -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 16), nn.Dropout(0.5), nn.GELU(), nn.Dropout(0.3)).to(device)

@@ -426,7 +426,10 @@ class TritonKernel:
         placed = producer.kernel_index(self.group.group)
         if data is None or placed is None or producer.is_reduction:
             raise AssertionError(f"kernel reads {name} at {index} outside the scope that computed it")
-        value = data.make_loader()(self, placed[0])
+        # The producer's value at this program's own point: in a tiled kernel that point is
+        # over yindex/xindex, not the 1-D placement (which would drop the y terms).
+        point = tiled_index(self.tiling, producer) if self.tiling is not None else placed[0]
+        value = data.make_loader()(self, point)
         self.cache[(self.section, f"store:{name}:{self._index_str(index)}")] = value
         return value
 
