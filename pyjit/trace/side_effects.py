@@ -202,6 +202,14 @@ class SideEffects:
             unsupported("exception", f"AttributeError: {type(real).__name__!r} object has no attribute {name!r}")
         return value
 
+    def pending_attrs(self, obj: "VariableTracker") -> dict[str, Any]:
+        """Every attribute the trace stored into (or deleted from, DELETED) the outside object
+        ``obj`` so far, in first-store order."""
+        real = getattr(obj, "value", None)
+        if not self._attrs or real is None:
+            return {}
+        return dict(self._attrs.get(id(real), {}))
+
     def store_attr(self, tx: "Translator", obj: "VariableTracker", name: str, value: Any, base: type) -> None:
         """``obj.name = value`` (``value`` is DELETED for ``del obj.name``) on an outside object
         whose class uses the generic ``__setattr__`` (checked by the caller)."""

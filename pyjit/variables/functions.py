@@ -147,6 +147,9 @@ class UserFunctionVariable(VariableTracker):
     def is_python_constant(self) -> bool:
         return True
 
+    def truth(self, tx: "Translator") -> bool:
+        return True  # a function defines neither __bool__ nor __len__
+
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         fn = self.fn
         if self.source is not None:
@@ -261,6 +264,9 @@ class UserMethodVariable(VariableTracker):
     def python_type(self) -> type:
         return types.MethodType
 
+    def truth(self, tx: "Translator") -> bool:
+        return True  # a bound method defines neither __bool__ nor __len__
+
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         from .torch_fns import is_torch_library_function, TorchFunctionVariable
 
@@ -315,6 +321,9 @@ class NestedFunctionVariable(VariableTracker):
 
     def python_type(self) -> type:
         return types.FunctionType
+
+    def truth(self, tx: "Translator") -> bool:
+        return True  # a function defines neither __bool__ nor __len__
 
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         return tx.inline(self.code, self.f_globals, args, kwargs, fn_source=None, defaults=self.defaults,

@@ -1,8 +1,9 @@
 """Functions of the standard library answered over trackers (registered into the builtin
 handler table of :mod:`pyjit.variables.builtins`): ``functools.reduce``, ``inspect.signature``,
-``copy.copy``/``copy.deepcopy`` of containers, ``sorted``/``min``/``max`` with ``key=``,
+``sorted``/``min``/``max`` with ``key=``,
 ``vars``, and the finite ``itertools`` combinators. Each traces the callbacks it is given
-(so they may do tensor work) instead of running them natively."""
+(so they may do tensor work) instead of running them natively. ``copy.copy``/``copy.deepcopy``
+live in :mod:`pyjit.variables.copying`."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
@@ -200,40 +201,6 @@ def _is_tensor(v: VariableTracker) -> bool:
 _HANDLERS[sorted] = _with_key_fallback(_HANDLERS[sorted], _sorted_by_key)
 _HANDLERS[min] = _with_key_fallback(_HANDLERS[min], _minmax_by_key(min))
 _HANDLERS[max] = _with_key_fallback(_HANDLERS[max], _minmax_by_key(max))
-
-
-# -- copy ------------------------------------------------------------------------------------------
-import copy  # noqa: E402
-
-
-def _copy(tx: "Translator", v: VariableTracker, deep: bool) -> VariableTracker:
-    """A copy of a container of trackers: a new container (the items shared, or copied too for
-    ``deepcopy``); immutable constants are their own copy."""
-    from .dicts import DictVariable
-
-    if isinstance(v, ConstantVariable):
-        return v  # immutable: copy returns the object itself
-    if isinstance(v, ListVariable) and type(v) is ListVariable:
-        return ListVariable([_copy(tx, i, deep) if deep else i for i in v.items])
-    if isinstance(v, TupleVariable) and type(v) is TupleVariable:
-        return TupleVariable([_copy(tx, i, deep) for i in v.items]) if deep else v
-    if isinstance(v, DictVariable) and v.dict_type in (dict, __import__("collections").OrderedDict):
-        return DictVariable({k: _copy(tx, i, deep) if deep else i for k, i in v.items.items()}, dict_type=v.dict_type)
-    if isinstance(v, KnownCallableVariable) or type(v).__name__ in ("UserFunctionVariable", "UserDefinedClassVariable"):
-        return v  # functions and classes are copied as themselves
-    unsupported("unsupported_call", f"copy.{'deepcopy' if deep else 'copy'}() of {v}")
-
-
-@_register(copy.copy)
-def _copy_copy(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
-    return _copy(tx, args[0], False)
-
-
-@_register(copy.deepcopy)
-def _copy_deepcopy(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
-    if len(args) > 1 or kwargs:
-        unsupported("unsupported_call", "copy.deepcopy() with a memo")
-    return _copy(tx, args[0], True)
 
 
 @_register(vars)

@@ -516,3 +516,19 @@ def test_logging_a_tensor_still_breaks():
         same(logs_tensor(X), pyjit.jit(logs_tensor)(X), "result")
     finally:
         _log.setLevel(logging.NOTSET)
+
+
+def test_truth_of_functions_and_methods():
+    # huggingface_hub's validators: ``elif validator := TABLE.get(origin):`` with functions as values
+    table = {int: reads_alias}
+
+    def f(x):
+        if fn := table.get(int):
+            x = x + 1
+        if CFG.__getattribute__:
+            x = x * 2
+        if (lambda: 0):
+            x = x - 3
+        return x
+
+    _one_graph(f, X)
