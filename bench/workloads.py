@@ -178,6 +178,24 @@ def _build_resnet_block(device: torch.device, size: str) -> Built:
     return module_built(block, device, lambda g: (randn(g, device, b, c, hw, hw),), f"[{b},{c},{hw},{hw}] f32")
 
 
+def _channels_last(build: Callable[[torch.device, str], Built]) -> Callable[[torch.device, str], Built]:
+    """``build``'s workload with the module and every 4-d input in channels_last memory format
+    (how users run convolution networks on tensor cores; issue 11 item 3)."""
+    def built(device: torch.device, size: str) -> Built:
+        base = build(device, size)
+        module = base.fn.to(memory_format=torch.channels_last)
+        make = base.make_inputs
+
+        def make_cl(g: torch.Generator) -> tuple[Any, ...]:
+            return tuple(t.contiguous(memory_format=torch.channels_last)
+                         if isinstance(t, torch.Tensor) and t.dim() == 4 else t for t in make(g))
+
+        out = Built(module, make_cl, f"{base.shape} channels_last")
+        out.flops = base.flops
+        return out
+    return built
+
+
 def _build_mlp(device: torch.device, size: str) -> Built:
     b, d = {"small": (64, 256), "large": (4096, 4096)}[size]
     torch.manual_seed(0)
@@ -207,6 +225,10 @@ KERNELS: tuple[Workload, ...] = (
              atol=3e-3, rtol=3e-3),
     Workload("gpt2_block", "kernels", _build_gpt2_block, "GPT-2 style pre-LN block", atol=1e-3, rtol=1e-3),
     Workload("resnet_block", "kernels", _build_resnet_block, "ResNet basic block (eval BN)", atol=1e-3, rtol=1e-3),
+    Workload("conv_bn_relu_block_cl", "kernels", _channels_last(_build_conv_bn_relu),
+             "conv_bn_relu_block with module and input in channels_last", atol=3e-3, rtol=3e-3),
+    Workload("resnet_block_cl", "kernels", _channels_last(_build_resnet_block),
+             "resnet_block with module and input in channels_last", atol=1e-3, rtol=1e-3),
     Workload("mlp", "kernels", _build_mlp, "Linear-GELU-Linear", atol=1e-3, rtol=1e-3),
 )
 

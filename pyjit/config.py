@@ -14,6 +14,8 @@ import, by :func:`_from_environment` and nowhere else:
   through Triton's interpreter).
 - ``PYJIT_WARM_START``: ``1`` (default) or ``0``: a new process installs the compiled entries
   of a function from its frame record (no re-tracing) when the disk cache is on.
+- ``PYJIT_LAYOUT_OPT``: ``auto`` (default), ``on`` or ``off``: channels-last layout for
+  convolution graphs (``backend/passes/layout.py``).
 """
 from __future__ import annotations
 
@@ -76,6 +78,11 @@ class Config:
     # "force": always the template where Triton kernels run (CUDA; CPU under triton_interpret,
     # for tests), configurations still tuned on CUDA; "off": always the extern aten call.
     matmul_template: Literal["auto", "force", "off"] = "auto"
+    # Backend: channels-last layout for convolution graphs (passes/layout.py, PYJIT_LAYOUT_OPT):
+    # 4-d convolutions get channels-last input and weight, values between them stay NHWC (eager's
+    # strides), graph outputs keep their strides. "auto": static graphs on CUDA with a 2-d
+    # convolution (cuDNN's NHWC kernels); "on": also on CPU (tests); "off": never.
+    layout_opt: Literal["auto", "on", "off"] = "auto"
     # Training runtime (backend/aot): a graph that needs autograd first runs a forward that saves
     # only its inputs; the first backward through it recomputes the saved activations and from
     # then on the forward saves them (min-cut partition). So grad-enabled inference
@@ -118,6 +125,10 @@ def _from_environment(env: "os._Environ[str] | dict[str, str]") -> Config:
     if warm not in ("0", "1"):
         raise ValueError(f"PYJIT_WARM_START={warm!r} must be 0 or 1")
     cfg.warm_start = warm == "1"
+    layout = env.get("PYJIT_LAYOUT_OPT", "auto").strip() or "auto"
+    if layout not in ("auto", "on", "off"):
+        raise ValueError(f"PYJIT_LAYOUT_OPT={layout!r} must be auto, on or off")
+    cfg.layout_opt = layout  # type: ignore[assignment]
     return cfg
 
 

@@ -19,6 +19,7 @@ import sympy
 import torch
 import torch.fx
 
+from ..config import config
 from ..errors import LoweringError
 from .ir import (
     Buffer,
@@ -33,6 +34,7 @@ from .ir import (
     StorageBox,
     View,
     as_strided_layout,
+    physical_order,
 )
 from .lowering import LOWERINGS
 from .lowering.fallbacks import make_extern
@@ -108,6 +110,19 @@ def _eager_strides(val: Any) -> tuple[int, ...] | None:
     if not torch._prims_common.is_non_overlapping_and_dense_or_false(val):
         return None
     return tuple(int(s) for s in val.stride())
+
+
+def _channels_last_hint(val: Any) -> tuple[int, ...] | None:
+    """Eager's strides for a value that eager lays out channels-last (4-d NHWC / 5-d NDHWC, not
+    also row-major; static sizes), else None. Such values are realized in eager's layout
+    (``config.layout_opt``, passes/layout.py): a convolution's channels-last output stays NHWC
+    through batch norm and ReLU into the next convolution, with no transposing copies."""
+    if not isinstance(val, torch.Tensor) or val.dim() not in (4, 5) or config.layout_opt == "off":
+        return None
+    if not all(is_static(s) for s in (*val.shape, *val.stride())) or val.is_contiguous():
+        return None
+    fmt = torch.channels_last if val.dim() == 4 else torch.channels_last_3d
+    return tuple(int(s) for s in val.stride()) if val.is_contiguous(memory_format=fmt) else None
 
 
 def _same_strides(layout: Layout, stride: tuple[int, ...]) -> bool:
@@ -190,11 +205,16 @@ class GraphLowering(torch.fx.Interpreter):
                 return node.data
             if isinstance(data, Loops):
                 size = data.get_size()
+                if stride is None:
+                    # The fx value's layout where eager makes it channels-last (run_node).
+                    stride = getattr(node, "layout_hint", None)
+                order = None
                 if stride is not None and not isinstance(data, Reduction):
                     layout = Layout(data.get_device(), data.get_dtype(), tuple(size), stride, 0)
+                    order = physical_order(data, layout)
                 else:
                     layout = Layout.contiguous(data.get_device(), data.get_dtype(), size)
-                buf = ComputedBuffer(self.new_buffer_name(), layout, data, data.get_origins())
+                buf = ComputedBuffer(self.new_buffer_name(), layout, data, data.get_origins(), order)
                 self.register_buffer(buf)
                 node.data = buf
                 return buf
@@ -270,6 +290,11 @@ class GraphLowering(torch.fx.Interpreter):
             # environment's replacements applied).
             return self._sym_value(val)
         result = super().run_node(n)
+        if isinstance(result, StorageBox) and isinstance(result.data, Loops) \
+                and getattr(result, "layout_hint", None) is None:
+            hint = _channels_last_hint(val)
+            if hint is not None:
+                result.layout_hint = hint  # type: ignore[attr-defined] # read by realize()
         if n.op == "call_function" and len(n.users) > 1 and isinstance(result, StorageBox) \
                 and isinstance(result.data, Pointwise) and not _cheap_to_recompute(result.data, len(n.users)):
             # Several readers: compute once into a buffer; the scheduler fuses the readers into

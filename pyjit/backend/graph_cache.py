@@ -76,7 +76,9 @@ def graph_key_fields(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Te
                 config.backend_split_reduction_min,
                 # Matmul templates: whether they are candidates, and the fp32 precision torch
                 # allows (baked into template kernels as TF32 or IEEE dots).
-                config.matmul_template, config.autotune, bool(torch.backends.cuda.matmul.allow_tf32))
+                config.matmul_template, config.autotune, bool(torch.backends.cuda.matmul.allow_tf32),
+                # Channels-last layout for convolution graphs (passes/layout.py).
+                config.layout_opt)
     fields = {"graph code": _sha(gm.code), "input metadata": _sha(repr(inputs)),
               "backend settings": _sha(repr(settings)), "backend source": _backend_source_hash()}
     state = _shape_env_state(example_inputs)

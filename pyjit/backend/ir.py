@@ -169,11 +169,31 @@ class InputBuffer(Buffer):
 
 
 class ComputedBuffer(Buffer):
-    """A buffer computed by a generated kernel from a :class:`Pointwise`/:class:`Reduction`."""
+    """A buffer computed by a generated kernel from a :class:`Pointwise`/:class:`Reduction`.
 
-    def __init__(self, name: str, layout: Layout, data: Loops, origins: set[str] | None = None):
+    ``order`` (a permutation of the dims, outer to inner; see :func:`physical_order`): the loop
+    iterates the pointwise ``data`` in that order instead of the logical one, so ``self.data``
+    is the permuted loop (its ranges and indices in iteration order) and the store maps the
+    iteration index back to the logical index of ``layout``.
+    """
+
+    def __init__(self, name: str, layout: Layout, data: Loops, origins: set[str] | None = None,
+                 order: Sequence[int] | None = None):
         super().__init__(name, layout, origins)
+        self.order = tuple(order) if order is not None else None
+        if self.order is not None:
+            assert isinstance(data, Pointwise)
+            data = _permuted(data, self.order)
         self.data = data
+
+    def logical_index(self, index: Index) -> list[Any]:
+        """The logical index of the element at iteration index ``index``."""
+        if self.order is None:
+            return list(index)
+        out: list[Any] = [None] * len(index)
+        for k, d in enumerate(self.order):
+            out[d] = index[k]
+        return out
 
     def store_body(self) -> Callable[..., None]:
         """``body(ops, index[, rindex])`` computing and storing this buffer's element."""
@@ -185,9 +205,72 @@ class ComputedBuffer(Buffer):
                 ops.store(name, layout.index(index), out)
             return red_body
 
+        logical = self.logical_index
+
         def pw_body(ops: OpsHandler[Any], index: Index) -> None:
-            ops.store(name, layout.index(index), data.make_loader()(ops, index))
+            ops.store(name, layout.index(logical(index)), data.make_loader()(ops, index))
         return pw_body
+
+
+def _permuted(data: Pointwise, order: Sequence[int]) -> Pointwise:
+    """``data`` iterated with its dims in ``order`` (outer to inner)."""
+    inner = data.inner_fn
+
+    def fn(ops: OpsHandler[Any], index: Index) -> Any:
+        logical: list[Any] = [None] * len(index)
+        for k, d in enumerate(order):
+            logical[d] = index[k]
+        return inner(ops, logical)
+
+    return Pointwise(data.device, data.dtype, [data.ranges[d] for d in order], set(data.origins), inner_fn=fn)
+
+
+def physical_order(data: Loops, layout: Layout) -> tuple[int, ...] | None:
+    """The dims of a channels-last ``layout`` from outermost to innermost in memory, when a
+    kernel should iterate ``data`` in that order; None to keep the logical order.
+
+    A pointwise loop storing into a channels-last buffer (4-d NHWC, 5-d NDHWC) iterated in
+    logical (NCHW) order walks its store and its channels-last loads with a stride of C
+    elements between neighbouring lanes. Iterated in memory order every such access is
+    contiguous, with a 1-D block, and a producer and consumer that both do so index their
+    shared buffer alike (``xindex``), so they still fuse. Taken only when every load that moves
+    along the channel dim is contiguous in it (per-channel parameters included); a load of a
+    row-major (NCHW) tensor makes it a transposing copy, left to the 2-D tiles of
+    ``codegen/tiling.py``.
+    """
+    from .ops_handler import RecordHandler
+    from .symbolic import is_static, sym
+
+    n = len(layout.size)
+    if not isinstance(data, Pointwise) or n not in (4, 5) or not all(
+            is_static(x) for x in (*layout.size, *layout.stride)):
+        return None
+    order = (0, *range(2, n), 1)  # N, spatial..., C
+    sizes = [int(x) for x in layout.size]
+    strides = [int(x) for x in layout.stride]
+    if sizes[1] == 1 or layout.offset != 0:
+        return None
+    expect = 1
+    for d in reversed(order):
+        if sizes[d] != 1 and strides[d] != expect:
+            return None  # not dense channels-last
+        expect *= sizes[d]
+    idx = [sym(f"i{k}") for k in range(n)]
+    rec = RecordHandler()
+    try:
+        data.inner_fn(rec, idx)
+    except Exception:  # noqa: BLE001 - e.g. an unrealized reduction: keep the logical order
+        return None
+    if rec.has_indirect:
+        return None
+    zero = {v: sympy.Integer(0) for v in idx}
+    for dep in rec.reads:
+        index = sympy.sympify(dep.index)
+        base = index.xreplace(zero)
+        step = index.xreplace({**zero, idx[1]: sympy.Integer(1)}) - base
+        if not step.is_Integer or int(step) not in (0, 1):
+            return None
+    return order
 
 
 class ExternKernel(Buffer):

@@ -3,7 +3,8 @@
 ``metrics.generated_kernel_count`` (Triton kernels generated), ``extern_calls`` (aten calls in
 wrappers: matmuls, convolutions, fallbacks), ``fallback_ops`` (ops that had no lowering, by
 name), ``eager_graphs`` (graphs run as captured, with the reason), the aten-graph passes'
-``attention_rewrites`` / ``attention_skipped`` / ``conv_bn_folds``. ``metrics.reset()`` clears.
+``attention_rewrites`` / ``attention_skipped`` / ``conv_bn_folds`` / ``layout_graphs`` /
+``layout_skipped``. ``metrics.reset()`` clears.
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ class Metrics:
     attention_rewrites: int = 0  # hand-written attention -> fused SDPA (passes/attention.py)
     attention_skipped: list[str] = dataclasses.field(default_factory=list)  # near misses, with the reason
     conv_bn_folds: int = 0  # eval batch norms folded into the convolution (passes/conv_bn.py)
+    layout_graphs: int = 0  # graphs whose convolutions were made channels-last (passes/layout.py)
+    layout_skipped: list[str] = dataclasses.field(default_factory=list)  # graphs left alone, with the reason
 
     def reset(self) -> None:
         fresh = Metrics()

@@ -131,6 +131,29 @@ class SchedulerNode:
         return Access(simp(rec.reads), simp(rec.writes), x_only)
 
 
+def _in_dependency_order(nodes: list[SchedulerNode]) -> list[SchedulerNode]:
+    """``nodes`` by buffer index, except that a node comes after every node of the list it reads.
+
+    Buffer indices follow realization, not dependency: a loop registered early may read a
+    value realized later (its loader reads the storage box at codegen time), and kernel
+    codegen places each node after the values it reads (e.g. an x-only node after the
+    reduction loop its input comes from)."""
+    pending = sorted(nodes, key=lambda n: n.index)
+    names = {n.name for n in pending}
+    done: set[str] = set()
+    out: list[SchedulerNode] = []
+    while pending:
+        for i, n in enumerate(pending):
+            if not ((n.read_names & names) - done - {n.name}):
+                break
+        else:
+            i = 0  # a cycle cannot happen in a DAG of buffers; keep the index order
+        n = pending.pop(i)
+        out.append(n)
+        done.add(n.name)
+    return out
+
+
 def _split_point(sizes: Sequence[int], x: int) -> int | None:
     acc = 1
     for k, s in enumerate(sizes):
@@ -311,7 +334,7 @@ class Scheduler:
         group = self._kernel_group(a, b)
         if group is None:
             return None
-        nodes = sorted(a.nodes + b.nodes, key=lambda n: n.index)
+        nodes = _in_dependency_order(a.nodes + b.nodes)
         accesses = {}
         for n in nodes:
             acc = n.access(group)

@@ -6,10 +6,13 @@ floating-point reassociation), and leaves the graph alone where it cannot prove 
 * :mod:`.attention` -- hand-written ``softmax(q @ k^T * scale + mask) @ v`` -> torch's fused
   scaled-dot-product attention kernels (extern calls);
 * :mod:`.conv_bn` -- an eval-mode batch norm (any per-channel affine chain) after a
-  convolution folded into the convolution's weight and bias, computed inside the graph.
+  convolution folded into the convolution's weight and bias, computed inside the graph;
+* :mod:`.layout` -- channels-last operands for 2-d convolutions, eager's strides re-propagated,
+  graph outputs kept in their layout (``config.layout_opt``; runs last, on the folded convs).
 
 The passes are always on for graphs with static shapes; tests check them through
-``pyjit.backend.metrics`` (``attention_rewrites``, ``attention_skipped``, ``conv_bn_folds``).
+``pyjit.backend.metrics`` (``attention_rewrites``, ``attention_skipped``, ``conv_bn_folds``,
+``layout_graphs``, ``layout_skipped``).
 """
 from __future__ import annotations
 
@@ -18,8 +21,9 @@ import torch.fx
 
 from .attention import rewrite_attention
 from .conv_bn import fold_conv_bn
+from .layout import optimize_layout
 
-__all__ = ["run_passes", "rewrite_attention", "fold_conv_bn"]
+__all__ = ["run_passes", "rewrite_attention", "fold_conv_bn", "optimize_layout"]
 
 
 def run_passes(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -29,4 +33,5 @@ def run_passes(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """
     rewrite_attention(gm)
     fold_conv_bn(gm)
+    optimize_layout(gm)
     return gm

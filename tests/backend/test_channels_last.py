@@ -1,0 +1,299 @@
+"""Channels-last layout for convolution graphs (``pyjit/backend/passes/layout.py``, issue 11).
+
+With ``config.layout_opt="on"`` the pass also runs on CPU, so every case runs on both CPU code
+generators (``target``: Triton through its interpreter, and C++) and on CUDA where present,
+against eager: values, and the strides of every output (they must equal eager's whatever the
+pass did inside the graph). Structural checks read ``pyjit.backend.metrics`` and the generated
+module: convolutions receive channels-last buffers and nothing transposes between them.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import pyjit.backend as backend
+from pyjit import config as cfg
+from pyjit.backend.compile_fx import trace_to_aten
+from pyjit.backend.passes import run_passes
+
+from .conftest import compile_graph
+from .test_aot_training import check_training
+
+
+@pytest.fixture(autouse=True)
+def _layout_on() -> Any:
+    # No disk graph cache: a warm graph would skip the passes and their metrics.
+    with cfg.patch(layout_opt="on", backend_disk_cache=False):
+        backend.metrics.reset()
+        yield
+
+
+def _randomize_bn(bn: nn.Module) -> nn.Module:
+    with torch.no_grad():
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+        bn.weight.uniform_(0.5, 1.5)
+        bn.bias.uniform_(-0.5, 0.5)
+    return bn
+
+
+class ConvBnRelu(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int = 1) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.bn = _randomize_bn(nn.BatchNorm2d(cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.bn(self.conv(x)))
+
+
+class TwoBlocks(nn.Module):
+    def __init__(self, c: int = 8) -> None:
+        super().__init__()
+        self.a, self.b = ConvBnRelu(c, c), ConvBnRelu(c, c)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x))
+
+
+class BasicBlock(nn.Module):
+    """ResNet's basic block with a strided 1x1 downsample on the shortcut."""
+
+    def __init__(self, cin: int = 8, cout: int = 16, stride: int = 2) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = _randomize_bn(nn.BatchNorm2d(cout))
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
+        self.bn2 = _randomize_bn(nn.BatchNorm2d(cout))
+        self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False),
+                                  _randomize_bn(nn.BatchNorm2d(cout)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return F.relu(y + self.down(x))
+
+
+def _check(module: nn.Module, x: torch.Tensor, *, atol: float = 1e-4) -> Any:
+    """Compile ``module`` (no grad) for ``x``; outputs equal eager's in value and in strides."""
+    with torch.no_grad():
+        expected = module(x)
+        compiled = compile_graph(torch.fx.symbolic_trace(module), [x])
+        actual = compiled(x)
+    exp, act = torch.utils._pytree.tree_leaves(expected), torch.utils._pytree.tree_leaves(actual)
+    assert len(exp) == len(act)
+    for e, a in zip(exp, act):
+        torch.testing.assert_close(a, e, atol=atol, rtol=atol)
+        assert a.stride() == e.stride(), (a.stride(), e.stride())
+    return compiled
+
+
+def _conv_inputs_channels_last(source: str) -> list[bool]:
+    """For each convolution call of a generated wrapper: is its input allocated channels-last
+    (or the output of an earlier extern call, whose layout aten chooses)?"""
+    allocs = {name: (size, stride) for name, size, stride in
+              re.findall(r"(buf\d+) = empty_strided\(\(([^)]*)\), \(([^)]*)\)", source)}
+    out = []
+    for arg in re.findall(r"aten\.convolution\.default\((\w+),", source):
+        if arg not in allocs:
+            out.append(arg.startswith("buf"))  # an extern's output (graph inputs are checked elsewhere)
+            continue
+        size = [int(s) for s in allocs[arg][0].split(",") if s.strip()]
+        stride = [int(s) for s in allocs[arg][1].split(",") if s.strip()]
+        n, c, h, w = size
+        out.append(stride == [c * h * w, 1, w * c, c])
+    return out
+
+
+# ----------------------------------------------------------------------------- inference
+def test_conv_bn_relu_two_blocks(target: str) -> None:
+    torch.manual_seed(0)
+    m = TwoBlocks().eval().to(target)
+    x = torch.randn(2, 8, 10, 12, device=target)
+    compiled = _check(m, x)
+    assert backend.metrics.layout_graphs == 1
+    assert backend.metrics.layout_skipped == []
+    source = compiled.pyjit_source
+    assert all(_conv_inputs_channels_last(source)) and len(_conv_inputs_channels_last(source)) == 2
+    # Kernels: x to NHWC, the two weights to NHWC, one epilogue per block (the second one also
+    # writes the NCHW output eager returns). Nothing transposes between the convolutions.
+    assert backend.metrics.generated_kernel_count == 5
+    if "triton" in source:
+        # The first block's epilogue iterates in memory (NHWC) order: every access is 1-D in
+        # ``xindex`` (the per-channel parameters at ``xindex % C``).
+        between = source.split("aten.convolution.default", 2)[1]
+        kernel = re.search(r"(pyjit_fused_\w+)\[", between).group(1)
+        body = source.split(f"def {kernel}(")[1].split("\n\n")[0]
+        indices = re.findall(r"tl\.(?:load|store)\(\w+ \+ \((.*?)\), ", body)
+        assert indices and all(i in ("xindex", "(xindex % 8)") for i in indices), indices
+
+
+def test_resnet_basic_block(target: str) -> None:
+    torch.manual_seed(0)
+    m = BasicBlock().eval().to(target)
+    x = torch.randn(2, 8, 12, 12, device=target)
+    compiled = _check(m, x)
+    assert backend.metrics.layout_graphs == 1
+    flags = _conv_inputs_channels_last(compiled.pyjit_source)
+    assert len(flags) == 3 and all(flags)
+
+
+def test_channels_last_user_inputs(target: str) -> None:
+    """Module and input already channels-last (as a user converts them): no copy of the
+    activation in, and the output is channels-last as in eager."""
+    torch.manual_seed(0)
+    m = BasicBlock().eval().to(target).to(memory_format=torch.channels_last)
+    x = torch.randn(2, 8, 12, 12, device=target).to(memory_format=torch.channels_last)
+    _check(m, x)
+    assert backend.metrics.layout_graphs == 1
+    # Weights are already channels-last too: only the epilogues remain (block and shortcut BN
+    # fused with the residual add and ReLU; the first BN + ReLU), no copies at all.
+    assert backend.metrics.generated_kernel_count == 2
+
+
+def test_flatten_after_conv_and_two_outputs(target: str) -> None:
+    """A ``view`` eager cannot take of the channels-last activation reads an NCHW copy; the
+    activation is also returned (NCHW, as in eager)."""
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = ConvBnRelu(4, 8)
+            self.conv = nn.Conv2d(8, 8, 3, padding=1)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            y = self.conv(self.a(x))
+            return y, y.flatten(1).sum(1)
+
+    torch.manual_seed(0)
+    _check(Net().eval().to(target), torch.randn(2, 4, 8, 8, device=target))
+    assert backend.metrics.layout_graphs == 1
+
+
+def test_pooling_head(target: str) -> None:
+    """conv -> BN -> ReLU -> max pool -> global average pool -> linear (a small ResNet's stem and head)."""
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = ConvBnRelu(3, 8, stride=2)
+            self.block = BasicBlock(8, 8, stride=1)
+            self.fc = nn.Linear(8, 5)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = F.max_pool2d(self.stem(x), 3, stride=2, padding=1)
+            y = F.adaptive_avg_pool2d(self.block(y), 1)
+            return self.fc(torch.flatten(y, 1))
+
+    torch.manual_seed(0)
+    _check(Net().eval().to(target), torch.randn(2, 3, 32, 32, device=target))
+    assert backend.metrics.layout_graphs == 1
+
+
+# ----------------------------------------------------------------------------- training
+def test_training_conv_bn_relu(target: str) -> None:
+    """Train-mode batch norm (batch statistics, running statistics updated) between convs:
+    outputs, every gradient and the running statistics equal eager's."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                      nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()).to(target).train()
+    x = torch.randn(2, 4, 8, 8, device=target, requires_grad=True)
+    check_training(m, [x], atol=2e-4, rtol=2e-4)
+    assert backend.metrics.layout_graphs >= 1  # the forward graph (the backward has no convolution op)
+
+
+# ----------------------------------------------------------------------------- left alone
+def test_as_strided_of_changed_layout_left_alone(target: str) -> None:
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(4, 4, 3, padding=1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = torch.relu(self.conv(x))
+            return torch.as_strided(y, (2, 8), (3, 1)) + 1
+
+    torch.manual_seed(0)
+    m = Net().eval().to(target)
+    x = torch.randn(2, 4, 6, 6, device=target)
+    with torch.no_grad():
+        expected = m(x)
+        actual = compile_graph(torch.fx.symbolic_trace(m), [x])(x)
+    torch.testing.assert_close(actual, expected)
+    assert backend.metrics.layout_graphs == 0
+    assert any("as_strided" in r for r in backend.metrics.layout_skipped), backend.metrics.layout_skipped
+
+
+def test_conv1d_and_transposed_left_alone(target: str) -> None:
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c1 = nn.Conv1d(4, 4, 3, padding=1)
+            self.ct = nn.ConvTranspose2d(4, 4, 2, stride=2)
+
+        def forward(self, x: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return torch.relu(self.c1(x)), torch.relu(self.ct(z))
+
+    torch.manual_seed(0)
+    m = Net().eval().to(target)
+    x, z = torch.randn(2, 4, 10, device=target), torch.randn(2, 4, 5, 5, device=target)
+    with torch.no_grad():
+        expected = m(x, z)
+        actual = compile_graph(torch.fx.symbolic_trace(m), [x, z])(x, z)
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e)
+    assert backend.metrics.layout_graphs == 0
+    assert backend.metrics.layout_skipped == ["only 1-d/3-d/transposed convolutions"]
+
+
+def test_auto_and_off_leave_cpu_graphs_alone() -> None:
+    m = TwoBlocks().eval()
+    x = torch.randn(2, 8, 6, 6)
+    for mode in ("auto", "off"):
+        aten_gm, _ = trace_to_aten(torch.fx.symbolic_trace(m), [x])
+        before = aten_gm.code
+        with cfg.patch(layout_opt=mode):
+            run_passes(aten_gm)
+        assert "channels_last" not in aten_gm.code and aten_gm.code == before
+    assert backend.metrics.layout_graphs == 0 and backend.metrics.layout_skipped == []
+
+
+def test_pass_inserts_copies_only_where_needed() -> None:
+    """One channels-last copy per value (x feeds the block's conv and the downsample), none for
+    the ReLU between two convolutions (already channels-last) nor for the 1x1 downsample weight
+    (contiguous is channels-last there), one copy back for the output."""
+    m = BasicBlock().eval()
+    x = torch.randn(2, 8, 8, 8)
+    aten_gm, _ = trace_to_aten(torch.fx.symbolic_trace(m), [x])
+    run_passes(aten_gm)
+    clones = [n for n in aten_gm.graph.nodes if n.target is torch.ops.aten.clone.default]
+    formats = sorted(str(n.kwargs.get("memory_format")) for n in clones)
+    # x and the two 3x3 weights to channels-last; the output back to contiguous.
+    assert formats == ["torch.channels_last"] * 3 + ["torch.contiguous_format"], formats
+    out = next(n for n in aten_gm.graph.nodes if n.op == "output").args[0][0]
+    assert out.meta["val"].is_contiguous()
+
+
+def test_environment_variable() -> None:
+    from pyjit.config import _from_environment
+    assert _from_environment({"PYJIT_LAYOUT_OPT": "on"}).layout_opt == "on"
+    assert _from_environment({}).layout_opt == "auto"
+    with pytest.raises(ValueError, match="PYJIT_LAYOUT_OPT"):
+        _from_environment({"PYJIT_LAYOUT_OPT": "yes"})
+
+
+def test_training_channels_last_inputs_layout_off(target: str) -> None:
+    """Channels-last module and input with the pass off: the batch-norm statistics kernel reads
+    an x-only value realized after it (a fused group's nodes run in dependency order)."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()).to(target).train()
+    m = m.to(memory_format=torch.channels_last)
+    x = torch.randn(2, 4, 8, 8, device=target).to(memory_format=torch.channels_last).requires_grad_()
+    with cfg.patch(layout_opt="off"):
+        check_training(m, [x], atol=2e-4, rtol=2e-4)
+    assert backend.metrics.layout_graphs == 0
