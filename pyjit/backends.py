@@ -103,7 +103,9 @@ class _GuardedCompiled:
     def __init__(self, fn: Callable[..., Any], gm: Any) -> None:
         self.fn = fn
         self.gm = gm
-        self.failed = False
+        # The backend chose to run the graph as captured: nothing to fall back from (running it
+        # again after it raised would repeat the in-place updates it made before raising).
+        self.failed = fn == getattr(gm, "forward", None)
 
     def __call__(self, *args: Any) -> Any:
         if not self.failed:
@@ -122,7 +124,16 @@ class _GuardedCompiled:
                                       type(self.gm).__name__, type(e).__name__, e)
             finally:
                 _set_callback(previous)
-        return self.gm.forward(*args)
+        import torch  # a graph exists, so torch is imported (this module is imported without it)
+
+        grad_mode = torch.is_grad_enabled()
+        try:
+            return self.gm.forward(*args)
+        except BaseException:
+            # The graph records grad-mode switches (an optimizer step's no_grad) as calls: restore
+            # the caller's mode as eager's context managers would when an op raises.
+            torch._C._set_grad_enabled(grad_mode)
+            raise
 
 
 def _load_set_callback() -> Callable[[Any], Any]:

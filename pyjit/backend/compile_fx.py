@@ -160,7 +160,11 @@ def _eager_reason(example_inputs: Sequence[Any], symbolic: bool = False) -> str 
         return "example inputs with symbolic sizes (the backend expects real example values)"
     devices = {t.device.type for t in tensors}
     if len(devices) > 1:
-        return f"inputs on several devices {sorted(devices)}"
+        host = [t for t in tensors if t.device.type == "cpu"]
+        if len(devices) > 2 or any(t.dim() != 0 for t in host):
+            return f"inputs on several devices {sorted(devices)}"
+        # 0-d CPU tensors beside device tensors (optimizer step counters): host values.
+        devices.discard("cpu")
     device = devices.pop() if devices else "cpu"
     if device == "cpu" and config.cpu_backend == "eager":
         return "CPU graph with PYJIT_CPU_BACKEND=eager (no CPU code generator)"
@@ -242,7 +246,9 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], symbolic: list
 
     start = time.perf_counter()
     tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
-    device = tensors[0].device if tensors else torch.device("cpu")
+    # The graph's device: CPU inputs beside device ones are host values (passes/host_values.py).
+    on_device = [t for t in tensors if t.device.type != "cpu"]
+    device = (on_device or tensors)[0].device if tensors else torch.device("cpu")
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     gkey = graph_cache.graph_key_fields(gm, symbolic or example_inputs) if config.backend_disk_cache else None
@@ -274,6 +280,8 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], symbolic: list
         aten_gm, out_spec = trace_to_aten(gm, example_inputs)
     from .passes import run_passes  # attention -> fused SDPA, eval BN folded into conv
     run_passes(aten_gm)
+    from .passes.host_values import move_host_values  # CPU values of a CUDA graph: one transfer
+    metrics.host_values += move_host_values(aten_gm, device)
     traced = time.perf_counter()
     guards_checked = len(shape_env.guards) if shape_env is not None else 0
     with size_hints(hints, lower, facts):

@@ -18,6 +18,7 @@ from typing import Any
 import sympy
 import torch
 import torch.fx
+from torch.utils._pytree import tree_flatten
 
 from ..config import config
 from ..errors import LoweringError
@@ -358,6 +359,10 @@ class GraphLowering(torch.fx.Interpreter):
                 value = _copy(self, args[0], value)
             self.mutations.append((args[0], self.realize(value)))
             return args[0]
+        if self.device.type != "cpu" and self._computes_on_host():
+            # A CPU value in a device graph (passes/host_values.py moved its device reads to
+            # one transfer): generated kernels run on the device, so the wrapper calls aten.
+            return make_extern(self, target, args, kwargs, "a CPU value in a device graph")
         lowering = LOWERINGS.get(target)
         reason = ""
         unsupported = self._unsupported_dtype(args, kwargs)
@@ -369,6 +374,10 @@ class GraphLowering(torch.fx.Interpreter):
             except NotImplementedError as e:
                 reason = str(e)
         return make_extern(self, target, args, kwargs, reason)
+
+    def _computes_on_host(self) -> bool:
+        leaves = [t for t in tree_flatten(self.current_meta_val())[0] if isinstance(t, torch.Tensor)]
+        return bool(leaves) and all(t.device.type == "cpu" for t in leaves)
 
     def call_method(self, target: Any, args: Any, kwargs: Any) -> Any:
         raise LoweringError(target, args, "call_method nodes do not occur in aten graphs")

@@ -3,8 +3,7 @@
 ``metrics.generated_kernel_count`` (Triton kernels generated), ``extern_calls`` (aten calls in
 wrappers: matmuls, convolutions, fallbacks), ``fallback_ops`` (ops that had no lowering, by
 name), ``eager_graphs`` (graphs run as captured, with the reason), the aten-graph passes'
-``attention_rewrites`` / ``attention_skipped`` / ``conv_bn_folds`` / ``layout_graphs`` /
-``layout_skipped``. ``metrics.reset()`` clears.
+``attention_rewrites`` / ``attention_skipped`` / ``conv_bn_folds`` / ``host_values``. ``metrics.reset()`` clears.
 """
 from __future__ import annotations
 
@@ -28,6 +27,7 @@ class Metrics:
     conv_bn_folds: int = 0  # eval batch norms folded into the convolution (passes/conv_bn.py)
     layout_graphs: int = 0  # graphs whose convolutions were made channels-last (passes/layout.py)
     layout_skipped: list[str] = dataclasses.field(default_factory=list)  # graphs left alone, with the reason
+    host_values: int = 0  # 0-d CPU values read by a CUDA graph, moved in one copy (passes/host_values.py)
 
     def reset(self) -> None:
         fresh = Metrics()

@@ -200,6 +200,11 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
             # Frames the compiled graph runs (a backend's generated code, a custom operator's
             # Python kernel) are the backend's, not user code to compile as callees.
             compiled = _without_hook(compiled)
+        from ..backends import _GuardedCompiled
+
+        if not isinstance(compiled, _GuardedCompiled) and any(
+                n.target is torch._C._set_grad_enabled for n in gm.graph.nodes):
+            compiled = _restoring_grad_mode(compiled)  # pyjit's own backend restores it itself
     t2 = time.perf_counter()
 
     _counter[0] += 1
@@ -246,6 +251,29 @@ def _never_convert(compiled: Callable[..., Any]) -> None:
     code = getattr(getattr(compiled, "__func__", compiled), "__code__", None)
     if _C is not None and isinstance(code, types.CodeType):
         _C.mark_skip(code)
+
+
+def _restoring_grad_mode(compiled: Callable[..., Any]) -> Callable[..., Any]:
+    """``compiled`` restoring the caller's grad mode if it raises.
+
+    A graph that switches grad mode inside (an optimizer step's ``no_grad`` decorator, a
+    ``with torch.no_grad():`` block) records the switches as calls; eager's context managers
+    restore the mode on an exception, a graph stopped half-way would not (the next forward of
+    the program would then silently run without autograd).
+    """
+    def call(*args: Any) -> Any:
+        mode = torch.is_grad_enabled()
+        try:
+            return compiled(*args)
+        except BaseException:
+            torch._C._set_grad_enabled(mode)
+            raise
+
+    for attr in ("pauses_frame_hook",):
+        if hasattr(compiled, attr):
+            setattr(call, attr, getattr(compiled, attr))
+    _never_convert(call)
+    return call
 
 
 def _without_hook(compiled: Callable[..., Any]) -> Callable[..., Any]:

@@ -139,7 +139,9 @@ def addc_with_tensor_value(tx: "Translator", x: VariableTracker, t1: VariableTra
       the rest, including the FMA the compiler forms for ``x + p * t2`` in its vectorised loop
       (a separate ``mul`` + ``add`` differs from eager in the last bit);
     - CUDA's kernel (and the foreach CUDA functor) computes ``x + v * (t1 / t2)``, which nvcc
-      contracts to ``fma(v, t1 / t2, x)``: recorded as ``addcmul(x, v, t1 / t2)``, value 1.
+      contracts to ``fma(v, t1 / t2, x)``: recorded as ``addcmul(x, t1 / t2, v)``, value 1
+      (the product is exact either way round; ``v`` goes second because ``addcmul`` on CUDA
+      accepts a 0-d CPU tensor, an optimizer's step size, only as ``tensor2``).
     """
     from .tensor import TensorVariable
 
@@ -159,7 +161,7 @@ def addc_with_tensor_value(tx: "Translator", x: VariableTracker, t1: VariableTra
         a, b = out.call(tx, "call_function", torch.mul, [v, a], {}), b
     else:
         name = "addcmul"
-        a, b = v, out.call(tx, "call_function", torch.div if div else torch.mul, [a, b], {})
+        a, b = out.call(tx, "call_function", torch.div if div else torch.mul, [a, b], {}), v
     if inplace and compute == common:
         return x.call_method(tx, name + "_", [a, b], {})  # computed in the common dtype, stored in x's
     result = out.call(tx, "call_function", getattr(torch, name), [cast(x, compute), a, b], {})
