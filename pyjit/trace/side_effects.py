@@ -9,6 +9,8 @@ mutation:
 - an attribute of an outside object or ``nn.Module`` (``self.x = v``, ``setattr``, ``del``);
 - a global (``global g; g = v``) of the root frame's module or of an inlined function's module;
 - a closure cell of an outside function (``nonlocal n; n += 1``);
+- a replayed step (:meth:`SideEffects.record_step`): ``ContextVar.set``/``reset`` run natively
+  in program order (``set`` and ``reset`` of the same token inside the trace cancel out);
 - a deferred call (:meth:`SideEffects.defer_call`): a ``logging.Logger`` method call (and an
   ``lru_cache`` wrapper whose only effect is one, transformers' ``logger.warning_once``), run
   natively by the replay, in order with the places above, with the same arguments.
@@ -124,6 +126,25 @@ def set_object_state(obj: Any, attrs: dict, items: dict | None) -> None:
     obj.__dict__.update(attrs)
 
 
+class TokenBox:
+    """Holds the token a replayed ``ContextVar.set`` returned (built blank by the replay), for
+    the token tracker that stands for it (pyjit/variables/context_state.py)."""
+
+    token: Any
+
+
+def contextvar_set(var: Any, value: Any, box: TokenBox) -> None:
+    box.token = var.set(value)
+
+
+def contextvar_reset(var: Any, token: Any) -> None:
+    var.reset(token)
+
+
+def token_of(box: TokenBox) -> Any:
+    return box.token
+
+
 class _Entry:
     __slots__ = ("helper", "target", "args")
 
@@ -149,6 +170,9 @@ class SideEffects:
         self.replay: "Replay | None" = None  # set by OutputCodegen.capture_side_effects
         self.effects = 0  # recorded effects other than deferred calls (see defer_call)
         self._deferred = 0
+        self._steps = 0
+        # id(ContextVar) -> (var, the trace's view of it): pyjit/variables/context_state.py
+        self.context_vars: dict[int, tuple[Any, Any]] = {}
 
     def __bool__(self) -> bool:
         return bool(self._entries)
@@ -289,6 +313,20 @@ class SideEffects:
         self._deferred += 1
         self._entries[("call", self._deferred)] = _Entry(call_later, lambda cg: cg.ref(fn, "deferred_fn"), (args, kwargs))
 
+    # -- replayed steps --------------------------------------------------------------------------
+    def record_step(self, helper: Any, target: "VariableTracker", args: tuple[Any, ...]) -> Any:
+        """Replay ``helper(target, *args)`` natively, in program order with the places above
+        (``ContextVar.set``/``reset``); returns a key for :meth:`drop_step`."""
+        self.effects += 1
+        self._steps += 1
+        key = ("step", self._steps)
+        self._entries[key] = _Entry(helper, target, args)
+        return key
+
+    def drop_step(self, key: Any) -> None:
+        """Forget a recorded step (a ``ContextVar.set`` the trace itself reset)."""
+        del self._entries[key]
+
     def deferred_mark(self) -> tuple[int, int]:
         """Where the record stands now: (effects, deferred calls)."""
         return self.effects, self._deferred
@@ -390,8 +428,8 @@ class SideEffects:
                 done += 1
                 if isinstance(obj, ObjectVariable):
                     states.append((set_object_state, [object_token(cg, obj), *obj.state_texts(cg, text)]))
-                elif isinstance(obj, NewModuleVariable):
-                    pass  # built whole by its constructor below
+                elif isinstance(obj, NewModuleVariable) or getattr(obj, "blank_only", False):
+                    pass  # built whole by its constructor below (or a blank holder)
                 else:  # a list/dict of the trace that two places share
                     helper = replace_dict if isinstance(obj, DictVariable) else replace_list
                     states.append((helper, [object_token(cg, obj), _items_text(cg, obj, text)]))

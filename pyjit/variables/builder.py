@@ -117,6 +117,11 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
     special = special_tracker(tx, value, source)  # torch.optim, profiler ranges (variables/optimizer.py)
     if special is not None:
         return special
+    from .context_state import special_state_tracker
+
+    state = special_state_tracker(tx, value, source)  # ContextVar, threading.Lock (variables/context_state.py)
+    if state is not None:
+        return state
     if isinstance(value, JitFunction):
         # A jitted function called from traced code: trace what it wraps (one graph).
         return wrap(tx, value._fn, AttrSource(source, "_fn") if source is not None else None)
