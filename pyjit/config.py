@@ -73,6 +73,15 @@ class Config:
     # against the extern aten call) on the device at compile time and keep the fastest; results
     # live in the on-disk cache (runtime/autotune.py). Only CUDA graphs are ever benchmarked.
     autotune: bool = True
+    # Backend (owner: autotune): launch parameters of generated Triton kernels (XBLOCK, RBLOCK,
+    # num_warps; persistent vs looped rows) timed among a few neighbours of the heuristic's
+    # choice (codegen/launch_autotune.py), the choice stored on disk. "auto": CUDA graphs with
+    # static sizes when `autotune` is on; "force": also Triton-interpreted CPU graphs (tests;
+    # with a real timer that is slow); "off": the heuristics alone.
+    autotune_launch: Literal["auto", "force", "off"] = "auto"
+    # Launch autotuning: only reductions moving at least this many bytes (pointwise kernels: 16x
+    # as many); smaller kernels are launch bound and every candidate costs a Triton compile.
+    autotune_launch_min_bytes: int = 1 << 20
     # Backend: matmuls (mm/addmm/bmm) as a Triton template with fused epilogues. "auto": a
     # candidate on CUDA, chosen over the extern by autotuning (extern when autotune is off);
     # "force": always the template where Triton kernels run (CUDA; CPU under triton_interpret,

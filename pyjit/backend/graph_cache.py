@@ -77,6 +77,9 @@ def graph_key_fields(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Te
                 # Matmul templates: whether they are candidates, and the fp32 precision torch
                 # allows (baked into template kernels as TF32 or IEEE dots).
                 config.matmul_template, config.autotune, bool(torch.backends.cuda.matmul.allow_tf32),
+                # Launch autotuning bakes its choices into the module (codegen/launch_autotune.py),
+                # and they hold for one GPU model (so do matmul template choices).
+                config.autotune_launch, config.autotune_launch_min_bytes, _cuda_models(example_inputs),
                 # Channels-last layout for convolution graphs (passes/layout.py).
                 config.layout_opt)
     fields = {"graph code": _sha(gm.code), "input metadata": _sha(repr(inputs)),
@@ -85,6 +88,12 @@ def graph_key_fields(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Te
     if state is not None:
         fields["shape environment"] = _sha(state)
     return fields
+
+
+def _cuda_models(example_inputs: Sequence[Any]) -> tuple[str, ...]:
+    """Names of the GPU models the inputs live on (tuned choices are per model)."""
+    devices = {t.device for t in example_inputs if isinstance(t, torch.Tensor) and t.device.type == "cuda"}
+    return tuple(sorted({torch.cuda.get_device_name(d) for d in devices}))
 
 
 def _shape_env_state(example_inputs: Sequence[Any]) -> str | None:

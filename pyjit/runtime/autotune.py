@@ -11,7 +11,9 @@ is reported on the ``compile_times`` channel.
 
 Only CUDA candidates are benchmarked by pyjit's backend (``config.autotune``); CPU callables
 are accepted too (timed with ``time.perf_counter``), which tests use to exercise the cache.
-``counters`` counts benchmarks run, tunings done and cache hits in this process.
+``counters`` counts benchmarks run, tunings done and cache hits in this process, and the
+milliseconds spent tuning (``tuning_ms``). Tests may set :data:`timer` to replace the
+measurement (a fake timer that still runs the candidate, so its results can be checked).
 """
 from __future__ import annotations
 
@@ -32,6 +34,9 @@ time_log = get_logger("compile_times")
 # read from disk; failures: candidates that raised while building or running.
 counters: collections.Counter = collections.Counter()
 _memo: dict[str, dict] = {}  # key -> stored record (this process)
+# Test hook: ``timer(candidate_name, run, device) -> ms`` replaces :func:`benchmark` when set.
+# It may raise (the candidate then counts as failed, as a real failure would).
+timer: Callable[[str, Callable[[], object], torch.device], float] | None = None
 
 FORMAT = 1
 
@@ -96,7 +101,7 @@ def choose(kind: str, key_fields: Mapping[str, str], candidates: Mapping[str, Ca
     for name, build in candidates.items():
         try:
             run = build()
-            timings[name] = benchmark(run, device)
+            timings[name] = timer(name, run, device) if timer is not None else benchmark(run, device)
         except Exception as e:  # noqa: BLE001 - a config that does not compile/run is never chosen
             counters["failures"] += 1
             time_log.info("autotune %s: candidate %s failed (%s: %s)", kind, name, type(e).__name__, e)
@@ -105,13 +110,15 @@ def choose(kind: str, key_fields: Mapping[str, str], candidates: Mapping[str, Ca
     if math.isinf(timings[best]):
         raise RuntimeError(f"autotune {kind}: every candidate failed")
     counters["tunings"] += 1
+    elapsed_ms = (time.perf_counter() - start) * 1e3
+    counters["tuning_ms"] += elapsed_ms
     record = {"choice": best, "timings": {k: (v if math.isfinite(v) else None) for k, v in timings.items()}}
     key = tuning_key(kind, key_fields)
     _memo[key] = record
     cache.put_bytes("autotune", key, json.dumps(record, sort_keys=True).encode(), ".json", overwrite=True)
     shown = ", ".join(f"{k} {v:.4f} ms" for k, v in sorted(timings.items(), key=lambda kv: kv[1]))
     time_log.info("autotuned %s%s in %.1f ms: chose %s (%s)", kind, f" {label}" if label else "",
-                  (time.perf_counter() - start) * 1e3, best, shown)
+                  elapsed_ms, best, shown)
     return best
 
 

@@ -91,6 +91,8 @@ class WrapperCodegen:
                                        if isinstance(p, sympy.Symbol) and not p.is_integer)
         # Symbolic element counts that kernels index with int32: each call checks they fit.
         self.int32_limits: list[sympy.Expr] = []
+        # Launch autotuning of static Triton kernels: the chosen launch is baked into the module.
+        self.launch_tuner = self._launch_tuner()
 
     def value(self, node: Any) -> str:
         if isinstance(node, ReinterpretView):
@@ -153,6 +155,8 @@ class WrapperCodegen:
                 continue
             ks = generate_kernel(group, len(kernels), removed, self.dtypes, self.persistent_rmax, graph.node_info,
                                  config.backend_persistent_multi_pass_max, frozenset(self.symbols))
+            if self.launch_tuner is not None:
+                ks = self.launch_tuner.tune(ks, group, len(kernels), removed)
             if not ks.int64 and not is_static(ks.xnumel * ks.rnumel):
                 self.int32_limits.append(sympy.sympify(ks.xnumel * ks.rnumel * ks.ynumel))
             kernels.append(ks)
@@ -172,6 +176,8 @@ class WrapperCodegen:
                 lines.append(("kernel", self._persistent_or_looped(group, removed, ks, launch, len(kernels), kernels)))
                 continue
             lines.append(("kernel", [launch]))
+        if self.launch_tuner is not None:
+            self.launch_tuner.report()
         recyclable = {name for s in steps for name, _ in s.allocs}
         plan = plan_buffers(steps, keep, recyclable)
         out = IndentedBuffer()
@@ -209,6 +215,15 @@ class WrapperCodegen:
             out.writeline(f"return ({outs}{',' if len(graph.outputs) == 1 else ''})")
         out.writelines(self._benchmark_main())
         return GeneratedModule(out.getvalue(), [k.name for k in kernels], extern_calls, len(plan.reuse))
+
+    def _launch_tuner(self) -> Any:
+        """A ``launch_autotune.LaunchTuner`` for a static graph of Triton kernels, when enabled."""
+        from . import launch_autotune
+        if self.cpp or self.dynamic or not launch_autotune.enabled(self.device):
+            return None
+        layouts = {b.name: b.layout for b in [*self.inputs, *self.graph.buffers] if b.layout is not None}
+        return launch_autotune.LaunchTuner(self.device, layouts, self.dtypes, self.graph.node_info,
+                                           self.persistent_rmax)
 
     # ------------------------------------------------------------------ dynamic shapes
     def _bind_symbols(self) -> tuple[list[str], list[str]]:
