@@ -248,6 +248,27 @@ def test_benchmarking_never_touches_the_users_tensors(tuned: FakeTimer) -> None:
     torch.testing.assert_close(acc, eacc)
 
 
+def test_graph_budget_keeps_stored_choices(tuned: FakeTimer, monkeypatch: pytest.MonkeyPatch) -> None:
+    tuned.times = {"looped_X1_R2048_w16": 0.1}
+    _compile_and_check("softmax_8x4096")  # tuned and stored
+    monkeypatch.setattr(launch_autotune, "GRAPH_BUDGET_S", -1.0)  # every graph is over budget
+    tuned.seen = []
+
+    def two_kernels(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.softmax(x, -1), F.layer_norm(y, (512,))
+
+    x, y = torch.randn(8, 4096), torch.randn(32, 512)
+    compiled = compile_graph(two_kernels, [x, y])
+    sm, ln = compiled(x, y)
+    torch.testing.assert_close(sm, torch.softmax(x, -1))
+    torch.testing.assert_close(ln, F.layer_norm(y, (512,)), atol=1e-5, rtol=1e-5)
+    assert tuned.seen == []  # nothing new timed
+    launches = _launches(compiled.pyjit_source)
+    assert any("RBLOCK=2048, num_warps=16" in launch for launch in launches)  # the stored choice
+    base = persistent_meta(32, 512)
+    assert any(f"RBLOCK=512, num_warps={base['num_warps']}" in launch for launch in launches)  # heuristic
+
+
 # ----------------------------------------------------------------------------- what is not tuned
 def test_cpu_is_not_tuned_by_default(tuned: FakeTimer) -> None:
     with cfg.patch(autotune_launch="auto"):

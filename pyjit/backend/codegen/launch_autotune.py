@@ -66,6 +66,9 @@ MAX_REDUCTION_CANDIDATES = 6
 MAX_POINTWISE_CANDIDATES = 5
 # Pointwise heuristics measured near copy bandwidth: only much larger kernels are tuned.
 POINTWISE_MIN_BYTES_FACTOR = 16
+# Tuning time per graph after which further kernels keep the heuristic launch (choices already
+# stored on disk are still used): bounds the first compile of a large graph.
+GRAPH_BUDGET_S = 60.0
 # Rows at least this long (next power of 2) also try the looped form of a persistent kernel.
 LOOPED_ALTERNATIVE_MIN_R = 4096
 _MAX_WARPS = 32  # 1024 threads per program
@@ -100,6 +103,7 @@ class LaunchTuner:
     persistent_rmax: int
     kernels_tuned: int = 0  # kernels with a choice (tuned now or read from the disk cache)
     seconds: float = 0.0  # time spent in tune(), compiling and benchmarking included
+    budget_logged: bool = False
 
     def report(self) -> None:
         """One line per graph on ``compile_times``: kernels tuned and the time it took."""
@@ -129,11 +133,21 @@ class LaunchTuner:
             c.name: functools.partial(_runner, c.kernel, scratch, self._interpret()) for c in candidates}
         names = [c.name for c in candidates]
         fields = {"sources": _sources_hash(candidates), "sizes": f"{ks.ynumel}x{ks.xnumel}x{ks.rnumel}",
-                  "args": repr([(n, str(self.layouts[n].dtype), self.layouts[n].storage_span())
-                                for n in ks.arg_names]),
+                  # Positional (the source calls them in_ptr0...): the same kernel in another graph,
+                  # with other buffer names, shares the choice.
+                  "args": repr([(str(self.layouts[n].dtype), self.layouts[n].storage_span()) for n in ks.arg_names]),
                   "device": autotune.device_name(self.device), "triton": _triton_version(),
                   "candidates": ",".join(names)}
         try:
+            if self.seconds > GRAPH_BUDGET_S:
+                # Over the graph's budget: stored choices still apply, nothing new is timed.
+                record = autotune.lookup("launch", fields)
+                if record is None or record["choice"] not in runners:
+                    if not self.budget_logged:
+                        self.budget_logged = True
+                        time_log.info("launch autotuning: over the graph's %.0f s budget, later kernels keep "
+                                      "the heuristic launch", GRAPH_BUDGET_S)
+                    return ks
             choice = autotune.choose("launch", fields, runners, self.device, label)
         except Exception as e:  # noqa: BLE001 - every candidate failed (out of memory...): keep the heuristic
             time_log.info("launch autotuning of %s failed, keeping the heuristic launch: %s: %s", label,
