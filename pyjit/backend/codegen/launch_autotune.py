@@ -256,7 +256,7 @@ def reduction_candidates(ks: KernelSource, variant: Callable[[bool], KernelSourc
         _neighbours(ks, changes, persistent, limit, out)
         return out
     if persistent:
-        # The looped form first (it only exists as a candidate here), then the launch changes.
+        # Launch changes, with room kept for two launches of the looped form (generated here).
         looped_alt: KernelSource | None = None
         if r >= LOOPED_ALTERNATIVE_MIN_R:
             looped_alt = variant(False)
