@@ -82,6 +82,9 @@ class Config:
     # Launch autotuning: only reductions moving at least this many bytes (pointwise kernels: 16x
     # as many); smaller kernels are launch bound and every candidate costs a Triton compile.
     autotune_launch_min_bytes: int = 1 << 20
+    # "auto" launch autotuning: only reductions whose rows hold at least this many elements
+    # (below it the heuristics measured as good as the best candidate; "force" tunes all).
+    autotune_launch_min_row: int = 16384
     # Backend: matmuls (mm/addmm/bmm) as a Triton template with fused epilogues. "auto": a
     # candidate on CUDA, chosen over the extern by autotuning (extern when autotune is off);
     # "force": always the template where Triton kernels run (CUDA; CPU under triton_interpret,

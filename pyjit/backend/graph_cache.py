@@ -79,7 +79,8 @@ def graph_key_fields(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Te
                 config.matmul_template, config.autotune, bool(torch.backends.cuda.matmul.allow_tf32),
                 # Launch autotuning bakes its choices into the module (codegen/launch_autotune.py),
                 # and they hold for one GPU model (so do matmul template choices).
-                config.autotune_launch, config.autotune_launch_min_bytes, _cuda_models(example_inputs),
+                config.autotune_launch, config.autotune_launch_min_bytes, config.autotune_launch_min_row,
+                _cuda_models(example_inputs),
                 # Channels-last layout for convolution graphs (passes/layout.py).
                 config.layout_opt)
     fields = {"graph code": _sha(gm.code), "input metadata": _sha(repr(inputs)),

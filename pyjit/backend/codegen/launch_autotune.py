@@ -167,6 +167,12 @@ class LaunchTuner:
             return False  # symbolic sizes keep the heuristics (module docstring)
         if any(n not in self.layouts or not _static_layout(self.layouts[n]) for n in ks.arg_names):
             return False
+        if config.autotune_launch == "auto" and (ks.rnumel == 1 or int(ks.rnumel) < config.autotune_launch_min_row):
+            # Measured on an H100 (docs/performance.md "Launch autotuning"): the heuristics were
+            # within noise of the best launch below rows of 16384 (tuning there picked slower
+            # launches on noise, for 1-3 s of compiling per kernel), and 8-12 points of copy
+            # bandwidth behind it at rows of 32768. "auto" tunes where it paid; "force" all.
+            return False
         moved = sum(int(self.layouts[n].numel()) * self.layouts[n].dtype.itemsize for n in ks.arg_names)
         least = config.autotune_launch_min_bytes
         return moved >= (least if ks.rnumel != 1 else least * POINTWISE_MIN_BYTES_FACTOR)
