@@ -304,3 +304,39 @@ def test_training_channels_last_inputs_layout_off(target: str) -> None:
     with cfg.patch(layout_opt="off"):
         check_training(m, [x], atol=2e-4, rtol=2e-4)
     assert backend.metrics.layout_graphs == 0
+
+
+def _fake_cuda_conv_graph(channels: int, channels_last: bool) -> torch.fx.GraphModule:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        c = channels
+        x = torch.empty_strided((2, c, 8, 8), (64 * c, 1, 8 * c, c) if channels_last else (64 * c, 64, 8, 1),
+                                device="cuda")
+        w1 = torch.empty(channels, channels, 3, 3, device="cuda")
+        w2 = torch.empty(channels, channels, 3, 3, device="cuda")
+
+    def f(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        return torch.relu(F.conv2d(torch.relu(F.conv2d(x, w1, padding=1)), w2, padding=1))
+
+    return make_fx(f, tracing_mode="real")(x, w1, w2)
+
+
+@pytest.mark.parametrize("channels,channels_last,small_rule", [(64, False, True), (64, True, False), (128, False, False)])
+def test_auto_skips_small_channel_nchw_graphs(channels: int, channels_last: bool, small_rule: bool) -> None:
+    """"auto" (CUDA graphs; traced here with fake CUDA tensors) leaves graphs whose convolutions
+    all have <= 64 channels and NCHW inputs alone (measured slower converted), not others (on a
+    CPU-only build their rewrite then stops at re-propagating fake CUDA values; on the GPU
+    machine they are converted: tests/backend/test_channels_last.py runs there with CUDA)."""
+    from pyjit.backend.passes.layout import optimize_layout
+
+    gm = _fake_cuda_conv_graph(channels, channels_last)
+    rule = "every convolution has at most 64 channels and NCHW inputs"
+    with cfg.patch(layout_opt="auto"):
+        applied = optimize_layout(gm)
+    assert (rule in backend.metrics.layout_skipped) is small_rule, backend.metrics.layout_skipped
+    if small_rule:
+        assert not applied
+    elif torch.cuda.is_available():
+        assert applied
