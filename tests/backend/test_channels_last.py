@@ -30,14 +30,14 @@ def _layout_on() -> Any:
     # No disk graph cache: a warm graph would skip the passes and their metrics.
     # cuDNN's TF32 (on by default) picks other algorithms for NHWC than for NCHW: values
     # differ from eager's at ~1e-3. The comparison is of layouts, so both run in IEEE fp32.
-    tf32 = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
-    try:
+    # (The flags() context: torch.testing's common_utils, imported by the OpInfo tests, forbids
+    # setting cuDNN flags directly.)
+    cudnn = torch.backends.cudnn
+    with cudnn.flags(enabled=cudnn.enabled, benchmark=cudnn.benchmark, deterministic=cudnn.deterministic,
+                     allow_tf32=False):
         with cfg.patch(layout_opt="on", backend_disk_cache=False):
             backend.metrics.reset()
             yield
-    finally:
-        torch.backends.cudnn.allow_tf32 = tf32
 
 
 def _randomize_bn(bn: nn.Module) -> nn.Module:
