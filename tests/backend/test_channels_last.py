@@ -306,6 +306,34 @@ def test_training_channels_last_inputs_layout_off(target: str) -> None:
     assert backend.metrics.layout_graphs == 0
 
 
+
+def test_random_op_of_a_converted_conv_left_alone(target: str) -> None:
+    """Random ops draw in memory order: ``rand_like`` of a channels-last value would give each
+    element another draw than eager for the same seed, so the graph keeps eager's layouts
+    (values equal to eager's). Dropout is fine either way: its mask is drawn for a fresh
+    contiguous tensor, whatever its input's layout."""
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(4, 4, 3, padding=1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = torch.relu(self.conv(x))
+            return y * torch.rand_like(y) + F.dropout(y, 0.5, training=True)
+
+    torch.manual_seed(0)
+    m = Net().to(target)
+    x = torch.randn(2, 4, 6, 6, device=target)
+    with torch.no_grad():
+        torch.manual_seed(1)
+        expected = m(x)
+        compiled = compile_graph(torch.fx.symbolic_trace(m), [x])
+        torch.manual_seed(1)
+        actual = compiled(x)
+    torch.testing.assert_close(actual, expected)
+    assert backend.metrics.layout_graphs == 0
+    assert any("random op" in r for r in backend.metrics.layout_skipped), backend.metrics.layout_skipped
+
 def _fake_cuda_conv_graph(channels: int, channels_last: bool) -> torch.fx.GraphModule:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx

@@ -18,7 +18,8 @@ which the pass handles:
 * a ``view``/``_unsafe_view`` that eager cannot take of the new strides (``flatten`` of a
   channels-last activation) gets a copy of its input in the input's original layout first;
 * ``as_strided`` (and its relatives) address storage: if its input's strides changed the
-  graph is left alone;
+  graph is left alone; so are random ops (dropout) reading a value whose layout changed, whose
+  draws follow memory order (the same seed would give other masks than eager);
 * graph outputs keep exactly the strides they had before the pass (users, and the backward
   graph of a training forward, see eager's strides): where one changed, a copy into the
   original layout is inserted before the output.
@@ -180,6 +181,10 @@ class _Rewriter:
                        and not _same_strides(self.old[a], val(a))]
             if n.target in _STORAGE_OPS and changed:
                 raise _Refuse(f"{n.target} addresses the storage of a value whose layout changed ({n.name})")
+            if changed and torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ()):
+                # Random ops fill their output in memory order: in another layout the same seed
+                # would give each element another draw than eager (dropout masks differ).
+                raise _Refuse(f"random op {n.target} reads a value whose layout changed ({n.name})")
             if n.target in _VIEWS and changed and not _view_ok(n, self.mode):
                 src = n.args[0]
                 n.replace_input_with(src, self.copy_to_layout(src, self.old[src], before=n))
