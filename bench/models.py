@@ -9,7 +9,7 @@ MLP classifier and the decoder.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -210,6 +210,24 @@ def _build_gpt2_train(device: torch.device, size: str) -> Built:
     return _training(built, built.fn, lambda g, x: torch.randint(0, vocab, x[0].shape, generator=g).to(device))
 
 
+def channels_last(build: Callable[[torch.device, str], Built]) -> Callable[[torch.device, str], Built]:
+    """``build``'s workload with the module and every 4-d input in channels_last memory format
+    (how users run convolution networks on tensor cores; issue 11 item 3)."""
+    def built(device: torch.device, size: str) -> Built:
+        base = build(device, size)
+        module = base.fn.to(memory_format=torch.channels_last)
+        make = base.make_inputs
+
+        def make_cl(g: torch.Generator) -> tuple[Any, ...]:
+            return tuple(t.contiguous(memory_format=torch.channels_last)
+                         if isinstance(t, torch.Tensor) and t.dim() == 4 else t for t in make(g))
+
+        out = Built(module, make_cl, f"{base.shape} channels_last")
+        out.flops = base.flops
+        return out
+    return built
+
+
 MODELS: tuple[Workload, ...] = (
     Workload("gpt2_decoder", "models", _build_gpt2, "GPT-2 style decoder, few layers, inference",
              atol=2e-3, rtol=2e-3),
@@ -218,6 +236,8 @@ MODELS: tuple[Workload, ...] = (
              atol=2e-3, rtol=2e-3, inference=False),
     Workload("small_resnet", "models", _build_resnet, "small ResNet (2 stages x 2 basic blocks), inference",
              atol=2e-3, rtol=2e-3),
+    Workload("small_resnet_cl", "models", channels_last(_build_resnet),
+             "small_resnet with module and input in channels_last", atol=2e-3, rtol=2e-3),
     Workload("mlp_classifier", "models", _build_mlp_classifier, "3-layer MLP classifier with log_softmax",
              atol=1e-3, rtol=1e-3, quick=True),
     Workload("mlp_classifier_train", "models", _build_mlp_classifier_train,

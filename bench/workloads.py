@@ -81,18 +81,30 @@ def _build_gelu(device: torch.device, size: str) -> Built:
     return Built(gelu, lambda g: (randn(g, device, n),), f"[{n}] f32")
 
 
-def _build_softmax(device: torch.device, size: str) -> Built:
-    r, c = _ROWS_COLS[size]
+def _build_softmax(device: torch.device, size: str, width: int | None = None) -> Built:
+    r, c = _rows_cols(size, width)
     return Built(softmax, lambda g: (randn(g, device, r, c),), f"[{r},{c}] f32")
 
 
-def _build_layer_norm(device: torch.device, size: str) -> Built:
-    r, c = _ROWS_COLS[size]
+def _build_layer_norm(device: torch.device, size: str, width: int | None = None) -> Built:
+    r, c = _rows_cols(size, width)
     return Built(
         layer_norm,
         lambda g: (randn(g, device, r, c), randn(g, device, c), randn(g, device, c)),
         f"[{r},{c}] f32",
     )
+
+
+def _rows_cols(size: str, width: int | None) -> tuple[int, int]:
+    """(rows, width) of a row-wise workload: the default shape, or rows of ``width`` elements
+    holding as many elements in all (2^25 on "large", 2^18 on "small"), so only the row width
+    changes between the variants."""
+    r, c = _ROWS_COLS[size]
+    return (r, c) if width is None else (r * c // width, width)
+
+
+def _rows_of(build: Callable[..., Built], width: int) -> Callable[[torch.device, str], Built]:
+    return lambda device, size: build(device, size, width)
 
 
 def _build_rms_norm(device: torch.device, size: str) -> Built:
@@ -178,22 +190,21 @@ def _build_resnet_block(device: torch.device, size: str) -> Built:
     return module_built(block, device, lambda g: (randn(g, device, b, c, hw, hw),), f"[{b},{c},{hw},{hw}] f32")
 
 
-def _channels_last(build: Callable[[torch.device, str], Built]) -> Callable[[torch.device, str], Built]:
-    """``build``'s workload with the module and every 4-d input in channels_last memory format
-    (how users run convolution networks on tensor cores; issue 11 item 3)."""
-    def built(device: torch.device, size: str) -> Built:
-        base = build(device, size)
-        module = base.fn.to(memory_format=torch.channels_last)
-        make = base.make_inputs
+def _build_cross_entropy_128k(device: torch.device, size: str) -> Built:
+    r, c = {"small": (64, 4000), "large": (1024, 128000)}[size]
 
-        def make_cl(g: torch.Generator) -> tuple[Any, ...]:
-            return tuple(t.contiguous(memory_format=torch.channels_last)
-                         if isinstance(t, torch.Tensor) and t.dim() == 4 else t for t in make(g))
+    def make(g: torch.Generator) -> tuple[Any, ...]:
+        return randn(g, device, r, c), torch.randint(0, c, (r,), generator=g).to(device)
 
-        out = Built(module, make_cl, f"{base.shape} channels_last")
-        out.flops = base.flops
-        return out
-    return built
+    return Built(cross_entropy, make, f"[{r},{c}] f32")
+
+
+def _build_gpt2_block_bf16(device: torch.device, size: str) -> Built:
+    base = _build_gpt2_block(device, size)
+    module = base.fn.to(torch.bfloat16)
+    make = base.make_inputs
+    return Built(module, lambda g: tuple(t.to(torch.bfloat16) for t in make(g)),
+                 base.shape.replace(" f32", " bf16"))
 
 
 def _build_mlp(device: torch.device, size: str) -> Built:
@@ -211,7 +222,16 @@ KERNELS: tuple[Workload, ...] = (
     Workload("layer_norm", "kernels", _build_layer_norm, "F.layer_norm with affine", memory_bound=True, quick=True,
              atol=1e-4, rtol=1e-4),
     Workload("rms_norm", "kernels", _build_rms_norm, "x * rsqrt(mean(x^2)+eps) * w", memory_bound=True),
+    Workload("softmax_256", "kernels", _rows_of(_build_softmax, 256), "softmax over rows of 256", memory_bound=True),
+    Workload("softmax_1024", "kernels", _rows_of(_build_softmax, 1024), "softmax over rows of 1024",
+             memory_bound=True),
+    Workload("layer_norm_256", "kernels", _rows_of(_build_layer_norm, 256), "F.layer_norm over rows of 256",
+             memory_bound=True, atol=1e-4, rtol=1e-4),
+    Workload("layer_norm_1024", "kernels", _rows_of(_build_layer_norm, 1024), "F.layer_norm over rows of 1024",
+             memory_bound=True, atol=1e-4, rtol=1e-4),
     Workload("cross_entropy", "kernels", _build_cross_entropy, "F.cross_entropy, mean reduction", memory_bound=True),
+    Workload("cross_entropy_128k", "kernels", _build_cross_entropy_128k,
+             "F.cross_entropy over a 128000-wide vocabulary", memory_bound=True),
     Workload("linear_gelu_residual", "kernels", _build_linear_gelu_residual, "x + gelu(linear(x))",
              atol=1e-3, rtol=1e-3),
     Workload("linear_gelu_residual_bf16", "kernels", _build_linear_gelu_residual_bf16,
@@ -224,10 +244,11 @@ KERNELS: tuple[Workload, ...] = (
              # cuDNN convolutions run in TF32 by default on CUDA: eager itself is ~8e-4 off fp64 here.
              atol=3e-3, rtol=3e-3),
     Workload("gpt2_block", "kernels", _build_gpt2_block, "GPT-2 style pre-LN block", atol=1e-3, rtol=1e-3),
+    Workload("gpt2_block_bf16", "kernels", _build_gpt2_block_bf16, "gpt2_block in bf16", atol=5e-2, rtol=5e-2),
     Workload("resnet_block", "kernels", _build_resnet_block, "ResNet basic block (eval BN)", atol=1e-3, rtol=1e-3),
-    Workload("conv_bn_relu_block_cl", "kernels", _channels_last(_build_conv_bn_relu),
+    Workload("conv_bn_relu_block_cl", "kernels", models.channels_last(_build_conv_bn_relu),
              "conv_bn_relu_block with module and input in channels_last", atol=3e-3, rtol=3e-3),
-    Workload("resnet_block_cl", "kernels", _channels_last(_build_resnet_block),
+    Workload("resnet_block_cl", "kernels", models.channels_last(_build_resnet_block),
              "resnet_block with module and input in channels_last", atol=1e-3, rtol=1e-3),
     Workload("mlp", "kernels", _build_mlp, "Linear-GELU-Linear", atol=1e-3, rtol=1e-3),
 )
