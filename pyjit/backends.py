@@ -116,9 +116,10 @@ class _GuardedCompiled:
                 return self.fn(*args)
             except Exception as e:
                 from .config import config
+                from .errors import GatherIndexError
 
-                if config.raise_on_internal_error:
-                    raise
+                if config.raise_on_internal_error or isinstance(e, GatherIndexError):
+                    raise  # (an out-of-range index is the program's error, as in eager)
                 self.failed = True
                 _fallback_log.warning("compiled graph %s raised %s: %s; running the captured graph from now on",
                                       type(self.gm).__name__, type(e).__name__, e)

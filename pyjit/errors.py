@@ -7,6 +7,8 @@
 - :class:`SkipFrame`: control flow: this frame is not worth compiling (e.g. no tensor work).
 - :class:`BackendError`: the graph compiler failed; wraps the original exception.
 - :class:`LoweringError`: an aten op could not be lowered by pyjit's backend.
+- :class:`GatherIndexError`: an out-of-range gathered index in a compiled graph (an ``IndexError``,
+  as eager raises).
 - :class:`InternalError`: a pyjit bug; caught at the frame boundary and turned into an eager fallback.
 """
 from __future__ import annotations
@@ -97,6 +99,12 @@ class LoweringError(PyjitError):
 class GraphRefusal(PyjitError):
     """A documented limit of the backend met while lowering a graph (not a bug): the graph runs
     as captured with the reason logged on ``fallbacks``, also under raise_on_internal_error."""
+
+
+class GatherIndexError(IndexError):
+    """An index of a gather (``embedding``, ``index_select``, ``gather``, ``x[idx]``) outside the
+    indexed dimension in a compiled graph, where eager raises too (``runtime/checks.py``). The
+    program's error, not pyjit's: raised as is, never a reason to stop using the compiled graph."""
 
 
 class InternalError(PyjitError):

@@ -145,6 +145,9 @@ class GraphLowering(torch.fx.Interpreter):
         self.outputs: list[Any] = []
         # (input buffer or a strided view of it, realized new value): written back after the kernels.
         self.mutations: list[tuple[IRNode, Any]] = []
+        # Gathers whose index is a graph input of a CPU graph: (input name, indexed size, negative
+        # indices allowed, "op <- file:line"); the wrapper checks them (lowering/indexing.py).
+        self.gather_checks: list[tuple[str, int, bool, str]] = []
         self.current_node: torch.fx.Node | None = None
         self.node_info: dict[str, tuple[str, str]] = {}  # fx node name -> (op name, user source line)
         self._counter = 0

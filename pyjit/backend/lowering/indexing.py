@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import sympy
 import torch
 
-from ..ir import IRNode, Pointwise, StorageBox
+from ..ir import InputBuffer, IRNode, Pointwise, StorageBox
 from ..symbolic import FloorDiv, as_size, is_static, known_true
 from .registry import (
     aten,
@@ -91,8 +91,19 @@ def _indirect(ops: Any, value: Any, size: int) -> sympy.Expr:
     return _clamp(ops.indirect_indexing(wrapped, size), size)
 
 
+def _check_input_index(ctx: Any, index: IRNode, size: Any, negative: bool) -> None:
+    """Have the wrapper check a gather's index tensor when it is a graph input of a CPU graph
+    with a static indexed size (``GraphLowering.gather_checks``): eager raises for an index
+    outside ``[-size, size)`` (``x[idx]``) or ``[0, size)`` (``index_select``, ``embedding``,
+    ``gather``), the kernels only clamp it. Not on CUDA (reading the range would synchronize)."""
+    if isinstance(index, InputBuffer) and index.get_device().type == "cpu" and is_static(size):
+        op = ctx.current_target_name()
+        where = ctx.current_user_location()
+        ctx.gather_checks.append((index.name, int(size), negative, f"{op}" + (f" <- {where}" if where else "")))
+
+
 @register_lowering(aten.index.Tensor)
-def _index(ctx: Any, x: IRNode, indices: Sequence[IRNode | None]) -> IRNode:
+def _index(ctx: Any, x: IRNode, indices: Sequence[IRNode | None], negative: bool = True) -> IRNode:
     size = x.get_size()
     if any(i is not None and i.get_dtype() in (torch.bool, torch.uint8) for i in indices):
         raise NotImplementedError("boolean masks make data-dependent shapes")
@@ -110,6 +121,8 @@ def _index(ctx: Any, x: IRNode, indices: Sequence[IRNode | None]) -> IRNode:
         before, after = [], rest
         out_size = bshape + [size[d] for d in rest]
         bpos = 0
+    for d, t in zip(indexed, tensors):
+        _check_input_index(ctx, t, size[d], negative)
     loaders = [expand_to(t, bshape).make_loader() for t in tensors]  # type: ignore[arg-type]
     xload = x.make_loader()
 
@@ -134,19 +147,21 @@ def _index_select(ctx: Any, x: IRNode, dim: int, index: IRNode) -> IRNode:
     if len(x.get_size()) == 0:
         return x
     indices: list[IRNode | None] = [None] * dim + [index]
-    return _index(ctx, x, indices)
+    return _index(ctx, x, indices, negative=False)
 
 
 @register_lowering(aten.embedding)
 def _embedding(ctx: Any, weight: IRNode, indices: IRNode, padding_idx: int = -1, scale_grad_by_freq: bool = False,
                sparse: bool = False) -> IRNode:
-    return _index(ctx, weight, [indices])
+    return _index(ctx, weight, [indices], negative=False)
 
 
 @register_lowering(aten.gather)
 def _gather(ctx: Any, x: IRNode, dim: int, index: IRNode, *, sparse_grad: bool = False) -> IRNode:
     size = x.get_size()
     dim = canonical_dim(dim, len(size))
+    if size:
+        _check_input_index(ctx, index, size[dim], False)
     iload = index.make_loader()
     xload = x.make_loader()
 
