@@ -215,25 +215,36 @@ def test_training_conv_bn_relu(target: str) -> None:
 
 
 # ----------------------------------------------------------------------------- left alone
-def test_as_strided_of_changed_layout_left_alone(target: str) -> None:
-    class Net(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.conv = nn.Conv2d(4, 4, 3, padding=1)
+class _ConvThen(nn.Module):
+    """conv3x3 + ReLU, then ``tail`` (the construct the layout pass must not convert under)."""
 
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            y = torch.relu(self.conv(x))
-            return torch.as_strided(y, (2, 8), (3, 1)) + 1
+    def __init__(self, tail: Any) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+        self.tail = tail
 
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.tail(torch.relu(self.conv(x)))
+
+
+def _check_left_alone(tail: Any, target: str, reason: str) -> None:
+    """``_ConvThen(tail)`` equals eager (same seed before each run) and the pass skipped it for ``reason``."""
     torch.manual_seed(0)
-    m = Net().eval().to(target)
+    m = _ConvThen(tail).to(target)
     x = torch.randn(2, 4, 6, 6, device=target)
     with torch.no_grad():
+        torch.manual_seed(1)
         expected = m(x)
-        actual = compile_graph(torch.fx.symbolic_trace(m), [x])(x)
+        compiled = compile_graph(torch.fx.symbolic_trace(m), [x])
+        torch.manual_seed(1)
+        actual = compiled(x)
     torch.testing.assert_close(actual, expected)
     assert backend.metrics.layout_graphs == 0
-    assert any("as_strided" in r for r in backend.metrics.layout_skipped), backend.metrics.layout_skipped
+    assert any(reason in r for r in backend.metrics.layout_skipped), backend.metrics.layout_skipped
+
+
+def test_as_strided_of_changed_layout_left_alone(target: str) -> None:
+    _check_left_alone(lambda y: torch.as_strided(y, (2, 8), (3, 1)) + 1, target, "as_strided")
 
 
 def test_conv1d_and_transposed_left_alone(target: str) -> None:
@@ -306,33 +317,12 @@ def test_training_channels_last_inputs_layout_off(target: str) -> None:
     assert backend.metrics.layout_graphs == 0
 
 
-
 def test_random_op_of_a_converted_conv_left_alone(target: str) -> None:
     """Random ops draw in memory order: ``rand_like`` of a channels-last value would give each
     element another draw than eager for the same seed, so the graph keeps eager's layouts
     (values equal to eager's). Dropout is fine either way: its mask is drawn for a fresh
     contiguous tensor, whatever its input's layout."""
-    class Net(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.conv = nn.Conv2d(4, 4, 3, padding=1)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            y = torch.relu(self.conv(x))
-            return y * torch.rand_like(y) + F.dropout(y, 0.5, training=True)
-
-    torch.manual_seed(0)
-    m = Net().to(target)
-    x = torch.randn(2, 4, 6, 6, device=target)
-    with torch.no_grad():
-        torch.manual_seed(1)
-        expected = m(x)
-        compiled = compile_graph(torch.fx.symbolic_trace(m), [x])
-        torch.manual_seed(1)
-        actual = compiled(x)
-    torch.testing.assert_close(actual, expected)
-    assert backend.metrics.layout_graphs == 0
-    assert any("random op" in r for r in backend.metrics.layout_skipped), backend.metrics.layout_skipped
+    _check_left_alone(lambda y: y * torch.rand_like(y) + F.dropout(y, 0.5, training=True), target, "random op")
 
 def _fake_cuda_conv_graph(channels: int, channels_last: bool) -> torch.fx.GraphModule:
     from torch._subclasses.fake_tensor import FakeTensorMode

@@ -13,29 +13,17 @@ from typing import Any, Callable
 import pytest
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 import pyjit
 import pyjit.backend as backend
 
+from .test_optimizer_capture import _step
+
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
-class _Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc1, self.ln, self.fc2 = nn.Linear(64, 128), nn.LayerNorm(128), nn.Linear(128, 16)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(torch.tanh(self.ln(self.fc1(x))))
-
-
-def _step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    loss = F.mse_loss(model(x), y)
-    loss.backward()
-    opt.step()
-    opt.zero_grad()
-    return loss.detach()
+def _net() -> nn.Module:
+    return nn.Sequential(nn.Linear(64, 128), nn.LayerNorm(128), nn.Tanh(), nn.Linear(128, 16))
 
 
 OPTIMIZERS: dict[str, Callable[[Any], torch.optim.Optimizer]] = {
@@ -53,7 +41,7 @@ def test_default_cuda_optimizers_match_eager(name: str, tmp_path: Any) -> None:
     pyjit.reset()
     backend.metrics.reset()
     torch.manual_seed(0)
-    model = _Net().cuda()
+    model = _net().cuda()
     ref = copy.deepcopy(model)
     opt, ref_opt = OPTIMIZERS[name](model.parameters()), OPTIMIZERS[name](ref.parameters())
     x, y = torch.randn(32, 64, device="cuda"), torch.randn(32, 16, device="cuda")
