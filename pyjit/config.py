@@ -16,6 +16,8 @@ import, by :func:`_from_environment` and nowhere else:
   of a function from its frame record (no re-tracing) when the disk cache is on.
 - ``PYJIT_LAYOUT_OPT``: ``auto`` (default), ``on`` or ``off``: channels-last layout for
   convolution graphs (``backend/passes/layout.py``).
+- ``PYJIT_PARALLEL_COMPILE``: ``1`` (default) or ``0``: compile a CUDA module's Triton kernels in
+  a thread pool before its first call (``runtime/precompile.py``).
 """
 from __future__ import annotations
 
@@ -105,6 +107,12 @@ class Config:
     # Training runtime: a graph with symbolic sizes that needs autograd gets a static training
     # graph per distinct input size, at most this many; further sizes run as captured (logged).
     aot_static_sizes_max: int = 8
+    # Backend (runtime/precompile.py, PYJIT_PARALLEL_COMPILE): compile a CUDA module's Triton
+    # kernels in a thread pool before its first call (from a dry run on fake tensors), and
+    # autotuning candidates before they are timed; off: each kernel compiles on first launch.
+    parallel_compile: bool = True
+    # Threads of that pool; 0: the CPU count, at most 32.
+    compile_threads: int = 0
     # Backend: use the on-disk cache of generated modules (PYJIT_CACHE_DIR).
     backend_disk_cache: bool = True
     # Warm start (PYJIT_WARM_START): record compiled frames on disk and install them in a new
@@ -141,6 +149,10 @@ def _from_environment(env: "os._Environ[str] | dict[str, str]") -> Config:
     if layout not in ("auto", "on", "off"):
         raise ValueError(f"PYJIT_LAYOUT_OPT={layout!r} must be auto, on or off")
     cfg.layout_opt = layout  # type: ignore[assignment]
+    parallel = env.get("PYJIT_PARALLEL_COMPILE", "1").strip() or "1"
+    if parallel not in ("0", "1"):
+        raise ValueError(f"PYJIT_PARALLEL_COMPILE={parallel!r} must be 0 or 1")
+    cfg.parallel_compile = parallel == "1"
     return cfg
 
 

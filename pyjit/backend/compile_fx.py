@@ -477,7 +477,10 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
         """The first call compiles Triton kernels (on their first launch). A kernel that fails to
         compile is a pyjit bug: the graph then runs as captured from now on (logged) instead of
         breaking the user's program. Input mutations are written back after all kernels ran,
-        so running the graph as captured after a failure sees the inputs unchanged."""
+        so running the graph as captured after a failure sees the inputs unchanged.
+        Before it, the kernels are compiled in parallel (``runtime/precompile.py``)."""
+        from ..runtime.precompile import warm_module
+        warm_module(call, flat)
         try:
             outs = call(flat)
         except torch.cuda.OutOfMemoryError:

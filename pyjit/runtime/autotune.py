@@ -98,14 +98,22 @@ def choose(kind: str, key_fields: Mapping[str, str], candidates: Mapping[str, Ca
         return record["choice"]
     start = time.perf_counter()
     timings: dict[str, float] = {}
+    runners: dict[str, Callable[[], object]] = {}
     for name, build in candidates.items():
         try:
-            run = build()
+            runners[name] = build()
+        except Exception as e:  # noqa: BLE001 - a config that does not build is never chosen
+            _failed(kind, name, e, timings)
+    if device.type == "cuda":
+        # Candidates that are Triton kernels expose warm(): compile them all at once first.
+        from .precompile import warm_launches
+        warm_launches(getattr(run, "warm", None) for run in runners.values())
+    for name, run in runners.items():
+        try:
             timings[name] = timer(name, run, device) if timer is not None else benchmark(run, device)
         except Exception as e:  # noqa: BLE001 - a config that does not compile/run is never chosen
-            counters["failures"] += 1
-            time_log.info("autotune %s: candidate %s failed (%s: %s)", kind, name, type(e).__name__, e)
-            timings[name] = math.inf
+            _failed(kind, name, e, timings)
+    timings = {name: timings[name] for name in candidates if name in timings}  # candidates' order
     best = min(timings, key=lambda n: timings[n])
     if math.isinf(timings[best]):
         raise RuntimeError(f"autotune {kind}: every candidate failed")
@@ -120,6 +128,12 @@ def choose(kind: str, key_fields: Mapping[str, str], candidates: Mapping[str, Ca
     time_log.info("autotuned %s%s in %.1f ms: chose %s (%s)", kind, f" {label}" if label else "",
                   elapsed_ms, best, shown)
     return best
+
+
+def _failed(kind: str, name: str, error: Exception, timings: dict[str, float]) -> None:
+    counters["failures"] += 1
+    time_log.info("autotune %s: candidate %s failed (%s: %s)", kind, name, type(error).__name__, error)
+    timings[name] = math.inf
 
 
 def clear_memo() -> None:

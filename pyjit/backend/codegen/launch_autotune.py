@@ -374,4 +374,6 @@ def _runner(ks: KernelSource, scratch: _Scratch, interpret: bool) -> Callable[[]
     def run() -> None:
         launch(*args, **meta)
 
+    if hasattr(kernel, "warmup"):  # compiled Triton: autotune compiles all candidates at once first
+        run.warm = lambda: kernel.warmup(*args, grid=ks.grid, **meta)  # type: ignore[attr-defined]
     return run
