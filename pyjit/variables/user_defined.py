@@ -88,11 +88,12 @@ class UserDefinedClassVariable(KnownValueVariable):
 class UserDefinedObjectVariable(VariableTracker):
     """An instance of a user class; attributes are read through sources, never written."""
 
-    __slots__ = ("value",)
+    __slots__ = ("value", "dict_view")
 
     def __init__(self, value: Any, source: Source | None) -> None:
         super().__init__(source)
         self.value = value
+        self.dict_view: VariableTracker | None = None  # builtin_base_view, made on first use
 
     def python_type(self) -> type:
         return type(self.value)
@@ -169,29 +170,37 @@ class UserDefinedObjectVariable(VariableTracker):
         return wrap(tx, value, AttrSource(self.source, name) if self.source is not None else None)
 
     def builtin_base_view(self, tx: "Translator", base: type) -> VariableTracker:
-        """The builtin part of an instance of a user subclass of ``dict`` (for ``dict.get(obj, k)``
-        and ``super().get(k)``): a dict tracker over the same object, keys guarded, values read
-        through ``obj[k]`` (so only where the subclass keeps dict's own ``__getitem__``)."""
+        """The builtin part of an instance of a user subclass of ``dict`` (for ``dict.get(obj, k)``,
+        ``super().__getitem__(k)``, ``super().__setitem__(k, v)``): a dict tracker over the same
+        object's storage, keys guarded, made once per trace (mutations through one call are seen by
+        the next; pyjit/variables/dict_subclass.py)."""
         from .builder import wrap
-        from .dicts import DictVariable, check_dict_key
+        from .dict_subclass import DictViewVariable, PlainDictItemSource
+        from .dicts import check_dict_key
 
         obj = self.value
         cls = type(obj)
         if base is object:
             return self
-        if not isinstance(obj, dict) or _class_attr(cls, "__getitem__") is not dict.__getitem__:
+        if not isinstance(obj, dict):
             unsupported("unsupported_call", f"builtin {base.__name__} methods on a {cls.__name__} instance")
+        if self.dict_view is not None:
+            return self.dict_view
         from ..guards.guards import GuardKind
         from ..guards.source import ItemSource
 
         if self.source is not None:
-            tx.output.guards.add(GuardKind.DICT_KEYS, self.source, tuple(obj.keys()))
+            tx.output.guards.add(GuardKind.DICT_KEYS, self.source, tuple(dict.keys(obj)))
+        # A Python __getitem__ of the class must not run to read the storage (in the guards nor in
+        # the generated code): its values are read with dict.__getitem__ instead of obj[k].
+        item_source = ItemSource if _class_attr(cls, "__getitem__") is dict.__getitem__ else PlainDictItemSource
         items = {}
         for k, v in dict.items(obj):
             check_dict_key(k)
-            items[k] = wrap(tx, v, ItemSource(self.source, k) if self.source is not None else None)
+            items[k] = wrap(tx, v, item_source(self.source, k) if self.source is not None else None)
         # The same object: reconstructs as its source; a mutation through it is a side effect.
-        return DictVariable(items, self.source, dict_type=cls)
+        self.dict_view = DictViewVariable(items, self.source, dict_type=cls)
+        return self.dict_view
 
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         call = _class_attr(type(self.value), "__call__")
