@@ -17,7 +17,9 @@ the runtime rebuilds them as ``as_strided`` views of the real input (so aliasing
 gradient through them behave as in eager). Outputs that do not require grad get no tangent.
 What this module does not handle raises ``NotImplementedError`` (the caller runs the graph as
 captured and logs why): grad-mode changes inside the graph, mutated inputs that require grad,
-non-tensor inputs or outputs.
+non-tensor inputs or outputs. Calls of custom ``autograd.Function``s are opaque in the forward
+trace and run as the real ``apply`` in the joint trace, which records the user's ``forward``
+and ``backward`` as aten ops (``custom_function.py``).
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx
 from torch.utils import _pytree as pytree
+
+from .custom_function import FunctionInterpreter, OpaqueCalls, autograd_functions, describe
 
 aten = torch.ops.aten
 
@@ -183,10 +187,30 @@ def trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_in
                 decompositions: dict[Any, Callable[..., Any]]) -> JointGraph:
     """Trace the joint forward/backward graph of ``gm`` for inputs like ``example_inputs``
     (the graph's inputs followed by its parameters and buffers ``state_names``)."""
-    from torch.fx.experimental.proxy_tensor import make_fx
-
     check_supported(gm)
     fake_mode, fakes = make_fake_inputs(example_inputs)
+    classes = autograd_functions(gm)
+    if not classes:
+        return _trace_joint(gm, state_names, example_inputs, decompositions, fake_mode, fakes)
+    # Custom autograd.Function calls (custom_function.py): opaque in the forward trace, the real
+    # apply in the joint trace. Whatever fails there runs the graph as captured (real apply).
+    opaque = OpaqueCalls(gm)
+    try:
+        return _trace_joint(opaque.gm, state_names, example_inputs, decompositions, fake_mode, fakes)
+    except NotImplementedError:
+        raise
+    except Exception as e:
+        raise NotImplementedError(f"the joint trace through the custom autograd.Function {describe(classes)} failed "
+                                  f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from e
+    finally:
+        opaque.close()
+
+
+def _trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_inputs: Sequence[Any],
+                 decompositions: dict[Any, Callable[..., Any]], fake_mode: Any, fakes: list[torch.Tensor]
+                 ) -> JointGraph:
+    from torch.fx.experimental.proxy_tensor import make_fx
+
     grad = torch.is_grad_enabled()
     requires_grad = [grad and bool(t.requires_grad) for t in example_inputs]
     from .decompositions import forward_table
@@ -202,7 +226,7 @@ def trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_in
     with fake_mode:
         probe_inputs = [t.detach().requires_grad_(r) for t, r in zip(fakes, requires_grad)]
         with torch.enable_grad():
-            probe = torch.fx.Interpreter(fw).run(*probe_inputs)
+            probe = FunctionInterpreter(fw).run(*probe_inputs)
     user_requires_grad = [bool(t.requires_grad) for t in probe[:n_user]]
 
     # Outputs aliasing an input leave the graph: the runtime rebuilds them as views.
@@ -232,7 +256,7 @@ def trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_in
     def joint(primals: list[torch.Tensor], tangents: list[torch.Tensor]) -> list[Any]:
         primals = [p.detach().requires_grad_(r) for p, r in zip(primals, requires_grad)]
         with torch.enable_grad():
-            outs = torch.fx.Interpreter(fw).run(*primals)
+            outs = FunctionInterpreter(fw).run(*primals)
         wrt = [p for p in primals if p.requires_grad]
         diff = [outs[i] for i in tangent_outputs]
         grads: Sequence[Any] = ()
