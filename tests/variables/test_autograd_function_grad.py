@@ -557,3 +557,73 @@ def test_no_grad_path_still_inlines_the_forward():
     (gm,) = seen
     assert not any(custom_function.function_of(n.target) for n in gm.graph.nodes)
     assert any(n.target is torch.tanh for n in gm.graph.nodes)
+
+
+class InPlaceBackward(torch.autograd.Function):
+    """In-place ops on a fresh tensor in both forward and backward (the joint graph is
+    functionalized again)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = x.clone()
+        y.mul_(3)
+        ctx.save_for_backward(x)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        out = g.clone()
+        out.mul_(3)
+        out[x < 0] = 0.0
+        return out
+
+
+def test_two_calls_and_two_classes_in_one_graph():
+    def f(x, w):
+        h = GeLU.apply(x @ w)
+        h = ScaledMul.apply(h, GeLU.apply(h), 2.0)
+        return InPlaceBackward.apply(h)
+
+    check_grads(f, torch.randn(3, 4, requires_grad=True), torch.randn(4, 4, requires_grad=True))
+
+
+def test_dynamic_sizes():
+    def f(x):
+        return GeLU.apply(x).sum(0)
+
+    jf = pyjit.jit(f, dynamic=True)
+    for n in (3, 5, 7):
+        x = torch.randn(n, 4, requires_grad=True)
+        xr = x.detach().clone().requires_grad_(True)
+        out = jf(x)
+        ref = f(xr)
+        torch.testing.assert_close(out, ref)
+        out.sum().backward()
+        ref.sum().backward()
+        torch.testing.assert_close(x.grad, xr.grad)
+    assert backend.metrics.eager_graphs == []
+
+
+def _closure_function() -> type:
+    k = 2.0
+
+    class Closure(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * k
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * k
+
+    return Closure
+
+
+def test_closure_is_refused():
+    cls = _closure_function()
+    x = torch.randn(3, requires_grad=True)
+    with pytest.raises(pyjit.GraphBreakError, match=r"Closure\.apply with gradients needed: .*free variables"):
+        pyjit.jit(lambda v: cls.apply(v * 1.0), fullgraph=True)(x)
+    pyjit.reset()
+    check_grads(lambda v: cls.apply(v * 1.0).exp(), x, fullgraph=False, compiled=False)
