@@ -16,8 +16,10 @@ import, by :func:`_from_environment` and nowhere else:
   of a function from its frame record (no re-tracing) when the disk cache is on.
 - ``PYJIT_LAYOUT_OPT``: ``auto`` (default), ``on`` or ``off``: channels-last layout for
   convolution graphs (``backend/passes/layout.py``).
-- ``PYJIT_PARALLEL_COMPILE``: ``1`` (default) or ``0``: compile a CUDA module's Triton kernels in
-  a thread pool before its first call (``runtime/precompile.py``).
+- ``PYJIT_PARALLEL_COMPILE``: ``processes`` (default; or ``1``), ``threads`` or ``off`` (or ``0``):
+  how a CUDA module's Triton kernels are compiled in parallel before its first call
+  (``runtime/precompile.py``); ``PYJIT_COMPILE_THREADS``: how many workers (0, the default: the
+  CPU count, at most 32).
 """
 from __future__ import annotations
 
@@ -108,10 +110,13 @@ class Config:
     # graph per distinct input size, at most this many; further sizes run as captured (logged).
     aot_static_sizes_max: int = 8
     # Backend (runtime/precompile.py, PYJIT_PARALLEL_COMPILE): compile a CUDA module's Triton
-    # kernels in a thread pool before its first call (from a dry run on fake tensors), and
-    # autotuning candidates before they are timed; off: each kernel compiles on first launch.
-    parallel_compile: bool = True
-    # Threads of that pool; 0: the CPU count, at most 32.
+    # kernels in parallel before its first call (from a dry run on fake tensors), and autotuning
+    # candidates before they are timed. "processes": in compile worker processes
+    # (runtime/compile_pool.py; threads where this Triton cannot be intercepted); "threads": in a
+    # thread pool (Triton's AsyncCompileMode; the GIL limits it); "off": each kernel compiles on
+    # its first launch.
+    parallel_compile: Literal["processes", "threads", "off"] = "processes"
+    # Workers (processes or threads) of that pool; 0: the CPU count, at most 32.
     compile_threads: int = 0
     # Backend: use the on-disk cache of generated modules (PYJIT_CACHE_DIR).
     backend_disk_cache: bool = True
@@ -149,10 +154,15 @@ def _from_environment(env: "os._Environ[str] | dict[str, str]") -> Config:
     if layout not in ("auto", "on", "off"):
         raise ValueError(f"PYJIT_LAYOUT_OPT={layout!r} must be auto, on or off")
     cfg.layout_opt = layout  # type: ignore[assignment]
-    parallel = env.get("PYJIT_PARALLEL_COMPILE", "1").strip() or "1"
-    if parallel not in ("0", "1"):
-        raise ValueError(f"PYJIT_PARALLEL_COMPILE={parallel!r} must be 0 or 1")
-    cfg.parallel_compile = parallel == "1"
+    parallel = env.get("PYJIT_PARALLEL_COMPILE", "processes").strip() or "processes"
+    parallel = {"1": "processes", "0": "off"}.get(parallel, parallel)
+    if parallel not in ("processes", "threads", "off"):
+        raise ValueError(f"PYJIT_PARALLEL_COMPILE={parallel!r} must be processes (or 1), threads or off (or 0)")
+    cfg.parallel_compile = parallel  # type: ignore[assignment]
+    workers = env.get("PYJIT_COMPILE_THREADS", "0").strip() or "0"
+    if not workers.isdigit():
+        raise ValueError(f"PYJIT_COMPILE_THREADS={workers!r} must be a whole number (0: the CPU count, at most 32)")
+    cfg.compile_threads = int(workers)
     return cfg
 
 

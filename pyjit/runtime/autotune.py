@@ -105,9 +105,9 @@ def choose(kind: str, key_fields: Mapping[str, str], candidates: Mapping[str, Ca
         except Exception as e:  # noqa: BLE001 - a config that does not build is never chosen
             _failed(kind, name, e, timings)
     if device.type == "cuda":
-        # Candidates that are Triton kernels expose warm(): compile them all at once first.
+        # Candidates that are Triton kernels expose (kernel, warm): compile them all at once first.
         from .precompile import warm_launches
-        warm_launches(getattr(run, "warm", None) for run in runners.values())
+        warm_launches(getattr(run, "warm_launch", None) for run in runners.values())
     for name, run in runners.items():
         try:
             timings[name] = timer(name, run, device) if timer is not None else benchmark(run, device)

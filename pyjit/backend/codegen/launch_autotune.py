@@ -375,5 +375,5 @@ def _runner(ks: KernelSource, scratch: _Scratch, interpret: bool) -> Callable[[]
         launch(*args, **meta)
 
     if hasattr(kernel, "warmup"):  # compiled Triton: autotune compiles all candidates at once first
-        run.warm = lambda: kernel.warmup(*args, grid=ks.grid, **meta)  # type: ignore[attr-defined]
+        run.warm_launch = (kernel, lambda: kernel.warmup(*args, grid=ks.grid, **meta))  # type: ignore[attr-defined]
     return run

@@ -268,7 +268,7 @@ def _template_runner(cand: MatmulTemplate, cfg: dict[str, int], inputs: _DummyIn
         launch(*args, **ks.meta)
 
     if hasattr(kernel, "warmup"):  # compiled Triton: autotune compiles all candidates at once first
-        run.warm = lambda: kernel.warmup(*args, grid=ks.grid, **ks.meta)  # type: ignore[attr-defined]
+        run.warm_launch = (kernel, lambda: kernel.warmup(*args, grid=ks.grid, **ks.meta))  # type: ignore[attr-defined]
     return run
 
 

@@ -1,0 +1,149 @@
+"""A pool of compile worker processes (``runtime/compile_worker.py``) for Triton kernels.
+
+Why processes: Triton's compiler holds the GIL for most of a compile (the AST walk to TTIR and,
+measured on the GPU machine, much of the MLIR pipeline), so a thread pool compiled a GPT-2
+training step's ~100 kernels only about twice as fast as one thread. Separate interpreters
+compile truly in parallel. Each worker is a plain ``python -m pyjit.runtime.compile_worker``
+subprocess (not ``multiprocessing``: spawning through it would re-import the user's
+``__main__``), fed length-prefixed pickles over its stdin/stdout by one thread of this process.
+
+Workers are started in the background by :func:`prestart` (called when the first CUDA graph
+starts compiling, so that they import torch and Triton while the graph is traced and lowered)
+and live until the process exits. A worker that dies or answers garbage is dropped and its
+task reported failed; the caller then lets the kernel compile in this process, as it would have
+without the pool.
+"""
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import os
+import queue
+import subprocess
+import sys
+import threading
+from typing import Any
+
+from ..logs import get_logger
+from .compile_worker import read_message, write_message
+
+time_log = get_logger("compile_times")
+
+
+class _Worker:
+    def __init__(self) -> None:
+        import pyjit
+
+        env = dict(os.environ)
+        # The worker must import this pyjit even when it is not installed (a checkout on sys.path).
+        root = os.path.dirname(os.path.dirname(os.path.abspath(pyjit.__file__)))
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        self.proc = subprocess.Popen([sys.executable, "-m", "pyjit.runtime.compile_worker"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, env=env)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        hello = read_message(self.proc.stdout)
+        if not (isinstance(hello, tuple) and hello and hello[0] == "ready"):
+            raise RuntimeError(f"compile worker sent {hello!r} instead of ready")
+
+    def run(self, task: dict[str, Any]) -> tuple[bool, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        write_message(self.proc.stdin, task)
+        reply = read_message(self.proc.stdout)
+        if not (isinstance(reply, tuple) and len(reply) == 2):
+            raise RuntimeError(f"compile worker replied {reply!r}")
+        return reply
+
+    def stop(self) -> None:
+        try:
+            assert self.proc.stdin is not None
+            write_message(self.proc.stdin, None)
+            self.proc.stdin.close()
+            self.proc.wait(timeout=2)
+        except Exception:  # noqa: BLE001 - exiting: make sure it is gone
+            self.proc.kill()
+
+
+class CompilePool:
+    """``submit(task)`` -> a Future of ``(ok, seconds_or_error)``; ``size`` workers."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.tasks: queue.Queue[tuple[dict[str, Any], concurrent.futures.Future] | None] = queue.Queue()
+        self.workers: list[_Worker] = []
+        self.lock = threading.Lock()
+        self.alive = size  # serving threads whose worker started
+        self.threads = [threading.Thread(target=self._serve, name=f"pyjit-compile-{i}", daemon=True)
+                        for i in range(size)]
+        for t in self.threads:
+            t.start()
+
+    def _serve(self) -> None:
+        try:
+            worker = _Worker()
+        except Exception as e:  # noqa: BLE001 - no worker: its share of tasks goes to the others
+            self._lost(f"could not start a compile worker ({type(e).__name__}: {e})")
+            return
+        with self.lock:
+            self.workers.append(worker)
+        while True:
+            item = self.tasks.get()
+            if item is None:
+                worker.stop()
+                return
+            task, future = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(worker.run(task))
+            except Exception as e:  # noqa: BLE001 - a dead worker: report, drop it
+                future.set_result((False, f"compile worker failed ({type(e).__name__}: {e})"))
+                worker.proc.kill()
+                self._lost("a compile worker died")
+                return
+
+    def _lost(self, why: str) -> None:
+        time_log.info("compile pool: %s", why)
+        with self.lock:
+            self.alive -= 1
+            alive = self.alive
+        if alive <= 0:  # nobody serves the queue any more: fail what waits in it
+            while True:
+                try:
+                    item = self.tasks.get_nowait()
+                except queue.Empty:
+                    return
+                if item is not None:
+                    item[1].set_result((False, "no compile worker is running"))
+
+    def submit(self, task: dict[str, Any]) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        if self.alive <= 0:
+            future.set_result((False, "no compile worker is running"))
+            return future
+        self.tasks.put((task, future))
+        return future
+
+    def close(self) -> None:
+        for _ in self.threads:
+            self.tasks.put(None)
+        for t in self.threads:
+            t.join(timeout=3)
+
+
+_pool: CompilePool | None = None
+_pool_lock = threading.Lock()
+
+
+def get(size: int) -> CompilePool:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = CompilePool(size)
+            atexit.register(_pool.close)
+        return _pool
+
+
+def prestart(size: int) -> None:
+    """Start the workers now (they import torch and Triton in the background)."""
+    get(size)

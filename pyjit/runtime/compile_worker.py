@@ -1,0 +1,107 @@
+"""A compile worker process: compiles Triton kernels into Triton's on-disk cache, for the parent.
+
+Started by :mod:`pyjit.runtime.compile_pool` as ``python -m pyjit.runtime.compile_worker``. It
+never touches the GPU: a task names a generated module file, the kernel in it and the exact
+compile request the parent's Triton would make (signature, constants, attributes, options,
+target: captured in the parent by ``runtime/precompile.py``), and the worker runs
+``triton.compile`` on it. Triton stores the result under a key of those inputs, so the parent's
+own compile of the same launch finds it on disk instead of compiling.
+
+Protocol (binary, on the pipes the parent created): each message is an 8-byte little-endian
+length and a pickle. Request: a dict ``{"path", "module", "kernel", "signature", "constants",
+"attrs", "options", "target", "env"}`` (``env``: the parent's ``TRITON_*`` variables); reply: ``(True, seconds)`` or ``(False, "Type: message")``.
+A request of ``None`` stops the worker. The worker's own stdout is redirected to stderr (the
+parent discards it) so that nothing a library prints can corrupt the protocol.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import pickle
+import struct
+import sys
+import time
+import types
+from typing import Any, BinaryIO
+
+_LEN = struct.Struct("<Q")
+
+
+def read_message(stream: BinaryIO) -> Any:
+    header = stream.read(_LEN.size)
+    if len(header) < _LEN.size:
+        raise EOFError("compile worker pipe closed")
+    (size,) = _LEN.unpack(header)
+    payload = stream.read(size)
+    if len(payload) < size:
+        raise EOFError("compile worker pipe closed mid-message")
+    return pickle.loads(payload)
+
+
+def write_message(stream: BinaryIO, value: Any) -> None:
+    payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_LEN.pack(len(payload)) + payload)
+    stream.flush()
+
+
+_modules: dict[str, types.ModuleType] = {}
+
+
+def _load(path: str, name: str) -> types.ModuleType:
+    """The generated module at ``path`` under the parent's module name (kernel keys use it)."""
+    module = _modules.get(path)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        _modules[path] = module
+    return module
+
+
+def compile_task(task: dict[str, Any]) -> float:
+    """Compile one kernel specialisation into Triton's cache; return the seconds it took."""
+    import triton
+    from triton.compiler import ASTSource
+
+    start = time.perf_counter()
+    # The parent's Triton settings (cache directory, cache-invalidating switches) as of this task:
+    # they may have changed since this worker started.
+    for name in [n for n in os.environ if n.startswith("TRITON_") and n not in task["env"]]:
+        del os.environ[name]
+    os.environ.update(task["env"])
+    kernel = getattr(_load(task["path"], task["module"]), task["kernel"])
+    src = ASTSource(kernel, task["signature"], task["constants"], task["attrs"])
+    triton.compile(src, target=task["target"], options=task["options"])
+    return time.perf_counter() - start
+
+
+def serve(requests: BinaryIO, replies: BinaryIO) -> None:
+    while True:
+        try:
+            task = read_message(requests)
+        except EOFError:
+            return
+        if task is None:
+            return
+        try:
+            reply: tuple[bool, Any] = (True, compile_task(task))
+        except Exception as e:  # noqa: BLE001 - reported to the parent, which compiles it itself
+            reply = (False, f"{type(e).__name__}: {e}"[:2000])
+        write_message(replies, reply)
+
+
+def main() -> None:
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # stray prints go to stderr, never into the protocol
+    requests = sys.stdin.buffer
+    # Import what every task needs while the parent is still tracing its graph.
+    import torch  # noqa: F401
+    import triton  # noqa: F401
+    write_message(replies, ("ready", os.getpid()))
+    serve(requests, replies)
+
+
+if __name__ == "__main__":
+    main()
