@@ -63,6 +63,12 @@ class UserDefinedClassVariable(KnownValueVariable):
 
         import functools
 
+        import weakref
+
+        if cls is weakref.ref:  # pyjit/variables/weakrefs.py
+            from .weakrefs import make_weakref
+
+            return make_weakref(tx, args, kwargs)
         if cls is functools.partial:
             from .functions import PartialVariable
 
