@@ -8,6 +8,7 @@ Dataclass instances and other plain objects work the same way.
 """
 from __future__ import annotations
 
+import collections
 import types
 from typing import TYPE_CHECKING, Any
 
@@ -192,6 +193,9 @@ class UserDefinedObjectVariable(VariableTracker):
             unsupported("unsupported_call", f"builtin {base.__name__} methods on a {cls.__name__} instance")
         if self.dict_view is not None:
             return self.dict_view
+        if isinstance(obj, collections.OrderedDict) and list(collections.OrderedDict.keys(obj)) != list(dict.keys(obj)):
+            # move_to_end reorders OrderedDict's own list, not the storage the keys guard reads
+            unsupported("unsupported_object", f"a {cls.__name__} reordered by move_to_end")
         from ..guards.guards import GuardKind
         from ..guards.source import ItemSource
 

@@ -162,3 +162,16 @@ def test_ordered_dict_methods_that_call_python_item_methods_are_not_modelled():
     same(expected, pyjit.jit(f, backend=CompileCounter())(X, d_j), "result")
     assert list(d_j.items()) == list(d_e.items())
     assert pyjit.explain(f)(X, Shifting(a=1)).break_count >= 1
+
+
+def test_reordered_ordered_dict_keeps_eager_order():
+    # move_to_end reorders OrderedDict's own key list, not the storage: iterating must follow eager
+    def f(x, d):
+        return [k for k in super(Instantier, d).keys()], x + 1
+
+    d = Instantier({"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh})
+    d.move_to_end("relu")
+    expected = f(X, d)
+    got = pyjit.jit(f, backend=CompileCounter())(X, d)
+    assert got[0] == expected[0] == ["tanh", "relu"]
+    same(expected[1], got[1], "result")
