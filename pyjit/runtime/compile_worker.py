@@ -73,8 +73,21 @@ def compile_task(task: dict[str, Any]) -> float:
     os.environ.update(task["env"])
     kernel = getattr(_load(task["path"], task["module"]), task["kernel"])
     src = ASTSource(kernel, task["signature"], task["constants"], task["attrs"])
-    triton.compile(src, target=task["target"], options=task["options"])
+    compiled = triton.compile(src, target=task["target"], options=task["options"])
+    _build_launcher(compiled)
     return time.perf_counter() - start
+
+
+def _build_launcher(compiled: Any) -> None:
+    """Triton versions that generate a C launcher per signature (3.6) build it with the system
+    compiler on the kernel's first launch and cache the library on disk: build it here too."""
+    try:
+        from triton.runtime import driver
+
+        launcher_cls = driver.active.launcher_cls
+        launcher_cls(compiled.src, compiled.metadata)
+    except Exception:  # noqa: BLE001 - only an optimisation: the parent builds it at launch
+        pass
 
 
 def serve(requests: BinaryIO, replies: BinaryIO) -> None:
@@ -95,6 +108,10 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> None:
 def main() -> None:
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints go to stderr, never into the protocol
+    try:
+        os.nice(10)  # the parent's tracing and lowering come first
+    except OSError:
+        pass
     requests = sys.stdin.buffer
     # Import what every task needs while the parent is still tracing its graph.
     import torch  # noqa: F401

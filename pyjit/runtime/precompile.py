@@ -66,6 +66,10 @@ def _threads() -> int:
     n = config.compile_threads
     if n > 0:
         return n
+    if config.parallel_compile == "processes":
+        # Half the cores, at most 16: each worker is an interpreter with torch imported, and the
+        # main thread keeps tracing and lowering while they start.
+        return max(2, min(16, (os.cpu_count() or 1) // 2))
     return max(1, min(32, os.cpu_count() or 1))
 
 
@@ -297,22 +301,28 @@ class _Captured(Exception):
 def _capture(kernel: Any, warm: Callable[[], object]) -> dict[str, Any] | None:
     """The compile request ``warm()`` makes of ``kernel``, without compiling (None: it needs no
     compile, being compiled already). Raises if this Triton cannot be intercepted."""
-    if "compile" not in vars(kernel):
-        raise NotImplementedError("this Triton's JITFunction has no per-instance compile to intercept")
+    if not hasattr(kernel, "compile"):  # an older Triton calling its module's compile(): not interceptable
+        raise NotImplementedError("this Triton's JITFunction has no compile attribute to intercept")
 
     def stand_in(src: Any, target: Any = None, options: Any = None, **_: Any) -> Any:
         raise _Captured({"signature": src.signature, "constants": src.constants, "attrs": src.attrs,
                          "options": options, "target": target})
 
-    original = kernel.compile
+    own = vars(kernel).get("compile", _MISSING)  # Triton 3.9 sets it per instance, 3.6 on the class
     kernel.compile = stand_in
     try:
         warm()
     except _Captured as c:
         return c.request
     finally:
-        kernel.compile = original
+        if own is _MISSING:
+            del kernel.compile
+        else:
+            kernel.compile = own
     return None
+
+
+_MISSING = object()
 
 
 def _warm_in_processes(warmers: list[tuple[Any, Callable[[], object]]]) -> int | None:

@@ -135,6 +135,9 @@ def test_cuda_first_call_compiles_nothing_new(name: str, fn: Any, make: Any, par
                                              monkeypatch: Any) -> None:
     triton_cache = tmp_path / "triton"
     monkeypatch.setenv("TRITON_CACHE_DIR", str(triton_cache))  # cold: every kernel compiles
+    import sys
+    for module_name in [m for m in sys.modules if m.startswith("pyjit_generated_")]:
+        monkeypatch.delitem(sys.modules, module_name)  # fresh kernel objects: nothing compiled in memory
     with cfg.patch(parallel_compile=parallel):
         if not precompile.enabled():
             pytest.skip(f"no parallel compile with {parallel} here")
