@@ -67,8 +67,9 @@ class _Worker:
 class CompilePool:
     """``submit(task)`` -> a Future of ``(ok, seconds_or_error)``; ``size`` workers."""
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, prewarm: dict[str, Any] | None = None):
         self.size = size
+        self.prewarm = prewarm  # a prewarm request each worker runs first
         self.tasks: queue.Queue[tuple[dict[str, Any], concurrent.futures.Future] | None] = queue.Queue()
         self.workers: list[_Worker] = []
         self.lock = threading.Lock()
@@ -86,6 +87,13 @@ class CompilePool:
             return
         with self.lock:
             self.workers.append(worker)
+        if self.prewarm is not None:
+            try:
+                worker.run(self.prewarm)
+            except Exception as e:  # noqa: BLE001 - a dead worker
+                worker.proc.kill()
+                self._lost(f"a compile worker died while warming up ({type(e).__name__}: {e})")
+                return
         while True:
             item = self.tasks.get()
             if item is None:
@@ -135,15 +143,17 @@ _pool: CompilePool | None = None
 _pool_lock = threading.Lock()
 
 
-def get(size: int) -> CompilePool:
+def get(size: int, prewarm: dict[str, Any] | None = None) -> CompilePool:
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = CompilePool(size)
+            _pool = CompilePool(size, prewarm)
             atexit.register(_pool.close)
         return _pool
 
 
-def prestart(size: int) -> None:
-    """Start the workers now (they import torch and Triton in the background)."""
-    get(size)
+def prestart(size: int, target: Any = None) -> None:
+    """Start the workers now: they import torch and Triton in the background and, given the
+    device's Triton ``target``, compile a tiny kernel for it (one-time set-up of the compiler)."""
+    env = {k: v for k, v in os.environ.items() if k.startswith("TRITON_")}
+    get(size, {"prewarm": target, "env": env} if target is not None else None)

@@ -9,7 +9,8 @@ own compile of the same launch finds it on disk instead of compiling.
 
 Protocol (binary, on the pipes the parent created): each message is an 8-byte little-endian
 length and a pickle. Request: a dict ``{"path", "module", "kernel", "signature", "constants",
-"attrs", "options", "target", "env"}`` (``env``: the parent's ``TRITON_*`` variables); reply: ``(True, seconds)`` or ``(False, "Type: message")``.
+"attrs", "options", "target", "env"}`` (``env``: the parent's ``TRITON_*`` variables), or
+``{"prewarm": target, "env"}`` (see :func:`prewarm`); reply: ``(True, seconds)`` or ``(False, "Type: message")``.
 A request of ``None`` stops the worker. The worker's own stdout is redirected to stderr (the
 parent discards it) so that nothing a library prints can corrupt the protocol.
 """
@@ -60,17 +61,58 @@ def _load(path: str, name: str) -> types.ModuleType:
     return module
 
 
+_PREWARM_SOURCE = """import triton
+import triton.language as tl
+
+
+@triton.jit
+def pyjit_prewarm(x, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x + offsets, tl.load(x + offsets, offsets < n) + 1, offsets < n)
+"""
+
+
+def prewarm(target: Any) -> float:
+    """Compile a tiny kernel for ``target``: Triton's first compile in a process pays about a
+    second of one-time set-up (backend discovery, ``ptxas --version``...), which this moves off
+    the first real task."""
+    import tempfile
+
+    import triton
+    from triton.compiler import ASTSource
+    from triton.compiler.compiler import make_backend
+
+    start = time.perf_counter()
+    path = os.path.join(tempfile.gettempdir(), f"pyjit_prewarm_{os.getpid()}.py")
+    with open(path, "w") as f:
+        f.write(_PREWARM_SOURCE)
+    try:
+        kernel = _load(path, f"pyjit_prewarm_{os.getpid()}").pyjit_prewarm
+        options = make_backend(target).parse_options({})
+        src = ASTSource(kernel, {"x": "*fp32", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 128}, {})
+        triton.compile(src, target=target, options=options.__dict__)
+    finally:
+        os.unlink(path)
+    return time.perf_counter() - start
+
+
+def _sync_environment(env: dict[str, str]) -> None:
+    """The parent's Triton settings (cache directory, cache-invalidating switches) as of this
+    task: they may have changed since this worker started."""
+    for name in [n for n in os.environ if n.startswith("TRITON_") and n not in env]:
+        del os.environ[name]
+    os.environ.update(env)
+
+
 def compile_task(task: dict[str, Any]) -> float:
     """Compile one kernel specialisation into Triton's cache; return the seconds it took."""
     import triton
     from triton.compiler import ASTSource
 
+    _sync_environment(task["env"])
+    if "prewarm" in task:
+        return prewarm(task["prewarm"])
     start = time.perf_counter()
-    # The parent's Triton settings (cache directory, cache-invalidating switches) as of this task:
-    # they may have changed since this worker started.
-    for name in [n for n in os.environ if n.startswith("TRITON_") and n not in task["env"]]:
-        del os.environ[name]
-    os.environ.update(task["env"])
     kernel = getattr(_load(task["path"], task["module"]), task["kernel"])
     src = ASTSource(kernel, task["signature"], task["constants"], task["attrs"])
     compiled = triton.compile(src, target=task["target"], options=task["options"])

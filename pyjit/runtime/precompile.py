@@ -67,9 +67,9 @@ def _threads() -> int:
     if n > 0:
         return n
     if config.parallel_compile == "processes":
-        # Half the cores, at most 16: each worker is an interpreter with torch imported, and the
-        # main thread keeps tracing and lowering while they start.
-        return max(2, min(16, (os.cpu_count() or 1) // 2))
+        # At most 16: each worker is an interpreter with torch imported (~0.4 GB). They run at
+        # nice 10, so the main thread keeps tracing and lowering at full speed while they start.
+        return max(2, min(16, os.cpu_count() or 1))
     return max(1, min(32, os.cpu_count() or 1))
 
 
@@ -109,7 +109,12 @@ def prestart() -> None:
     Triton while the graph is traced and lowered."""
     if mode() == "processes":
         from . import compile_pool
-        compile_pool.prestart(_threads())
+        try:
+            from triton.runtime import driver
+            target = driver.active.get_current_target()
+        except Exception:  # noqa: BLE001 - no target known: workers start without warming up
+            target = None
+        compile_pool.prestart(_threads(), target)
 
 
 # ---------------------------------------------------------------------- stand-in arguments

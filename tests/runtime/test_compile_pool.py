@@ -1,0 +1,95 @@
+"""Compile worker processes (``pyjit/runtime/compile_pool.py``, ``compile_worker.py``).
+
+Triton compiles for a CUDA target without a GPU, so this runs on the CPU machine: a worker
+compiles a request into Triton's on-disk cache, and the same compile in this process is then a
+cache hit (no new cache entry). A request that cannot compile is reported, and the worker keeps
+serving; a worker that dies fails its task instead of hanging.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+triton = pytest.importorskip("triton")
+
+from pyjit.runtime import cache, compile_pool  # noqa: E402
+from pyjit.runtime.launcher import load_module  # noqa: E402
+
+SOURCE = '''
+import triton
+import triton.language as tl
+from pyjit.runtime.triton_compat import libdevice
+
+
+@triton.jit
+def pool_test_kernel(x, y, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(y + offsets, libdevice.exp(tl.load(x + offsets, mask)) * 3, mask)
+'''
+
+
+def _request(tmp_path: Any, block: int) -> tuple[dict[str, Any], Any]:
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import CUDABackend
+
+    key, path, _ = cache.write_module(SOURCE)
+    module = load_module(path, key, False)
+    target = GPUTarget("cuda", 90, 32)
+    options = CUDABackend(target).parse_options({}).__dict__
+    request = {"signature": {"x": "*fp32", "y": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+               "constants": {(3,): block}, "attrs": {(0,): [["tt.divisibility", 16]]},
+               "options": options, "target": target, "path": path, "module": module.__name__,
+               "kernel": "pool_test_kernel", "env": {"TRITON_CACHE_DIR": str(tmp_path / "triton")}}
+    return request, module.pool_test_kernel
+
+
+def _entries(tmp_path: Any) -> set[str]:
+    root = tmp_path / "triton"
+    return set(os.listdir(root)) if root.exists() else set()
+
+
+@pytest.fixture
+def pool() -> Any:
+    p = compile_pool.CompilePool(1)
+    yield p
+    p.close()
+
+
+def test_worker_compile_is_a_cache_hit_here(tmp_path: Any, monkeypatch: Any, pool: Any) -> None:
+    from triton.compiler import ASTSource
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    request, kernel = _request(tmp_path, 256)
+    ok, detail = pool.submit(request).result(timeout=120)
+    assert ok, detail
+    written = _entries(tmp_path)
+    assert written, "the worker wrote nothing to Triton's cache"
+    src = ASTSource(kernel, request["signature"], request["constants"], request["attrs"])
+    compiled = triton.compile(src, target=request["target"], options=request["options"])
+    assert compiled.asm.get("cubin")
+    assert _entries(tmp_path) == written  # this process found the worker's result
+
+
+def test_failed_compile_is_reported_and_the_worker_goes_on(tmp_path: Any, pool: Any) -> None:
+    request, _ = _request(tmp_path, 256)
+    bad = dict(request, kernel="no_such_kernel")
+    ok, detail = pool.submit(bad).result(timeout=120)
+    assert not ok and "no_such_kernel" in detail
+    ok, detail = pool.submit(dict(request, constants={(3,): 128})).result(timeout=120)
+    assert ok, detail
+
+
+def test_dead_worker_fails_its_task(tmp_path: Any, pool: Any) -> None:
+    request, _ = _request(tmp_path, 64)
+    assert pool.submit(request).result(timeout=120)[0]  # the worker is up
+    for worker in pool.workers:
+        worker.proc.kill()
+        worker.proc.wait()
+    ok, detail = pool.submit(dict(request, constants={(3,): 32})).result(timeout=60)
+    assert not ok and "compile worker" in detail
+    # With no worker left, later tasks fail at once instead of waiting forever.
+    ok, detail = pool.submit(dict(request, constants={(3,): 16})).result(timeout=10)
+    assert not ok
