@@ -365,12 +365,16 @@ def _warm_in_processes(warmers: list[tuple[Any, Callable[[], object]]]) -> int |
             continue
         seen.add(blob)
         futures.append(pool.submit(request))
-    ok = 0
+    ok, busy, longest = 0, 0.0, 0.0
     for future in futures:
         success, detail = future.result()
         if success:
             ok += 1
+            busy += float(detail)
+            longest = max(longest, float(detail))
         else:
             time_log.info("parallel compile: a worker could not compile a kernel (%s); it compiles at launch",
                           detail)
+    time_log.info("parallel compile: %d distinct kernels compiled by %d workers (%.1f worker-seconds, longest "
+                  "%.2f s)", ok, pool.size, busy, longest)
     return ok

@@ -17,6 +17,7 @@ callable runs the graph as captured otherwise.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 import sympy
@@ -93,6 +94,7 @@ class WrapperCodegen:
         self.int32_limits: list[sympy.Expr] = []
         # Launch autotuning of static Triton kernels: the chosen launch is baked into the module.
         self.launch_tuner = self._launch_tuner()
+        self.shared_kernels: dict[str, str] = {}  # kernel code without name and comments -> first name
 
     def value(self, node: Any) -> str:
         if isinstance(node, ReinterpretView):
@@ -136,7 +138,8 @@ class WrapperCodegen:
             if group.is_template:
                 # A matmul template with its fused epilogue (codegen/matmul_template.py).
                 from .matmul_template import generate_template_kernel, launch_line
-                tks = generate_template_kernel(group, len(kernels), removed, self.dtypes, graph.node_info)
+                tks = self._shared(generate_template_kernel(group, len(kernels), removed, self.dtypes,
+                                                            graph.node_info))
                 kernels.append(tks)
                 allocs = [(n.name, (n.buf.layout.size, n.buf.layout.stride, n.buf.layout.dtype))
                           for n in group.nodes if n.name not in removed]
@@ -159,6 +162,8 @@ class WrapperCodegen:
                 ks = self.launch_tuner.tune(ks, group, len(kernels), removed)
             if not ks.int64 and not is_static(ks.xnumel * ks.rnumel):
                 self.int32_limits.append(sympy.sympify(ks.xnumel * ks.rnumel * ks.ynumel))
+            if not (ks.rnumel != 1 and not is_static(ks.rnumel) and self.persistent_rmax > 1):
+                ks = self._shared(ks)
             kernels.append(ks)
             allocs = []
             for n in group.nodes:
@@ -184,7 +189,11 @@ class WrapperCodegen:
         out.writelines(self._header())
         if self.cpp:
             out.writelines(self._cpp_kernels(kernels))
+        emitted: set[str] = set()
         for ks in kernels if not self.cpp else []:
+            if ks.name in emitted:  # a repeat of an earlier kernel (see _shared): defined once
+                continue
+            emitted.add(ks.name)
             out.writeline("")
             out.writeline("")
             out.writelines(ks.source.rstrip("\n").split("\n"))
@@ -217,6 +226,20 @@ class WrapperCodegen:
             out.writeline(f"return ({outs}{',' if len(graph.outputs) == 1 else ''})")
         out.writelines(self._benchmark_main())
         return GeneratedModule(out.getvalue(), [k.name for k in kernels], extern_calls, len(plan.reuse))
+
+    def _shared(self, ks: KernelSource) -> KernelSource:
+        """``ks``, or an earlier kernel of this module with the same code under its name.
+
+        Repeated layers (a transformer's blocks) generate the same kernel several times, differing
+        only in name and the comments naming their graph nodes. Triton compiles each distinct
+        source once (its cache key covers the text), so defining such a kernel once and launching
+        it from every layer cuts a model's compile work by about its depth. Launch parameters
+        are not part of the source, so each launch keeps its own.
+        """
+        body = "\n".join(line for line in ks.source.split("\n") if not line.lstrip().startswith("#"))
+        key = re.sub(rf"\b{re.escape(ks.name)}\b", "KERNEL", body)
+        first = self.shared_kernels.setdefault(key, ks.name)
+        return ks if first == ks.name else dataclasses.replace(ks, name=first)
 
     def _launch_tuner(self) -> Any:
         """A ``launch_autotune.LaunchTuner`` for a static graph of Triton kernels, when enabled."""
