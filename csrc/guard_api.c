@@ -459,6 +459,23 @@ static PyObject *m_check_dict_keys(GuardNode *self, PyObject *const *args, Py_ss
     return finish_check(self, &c);
 }
 
+static PyObject *m_check_odict_keys(GuardNode *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Check c = {CK_ODICT_KEYS, 0, 0, NULL, 0, NULL};
+    if (!check_nargs("check_odict_keys", nargs, 3, 3) || parse_id(args[2], &c.id) < 0) {
+        return NULL;
+    }
+    if (!PyTuple_Check(args[0]) || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "check_odict_keys(): keys must be tuples (iteration order, storage order)");
+        return NULL;
+    }
+    c.obj = PyTuple_Pack(2, args[0], args[1]);
+    if (c.obj == NULL) {
+        return NULL;
+    }
+    return finish_check(self, &c);
+}
+
 static PyObject *m_check_len(GuardNode *self, PyObject *const *args, Py_ssize_t nargs)
 {
     Check c = {CK_LEN, 0, 0, NULL, 0, NULL};
@@ -629,7 +646,8 @@ static PyMethodDef node_methods[] = {
      "check_tensor(tensor_type, dtype, device, requires_grad, sizes, strides, id, bind=None): "
      "bind = ((what, dim, slot), ...), what 0 = size(dim), 1 = stride(dim), stored into symbol "
      "slot `slot` when the check passes."},
-    {"check_dict_keys", (PyCFunction)(void (*)(void))m_check_dict_keys, METH_FASTCALL, "check_dict_keys(keys, id): dict with these keys in this order."},
+    {"check_dict_keys", (PyCFunction)(void (*)(void))m_check_dict_keys, METH_FASTCALL, "check_dict_keys(keys, id): dict with these keys in this order (an OrderedDict: in iteration and storage order)."},
+    {"check_odict_keys", (PyCFunction)(void (*)(void))m_check_odict_keys, METH_FASTCALL, "check_odict_keys(keys, storage_keys, id): OrderedDict with these keys in iteration order, these in storage order."},
     {"check_len", (PyCFunction)(void (*)(void))m_check_len, METH_FASTCALL, "check_len(n, id): len(value) == n."},
     {"check_not_none", (PyCFunction)m_check_not_none, METH_O, "check_not_none(id): value is not None."},
     {"check_fn", (PyCFunction)(void (*)(void))m_check_fn, METH_FASTCALL, "check_fn(fn, id): bool(fn(value))."},

@@ -15,7 +15,7 @@ typedef enum {
 extern const char *const pyjit_accessor_names[];
 
 typedef enum {
-    CK_TYPE, CK_ID, CK_EQ, CK_TENSOR, CK_DICT_KEYS, CK_LEN, CK_NOT_NONE, CK_FN,
+    CK_TYPE, CK_ID, CK_EQ, CK_TENSOR, CK_DICT_KEYS, CK_LEN, CK_NOT_NONE, CK_FN, CK_ODICT_KEYS,
 } CheckKind;
 /* Symbol checks (TreeShape.programs) are not Checks: they run after the walk, on the root. */
 
@@ -25,7 +25,7 @@ typedef struct {
     CheckKind kind;
     long id;
     int weak;          /* obj is a weakref standing for the real target (identity checks) */
-    PyObject *obj;     /* type / target / constant / keys tuple / callable; strong */
+    PyObject *obj;     /* type / target / constant / keys tuple / (keys, keys) / callable; strong */
     Py_ssize_t n;      /* CK_LEN */
     TensorSpec *tensor; /* CK_TENSOR; owned */
 } Check;

@@ -14,7 +14,7 @@ const char *const pyjit_accessor_names[] = {
 };
 
 const char *const pyjit_check_names[] = {
-    "type", "id", "eq", "tensor", "dict_keys", "len", "not_none", "fn",
+    "type", "id", "eq", "tensor", "dict_keys", "len", "not_none", "fn", "odict_keys",
 };
 
 /* ---------------------------------------------------------------- constants ----------- */
@@ -57,6 +57,62 @@ int pyjit_const_equal(PyObject *value, PyObject *expected)
 
 /* ---------------------------------------------------------------- checks -------------- */
 
+/* CK_DICT_KEYS on a dict's storage (PyDict_Next: what dict iteration follows). */
+static int dict_keys_in_storage_order(PyObject *v, PyObject *keys)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(keys);
+    if (PyDict_GET_SIZE(v) != n) {
+        return 0;
+    }
+    Py_ssize_t pos = 0, i = 0;
+    PyObject *key, *val;
+    while (PyDict_Next(v, &pos, &key, &val)) {
+        if (i >= n) {
+            return 0;
+        }
+        /* key is borrowed; a user __eq__ could mutate the dict, so hold it. */
+        Py_INCREF(key);
+        int r = pyjit_const_equal(key, PyTuple_GET_ITEM(keys, i));
+        Py_DECREF(key);
+        if (r != 1) {
+            return r;
+        }
+        i++;
+    }
+    return i == n;
+}
+
+/* CK_DICT_KEYS on an OrderedDict: its keys in iteration order, through OrderedDict's own C
+ * iterator (never a subclass's Python __iter__). The iterator raises if the dict changes
+ * under it (a user __eq__): an error, i.e. a failure. */
+static int dict_keys_in_odict_order(PyObject *v, PyObject *keys)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(keys);
+    if (PyDict_GET_SIZE(v) != n) {
+        return 0;
+    }
+    PyObject *it = PyODict_Type.tp_iter(v);
+    if (it == NULL) {
+        return -1;
+    }
+    Py_ssize_t i = 0;
+    int r = 1;
+    PyObject *key;
+    while ((key = PyIter_Next(it)) != NULL) {
+        r = i < n ? pyjit_const_equal(key, PyTuple_GET_ITEM(keys, i)) : 0;
+        Py_DECREF(key);
+        if (r != 1) {
+            break;
+        }
+        i++;
+    }
+    Py_DECREF(it);
+    if (r == 1 && PyErr_Occurred()) {
+        return -1;
+    }
+    return r == 1 ? i == n : r;
+}
+
 /* 1 pass, 0 fail, -1 error (treated as fail by the caller). `c` points into its node's
  * check array, which a Python-level check may grow (realloc): every field is read before any
  * Python code can run (objects it names stay alive: checks are never removed). */
@@ -93,31 +149,30 @@ static inline int run_check(const Check *c, PyObject *v, const SlotFrame *slots)
         }
         return n == expected;
     }
-    case CK_DICT_KEYS: {
+    case CK_DICT_KEYS:
+        if (PyDict_CheckExact(v)) {
+            return dict_keys_in_storage_order(v, c->obj);
+        }
         if (!PyDict_Check(v)) {
             return 0;
         }
-        PyObject *keys = c->obj;
-        Py_ssize_t n = PyTuple_GET_SIZE(keys);
-        if (PyDict_GET_SIZE(v) != n) {
+        if (PyODict_Check(v)) {
+            /* An OrderedDict (or subclass) iterates its own linked list, which move_to_end and
+             * popitem(last=False) reorder without touching the storage: both must match (a
+             * trace may read either; one reordered when traced uses CK_ODICT_KEYS). */
+            int r = dict_keys_in_odict_order(v, c->obj);
+            return r == 1 ? dict_keys_in_storage_order(v, c->obj) : r;
+        }
+        /* Other dict subclasses iterate the storage (a Python __iter__/keys is traced). */
+        return dict_keys_in_storage_order(v, c->obj);
+    case CK_ODICT_KEYS: {
+        /* obj = (keys in iteration order, keys in storage order): an OrderedDict traced while
+         * reordered (the two orders differ). */
+        if (!PyODict_Check(v)) {
             return 0;
         }
-        Py_ssize_t pos = 0, i = 0;
-        PyObject *key, *val;
-        while (PyDict_Next(v, &pos, &key, &val)) {
-            if (i >= n) {
-                return 0;
-            }
-            /* key is borrowed; a user __eq__ could mutate the dict, so hold it. */
-            Py_INCREF(key);
-            int r = pyjit_const_equal(key, PyTuple_GET_ITEM(keys, i));
-            Py_DECREF(key);
-            if (r != 1) {
-                return r;
-            }
-            i++;
-        }
-        return i == n;
+        int r = dict_keys_in_odict_order(v, PyTuple_GET_ITEM(c->obj, 0));
+        return r == 1 ? dict_keys_in_storage_order(v, PyTuple_GET_ITEM(c->obj, 1)) : r;
     }
     case CK_FN: {
         PyObject *res = PyObject_CallOneArg(c->obj, v);

@@ -17,6 +17,7 @@ A guard set compiles two ways:
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 import functools
@@ -37,7 +38,7 @@ class GuardKind(enum.Enum):
     ID_MATCH = "id"              # v is expected (modules, functions, classes, None)
     EQUALS_MATCH = "equals"      # type(v) is type(expected) and v == expected (Python constants)
     TENSOR_MATCH = "tensor"      # type, dtype, device, requires_grad, sizes, strides
-    DICT_KEYS = "dict_keys"      # list(v.keys()) == expected (order matters for iteration)
+    DICT_KEYS = "dict_keys"      # keys in iteration order == expected (OrderedDict: storage order too, == extra or expected)
     LEN_MATCH = "len"            # len(v) == expected (containers whose length was used)
     GLOBAL_STATE = "global_state"  # fn() == expected for grad mode, default dtype, autocast
     SAME_OBJECT = "alias"        # v is <other source> (f(x, x) traced with one graph input)
@@ -88,6 +89,8 @@ class Guard:
             return (f"check_tensor({s}, {_qual(t.type)}, {t.dtype}, {t.device}, requires_grad={t.requires_grad}, "
                     f"size={list(t.sizes)}, stride={list(t.strides)})")
         if k is GuardKind.DICT_KEYS:
+            if self.extra is not None:
+                return f"list({s}.keys()) == {list(self.expected)!r} and list(dict.keys({s})) == {list(self.extra)!r}"
             return f"list({s}.keys()) == {list(self.expected)!r}"
         if k is GuardKind.LEN_MATCH:
             return f"len({s}) == {self.expected}"
@@ -137,8 +140,13 @@ class Guard:
         if k is GuardKind.TENSOR_MATCH:
             return self.expected.mismatch(s, value)
         if k is GuardKind.DICT_KEYS:
-            keys = list(value.keys()) if isinstance(value, dict) else None
-            return None if keys == list(self.expected) else f"{s}.keys(): expected {list(self.expected)!r}, got {keys!r}"
+            if _dict_keys_ok(value, tuple(self.expected), self.extra):
+                return None
+            keys = dict_keys_in_order(value) if isinstance(value, dict) else None
+            if keys is not None and _keys_equal(keys, tuple(self.expected)):  # only the storage order moved
+                want = list(self.expected if self.extra is None else self.extra)
+                return f"{s} (storage order): expected {want!r}, got {list(dict.keys(value))!r}"
+            return f"{s}.keys(): expected {list(self.expected)!r}, got {keys!r}"
         if k is GuardKind.LEN_MATCH:
             n = len(value)
             return None if n == self.expected else f"len({s}): expected {self.expected}, got {n}"
@@ -316,7 +324,7 @@ def _emit_condition(cg: PyCodegen, g: Guard) -> None:
         rel: ShapeRelation = g.expected
         cg.call_const(rel.check_sources, [functools.partial(s.reconstruct, cg) for s in rel.sources()])
     elif k is GuardKind.DICT_KEYS:
-        cg.call_const(_dict_keys_ok, [load, const(tuple(g.expected))])
+        cg.call_const(_dict_keys_ok, [load, const(tuple(g.expected)), const(g.extra)])
     elif k is GuardKind.LEN_MATCH:
         cg.call_const(_len_is, [load, const(int(g.expected))])
     elif k is GuardKind.GLOBAL_STATE:
@@ -381,8 +389,37 @@ def _dims_match(actual: Any, expected: tuple[int | None, ...]) -> bool:
     return all(e is None or a == e for a, e in zip(actual, expected))
 
 
-def _dict_keys_ok(v: Any, keys: tuple[Any, ...]) -> bool:
-    return isinstance(v, dict) and tuple(v.keys()) == keys
+def dict_keys_in_order(v: dict[Any, Any]) -> list[Any]:
+    """A dict's keys in iteration order: an OrderedDict's (or subclass's) own linked list
+    (``move_to_end``, ``popitem(last=False)`` reorder it, not the storage), the storage order
+    for any other dict. Never a subclass's Python ``keys``/``__iter__`` (the tracer inlines those)."""
+    if isinstance(v, collections.OrderedDict):
+        return list(collections.OrderedDict.keys(v))
+    return list(dict.keys(v))
+
+
+def dict_keys_expected(v: dict[Any, Any]) -> tuple[tuple[Any, ...], tuple[Any, ...] | None]:
+    """``(expected, extra)`` of the DICT_KEYS guard for ``v``: the keys in iteration order, and
+    for an OrderedDict whose storage order differs (reordered when traced) the storage order,
+    which the guard then pins too (else ``extra`` is None: storage must equal ``expected``)."""
+    keys = tuple(dict_keys_in_order(v))
+    storage = tuple(dict.keys(v))
+    return keys, (storage if isinstance(v, collections.OrderedDict) and not _keys_equal(storage, keys) else None)
+
+
+def _keys_equal(got: Any, keys: tuple[Any, ...]) -> bool:
+    got = list(got)
+    return len(got) == len(keys) and all(a is b or _same_constant(a, b) for a, b in zip(got, keys))
+
+
+def _dict_keys_ok(v: Any, keys: tuple[Any, ...], storage: tuple[Any, ...] | None = None) -> bool:
+    """What the C check computes: iteration order ``keys``; for an OrderedDict also storage order
+    ``storage`` (``keys`` when None); for other dicts iteration is the storage order."""
+    if not isinstance(v, dict) or len(v) != len(keys):
+        return False
+    if not isinstance(v, collections.OrderedDict):
+        return storage is None and _keys_equal(dict.keys(v), keys)
+    return _keys_equal(collections.OrderedDict.keys(v), keys) and _keys_equal(dict.keys(v), keys if storage is None else storage)
 
 
 def _distinct(*vals: Any) -> bool:
@@ -443,7 +480,10 @@ def compile_c_tree(guards: GuardSet, C: Any, frame_context: Callable[[Any], Fram
             else:
                 node.check_tensor(t.type, t.dtype, t.device, t.requires_grad, t.sizes, t.strides, i)
         elif k is GuardKind.DICT_KEYS:
-            node.check_dict_keys(tuple(g.expected), i)  # preceded by the TYPE_MATCH on the same source
+            if g.extra is not None:  # an OrderedDict reordered when traced: both orders pinned
+                node.check_odict_keys(tuple(g.expected), tuple(g.extra), i)
+            else:  # an OrderedDict: iteration and storage order (preceded by a TYPE_MATCH, or not: _modules)
+                node.check_dict_keys(tuple(g.expected), i)
         elif k is GuardKind.LEN_MATCH:
             node.check_len(int(g.expected), i)
         elif k is GuardKind.HASATTR:

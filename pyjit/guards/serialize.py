@@ -258,6 +258,7 @@ def dump_guard(g: Guard) -> dict[str, Any]:
         extra = [dump_source(s) for s in g.extra]
     elif k is GuardKind.DICT_KEYS:
         expected = encode(tuple(g.expected))
+        extra = None if g.extra is None else encode(tuple(g.extra))  # an OrderedDict's storage order
     else:  # TYPE_MATCH, EQUALS_MATCH, LEN_MATCH, HASATTR, DICT_CONTAINS: plain values
         expected, extra = encode(g.expected), encode(g.extra)
     return {"kind": k.value, "source": source, "expected": expected, "extra": extra}
@@ -307,6 +308,8 @@ def load_guards(data: list[dict[str, Any]], frame: FrameValues | None) -> GuardS
             expected, extra = decode(expected), decode(extra)
         if kind is GuardKind.DICT_KEYS and isinstance(expected, list):
             expected = tuple(expected)
+        if kind is GuardKind.DICT_KEYS and isinstance(extra, list):
+            extra = tuple(extra)
         out.add(kind, source, expected, extra)
     return out
 

@@ -12,6 +12,7 @@ This module is torch-free and does not import ``pyjit._C``: it works on the tree
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Any, Iterator, Sequence
 
@@ -161,6 +162,8 @@ def _format_check(info: CheckInfo) -> str:
         return info.expr
     if info.kind == "dict_keys":
         return f"keys == {list(p)!r}"
+    if info.kind == "odict_keys":
+        return f"keys == {list(p[0])!r}, storage == {list(p[1])!r}"
     if info.kind == "len":
         return f"len == {p}"
     if info.kind == "not_none":
@@ -316,10 +319,22 @@ def _check(kind: str, payload: Any, value: Any, slots: dict[int, int]) -> bool:
     if kind == "dict_keys":
         if not isinstance(value, dict) or len(value) != len(payload):
             return False
-        return all(_same_constant(k, e) for k, e in zip(dict.keys(value), payload))
+        if isinstance(value, collections.OrderedDict):  # its own list (iteration) and the storage
+            return _keys_match(collections.OrderedDict.keys(value), payload) and _keys_match(dict.keys(value), payload)
+        return _keys_match(dict.keys(value), payload)
+    if kind == "odict_keys":
+        keys, storage = payload
+        if not isinstance(value, collections.OrderedDict) or len(value) != len(keys):
+            return False
+        return _keys_match(collections.OrderedDict.keys(value), keys) and _keys_match(dict.keys(value), storage)
     if kind == "fn":
         return bool(payload(value))
     raise NotImplementedError(f"reference evaluation of {kind!r} checks")
+
+
+def _keys_match(keys: Any, expected: Sequence[Any]) -> bool:
+    keys = list(keys)
+    return len(keys) == len(expected) and all(_same_constant(k, e) for k, e in zip(keys, expected))
 
 
 def evaluate(tree: Any, func: Any, args: tuple[Any, ...]) -> int:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..guards.guards import GuardKind
+from ..guards.guards import GuardKind, dict_keys_expected
 from ..guards.source import AttrSource, ItemSource, Source
 from ..trace.graph_breaks import unsupported
 from .base import VariableTracker
@@ -99,7 +99,7 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
     if t is dict or t is collections.OrderedDict or t is collections.defaultdict and value.default_factory is None:
         if source is not None:
             guards.add(GuardKind.TYPE_MATCH, source, t)
-            guards.add(GuardKind.DICT_KEYS, source, tuple(value.keys()))
+            guards.add(GuardKind.DICT_KEYS, source, *dict_keys_expected(value))  # OrderedDict: both orders
         for k in value:
             check_dict_key(k)  # constants or identity keys (classes, typing forms): variables/dicts.py
         items = {k: wrap(tx, v, ItemSource(source, k) if source is not None else None) for k, v in value.items()}

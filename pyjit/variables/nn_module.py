@@ -196,14 +196,14 @@ class NNModuleVariable(VariableTracker):
     def _guard_keys(self, tx: "Translator", dict_name: str) -> None:
         """The trace used which entries ``_modules``/``_parameters``/``_buffers`` has (a length, an
         iteration, an index): guard the key list (``layers.append(...)`` after compiling)."""
-        from ..guards.guards import GuardKind
+        from ..guards.guards import GuardKind, dict_keys_expected
 
         if self.source is None:
             return
         d = getattr(self.value, dict_name)
         src = AttrSource(self.source, dict_name)
         # no TYPE_MATCH: ModuleList.__delitem__ swaps the dict for an OrderedDict, same keys
-        tx.output.guards.add(GuardKind.DICT_KEYS, src, tuple(d.keys()))
+        tx.output.guards.add(GuardKind.DICT_KEYS, src, *dict_keys_expected(d))
 
     def _container_dict(self) -> str | None:
         """The dict a torch container's len/iteration/indexing follow (None for other modules)."""
