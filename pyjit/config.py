@@ -117,6 +117,10 @@ class Config:
     # its first launch.
     parallel_compile: Literal["processes", "threads", "off"] = "processes"
     # Workers (processes or threads) of that pool; 0: the CPU count, at most 32.
+    # Backend (runtime/fast_launch.py): after a launch site's first launch, generated modules call
+    # the compiled kernel's launcher directly (checking the alignment and integers its
+    # specialisation assumed) instead of Triton's JITFunction.run (~20 us of host time each).
+    fast_launch: bool = True
     compile_threads: int = 0
     # Backend: use the on-disk cache of generated modules (PYJIT_CACHE_DIR).
     backend_disk_cache: bool = True

@@ -2,7 +2,8 @@
 
 Triton 3.x picks the interpreter when a kernel is *decorated* (``triton.jit`` reads the
 ``TRITON_INTERPRET`` knob at that moment), so setting the variable after import only affects
-modules decorated later, and it is process-wide. pyjit instead decides per module: for CPU
+modules decorated later, and it is process-wide. Modules for the GPU get their kernels wrapped
+for cheap repeated launches (``fast_launch.py``, ``config.fast_launch``). pyjit instead decides per module: for CPU
 graphs under ``PYJIT_CPU_BACKEND=triton_interpret`` the loader wraps each kernel's Python
 function in ``triton.runtime.interpreter.InterpretedFunction`` (see :class:`InterpretedKernel`
 for Triton's own jit helpers) and gives the module the interpreter's libdevice stand-in
@@ -30,6 +31,11 @@ def load_module(path: str, key: str, interpret: bool) -> types.ModuleType:
     spec.loader.exec_module(module)
     if interpret:
         _make_interpreted(module)
+    else:
+        from ..config import config
+        if config.fast_launch:
+            from .fast_launch import wrap_module_kernels
+            wrap_module_kernels(module)  # direct launches after each site's first (fast_launch.py)
     sys.modules[name] = module
     return module
 

@@ -51,6 +51,7 @@ import torch
 
 from ..config import config
 from ..logs import get_logger
+from .fast_launch import unwrap
 
 time_log = get_logger("compile_times")
 log = get_logger("fallbacks")
@@ -163,11 +164,12 @@ class _Addresses:
 
 # ---------------------------------------------------------------------- module warm-up
 def _is_triton_kernel(value: Any) -> bool:
+    """A compiled-Triton kernel of a module (wrapped by ``fast_launch.FastKernel`` or not)."""
     try:
         from triton.runtime.jit import JITFunction
     except ImportError:
         return False
-    return isinstance(value, JITFunction)
+    return isinstance(unwrap(value), JITFunction)
 
 
 class _LaunchRecorder:
@@ -196,7 +198,7 @@ def record_launches(call: Callable[[list[Any]], Any], args: list[Any]
     dry_globals = dict(module_globals)
     for name, value in module_globals.items():
         if _is_triton_kernel(value):
-            dry_globals[name] = _LaunchRecorder(value, launches)
+            dry_globals[name] = _LaunchRecorder(unwrap(value), launches)
     dry_call = types.FunctionType(call.__code__, dry_globals, call.__name__,  # type: ignore[attr-defined]
                                   call.__defaults__, call.__closure__)  # type: ignore[attr-defined]
     addresses = _Addresses()
@@ -343,6 +345,7 @@ def _warm_in_processes(warmers: list[tuple[Any, Callable[[], object]]]) -> int |
     futures = []
     seen: set[bytes] = set()
     for kernel, warm in warmers:
+        kernel = unwrap(kernel)
         try:
             request = _capture(kernel, warm)
         except NotImplementedError:

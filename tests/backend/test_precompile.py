@@ -16,7 +16,7 @@ import torch
 
 import pyjit.backend as backend
 from pyjit import config as cfg
-from pyjit.runtime import launcher, precompile
+from pyjit.runtime import fast_launch, launcher, precompile
 
 
 def _graphs() -> list[tuple[str, Callable[..., Any], Callable[[str], list[torch.Tensor]]]]:
@@ -83,7 +83,7 @@ def test_dry_run_predicts_the_real_launches(name: str, fn: Any, make: Any, tmp_p
         assert torch.equal(a, b)
     assert torch.equal(torch.get_rng_state(), rng)
     assert launches, "the dry run recorded no launch"
-    names = {id(v): n for n, v in vars(jit_module).items()}
+    names = {id(fast_launch.unwrap(v)): n for n, v in vars(jit_module).items()}
     predicted = [(names[id(k)], grid, [_spec(a, addresses.address(a)) if isinstance(a, torch.Tensor) else a
                                        for a in largs], sorted(kw.items()))
                  for k, grid, largs, kw in launches]

@@ -14,7 +14,7 @@ import pytest
 
 triton = pytest.importorskip("triton")
 
-from pyjit.runtime import cache, compile_pool  # noqa: E402
+from pyjit.runtime import cache, compile_pool, fast_launch  # noqa: E402
 from pyjit.runtime.launcher import load_module  # noqa: E402
 
 SOURCE = '''
@@ -43,7 +43,7 @@ def _request(tmp_path: Any, block: int) -> tuple[dict[str, Any], Any]:
                "constants": {(3,): block}, "attrs": {(0,): [["tt.divisibility", 16]]},
                "options": options, "target": target, "path": path, "module": module.__name__,
                "kernel": "pool_test_kernel", "env": {"TRITON_CACHE_DIR": str(tmp_path / "triton")}}
-    return request, module.pool_test_kernel
+    return request, fast_launch.unwrap(module.pool_test_kernel)
 
 
 def _entries(tmp_path: Any) -> set[str]:

@@ -1,0 +1,186 @@
+"""Cheap launches of compiled Triton kernels from generated modules.
+
+``kernel[grid](*args, **meta)`` goes through Triton's ``JITFunction.run`` on every call: it binds
+the arguments, computes their specialisation (dtype, 16-byte alignment of each pointer,
+integers equal to 1 or divisible by 16), hashes a cache key, looks the kernel up and builds its
+launch metadata. Measured on the lent H100's host that is about 20 us per launch, so a graph of
+17 small kernels (a small ResNet) spends more time launching than the GPU spends running them
+(docs/performance.md, "Why the convolution rows move between runs").
+
+A generated module's launch sites are fixed: each passes the same kernel, grid expression and
+``constexpr`` values on every call, buffers of fixed dtypes, and (for static graphs) the same
+integers. So :class:`FastKernel` wraps each kernel of a module loaded for the GPU; the first
+launch at a site goes through ``JITFunction.run`` as before (compiling if needed), and the site
+then remembers the compiled kernel, its launcher and what its specialisation assumed. Later
+launches call the launcher directly after checking, per call, exactly those assumptions:
+
+- the same integer arguments and ``constexpr``/launch options (else: the slow path, which may
+  compile another specialisation, and the site rebinds);
+- every pointer that was 16-byte aligned at binding still is (an unaligned pointer is never
+  assumed aligned; the reverse is always safe);
+- the same current device, and no Triton launch hooks installed (profilers such as proton
+  install them; their launches take the slow path so the hooks see them).
+
+Anything unexpected at binding (a Triton whose kernels or launcher differ from what this
+module knows, ``constexpr`` parameters not at the end) leaves the site on the slow path for
+good: correct, only not faster. Triton's check that global values a kernel read have not
+changed is not repeated: generated kernels read no mutable globals.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+_MAX_SITES = 64  # grids a kernel remembers (dynamic shapes compute a new grid per size)
+_MAX_BINDINGS = 4  # specialisations a site launches directly
+
+
+class FastKernel:
+    """A ``JITFunction`` stand-in for generated modules: ``kernel[grid](*args, **meta)``."""
+
+    __slots__ = ("kernel", "sites", "__name__")
+
+    def __init__(self, kernel: Any):
+        self.kernel = kernel
+        self.sites: dict[Any, _Site] = {}
+        self.__name__ = getattr(getattr(kernel, "fn", None), "__name__", "kernel")
+
+    def __getitem__(self, grid: Any) -> Callable[..., Any]:
+        site = self.sites.get(grid)
+        if site is None:
+            if len(self.sites) >= _MAX_SITES:
+                return self.kernel[grid]
+            site = self.sites[grid] = _Site(self.kernel, grid)
+        return site
+
+    def __getattr__(self, name: str) -> Any:  # warmup, fn, device_caches...: the kernel's own
+        return getattr(self.kernel, name)
+
+
+class _Bound:
+    __slots__ = ("run", "function", "packed", "ints", "aligned", "meta", "device", "stream_of", "grid3",
+                 "constexpr_values", "hooks_off")
+
+
+class _Site:
+    """One ``kernel[grid]`` of a module: slow path first, then direct launches while valid."""
+
+    __slots__ = ("kernel", "grid", "bindings", "unusable")
+
+    def __init__(self, kernel: Any, grid: Any):
+        self.kernel = kernel
+        self.grid = grid
+        # Up to _MAX_BINDINGS specialisations seen here (e.g. an input aligned on some calls and
+        # not on others): the first whose assumptions hold is launched directly.
+        self.bindings: list[_Bound] = []
+        self.unusable = False
+
+    def __call__(self, *args: Any, **meta: Any) -> Any:
+        for b in self.bindings:
+            if meta == b.meta and b.hooks_off() and torch.cuda.current_device() == b.device and _fits(b, args):
+                g0, g1, g2 = b.grid3
+                b.run(g0, g1, g2, b.stream_of(b.device), b.function, b.packed, None, None, None,
+                      *args, *b.constexpr_values)
+                return None
+        compiled = self.kernel[self.grid](*args, **meta)
+        if not self.unusable and len(self.bindings) < _MAX_BINDINGS:
+            self._bind(compiled, args, meta)
+        return compiled
+
+    @property
+    def bound(self) -> _Bound | None:
+        return self.bindings[0] if self.bindings else None
+
+    def _bind(self, compiled: Any, args: tuple, meta: dict[str, Any]) -> None:
+        try:
+            bound = _binding(self.kernel, self.grid, compiled, args, meta)
+        except Exception:  # noqa: BLE001 - an unknown Triton layout: this site keeps the slow path
+            self.bindings = []
+            self.unusable = True
+            return
+        if bound is not None:
+            self.bindings.append(bound)
+
+
+def _fits(b: _Bound, args: tuple) -> bool:
+    """The call's integers are the bound ones, and every pointer assumed aligned still is."""
+    for i, value in b.ints:
+        if args[i] != value:
+            return False
+    for i in b.aligned:
+        if args[i].data_ptr() & 15:
+            return False
+    return True
+
+
+def _hooks_check() -> Callable[[], bool]:
+    """A cheap per-call test that no Triton launch hook is installed (Triton >= 3.4's knobs)."""
+    from triton import knobs
+
+    runtime = knobs.runtime
+
+    def hooks_off() -> bool:
+        return runtime.launch_enter_hook is None and runtime.launch_exit_hook is None
+    return hooks_off
+
+
+def _binding(kernel: Any, grid: Any, compiled: Any, args: tuple, meta: dict[str, Any]) -> _Bound | None:
+    """What a direct launch of ``compiled`` at this site needs, or None (keep the slow path)."""
+    hooks_off = _hooks_check()
+    if compiled is None or not hooks_off():
+        return None
+    if callable(grid) or not isinstance(grid, tuple) or not 1 <= len(grid) <= 3:
+        return None
+    if not all(isinstance(g, int) for g in grid):
+        return None
+    names = list(kernel.arg_names)
+    constexpr_positions = sorted(kernel.constexprs)
+    # Generated kernels put their constexpr parameters last and pass them by keyword.
+    if constexpr_positions != list(range(len(args), len(names))):
+        return None
+    if any(names[i] not in meta for i in constexpr_positions):
+        return None
+    from triton.runtime import driver
+
+    b = _Bound()
+    b.hooks_off = hooks_off
+    b.run = compiled.run  # the launcher (initialises the module's handles once)
+    b.function = compiled.function
+    b.packed = compiled.packed_metadata
+    b.meta = dict(meta)
+    b.constexpr_values = tuple(meta[names[i]] for i in constexpr_positions)
+    b.device = torch.cuda.current_device()
+    b.stream_of = driver.active.get_current_stream
+    b.grid3 = tuple(grid) + (1,) * (3 - len(grid))
+    ints, aligned = [], []
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            if a.data_ptr() % 16 == 0:
+                aligned.append(i)
+        elif isinstance(a, bool) or not isinstance(a, int):
+            return None  # floats and others: their specialisation is not modelled here
+        else:
+            ints.append((i, a))
+    b.ints = tuple(ints)
+    b.aligned = tuple(aligned)
+    return b
+
+
+def unwrap(kernel: Any) -> Any:
+    """The ``JITFunction`` behind a :class:`FastKernel` (anything else unchanged)."""
+    return kernel.kernel if isinstance(kernel, FastKernel) else kernel
+
+
+def wrap_module_kernels(module: Any) -> int:
+    """Replace each Triton kernel of a generated GPU module by a :class:`FastKernel`."""
+    try:
+        from triton.runtime.jit import JITFunction
+    except ImportError:
+        return 0
+    wrapped = 0
+    for name, value in list(vars(module).items()):
+        if isinstance(value, JITFunction):
+            setattr(module, name, FastKernel(value))
+            wrapped += 1
+    return wrapped

@@ -1,0 +1,115 @@
+"""Direct launches of generated Triton kernels (``pyjit/runtime/fast_launch.py``).
+
+On CUDA: after each launch site's first launch the compiled kernel's launcher is called
+directly; results stay equal to eager across calls, when an input pointer loses the alignment
+the kernel was specialised for (the slow path compiles the other specialisation), when sizes
+change (dynamic graphs), and when a Triton launch hook is installed (the hook sees every
+launch). On CPU: a site whose binding fails keeps the slow path.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import pytest
+import torch
+
+import pyjit.backend as backend
+from pyjit import config as cfg
+from pyjit.runtime import fast_launch
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="launches CUDA kernels")
+
+
+class _StubCompiled:
+    pass
+
+
+class _StubKernel:
+    """Counts launches; binding it fails (no CUDA device here, or no launcher)."""
+
+    def __init__(self) -> None:
+        self.launches = 0
+        self.arg_names = ["x", "n", "XBLOCK"]
+        self.constexprs = [2]
+
+    def __getitem__(self, grid: Any) -> Any:
+        def launch(*args: Any, **meta: Any) -> Any:
+            self.launches += 1
+            return _StubCompiled()
+        return launch
+
+
+def test_site_without_a_usable_binding_keeps_the_slow_path() -> None:
+    stub = _StubKernel()
+    kernel = fast_launch.FastKernel(stub)
+    assert kernel.arg_names == stub.arg_names  # attributes pass through
+    for _ in range(3):
+        kernel[(4,)](torch.zeros(4), 4, XBLOCK=4)
+    assert stub.launches == 3
+    assert fast_launch.unwrap(kernel) is stub
+
+
+def _module_of(compiled: Any) -> Any:
+    return inspect.getmodule(compiled.pyjit_call)
+
+
+def _bound_sites(module: Any) -> int:
+    return sum(1 for v in vars(module).values() if isinstance(v, fast_launch.FastKernel)
+               for site in v.sites.values() if site.bound is not None)
+
+
+@cuda
+def test_direct_launches_match_eager(tmp_path: Any) -> None:
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x * y + 1, -1).sum(0)
+
+    x, y = torch.randn(64, 128, device="cuda"), torch.randn(128, device="cuda")
+    with cfg.patch(cache_dir=str(tmp_path), raise_on_internal_error=True):
+        compiled = backend.compile_fx(torch.fx.symbolic_trace(fn), [x, y])
+        for i in range(5):
+            xi = x + i
+            torch.testing.assert_close(compiled(xi, y), fn(xi, y))
+        assert _bound_sites(_module_of(compiled)) > 0
+
+
+@cuda
+def test_unaligned_input_takes_the_slow_path(tmp_path: Any) -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return x.exp() * 2
+
+    base = torch.randn(4097, device="cuda")
+    aligned = base[:4096]
+    unaligned = base[1:]  # 4 bytes past a 16-byte boundary
+    assert unaligned.data_ptr() % 16 != 0 and aligned.stride() == unaligned.stride()
+    with cfg.patch(cache_dir=str(tmp_path), raise_on_internal_error=True):
+        compiled = backend.compile_fx(torch.fx.symbolic_trace(fn), [aligned])
+        torch.testing.assert_close(compiled(aligned), fn(aligned))
+        torch.testing.assert_close(compiled(aligned), fn(aligned))  # a direct launch
+        torch.testing.assert_close(compiled(unaligned), fn(unaligned))
+        torch.testing.assert_close(compiled(unaligned), fn(unaligned))
+        torch.testing.assert_close(compiled(aligned), fn(aligned))
+
+
+@cuda
+def test_dynamic_sizes_and_launch_hooks(tmp_path: Any) -> None:
+    import pyjit
+    from triton import knobs
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(x) + x.sum(-1, keepdim=True)
+
+    seen: list[Any] = []
+    with cfg.patch(cache_dir=str(tmp_path), raise_on_internal_error=True):
+        jitted = pyjit.jit(fn, dynamic=True)
+        for rows in (8, 9, 33, 8, 64, 9):
+            x = torch.randn(rows, 256, device="cuda")
+            torch.testing.assert_close(jitted(x), fn(x))
+        old = knobs.runtime.launch_enter_hook
+        knobs.runtime.launch_enter_hook = lambda metadata: seen.append(metadata)
+        try:
+            x = torch.randn(9, 256, device="cuda")
+            torch.testing.assert_close(jitted(x), fn(x))
+        finally:
+            knobs.runtime.launch_enter_hook = old
+    assert seen, "a launch hook installed after binding did not see the launches"
