@@ -95,11 +95,14 @@ class _Site:
     def _bind(self, compiled: Any, args: tuple, meta: dict[str, Any]) -> None:
         try:
             bound = _binding(self.kernel, self.grid, compiled, args, meta)
-        except Exception:  # noqa: BLE001 - an unknown Triton layout: this site keeps the slow path
+        except Exception as e:  # noqa: BLE001 - an unknown Triton layout: this site keeps the slow path
             self.bindings = []
             self.unusable = True
+            _note_refusal(self.kernel, f"{type(e).__name__}: {e}")
             return
-        if bound is not None:
+        if isinstance(bound, str):
+            _note_refusal(self.kernel, bound)
+        else:
             self.bindings.append(bound)
 
 
@@ -114,6 +117,26 @@ def _fits(b: _Bound, args: tuple) -> bool:
     return True
 
 
+refusals: dict[str, str] = {}  # kernel name -> why its sites launch through JITFunction.run
+
+
+def _note_refusal(kernel: Any, why: str) -> None:
+    name = getattr(getattr(kernel, "fn", None), "__name__", repr(kernel))
+    if name not in refusals:
+        refusals[name] = why
+        from ..logs import get_logger
+        get_logger("compile_times").info("fast launch: %s keeps Triton's launch path (%s)", name, why)
+
+
+def _constexpr_positions(kernel: Any) -> list[int]:
+    """Indices of the kernel's ``tl.constexpr`` parameters (Triton 3.6 and 3.9 spell it alike;
+    older ones only through ``params``)."""
+    positions = getattr(kernel, "constexprs", None)
+    if positions is None:
+        positions = [i for i, p in enumerate(kernel.params) if p.is_constexpr]
+    return list(positions)
+
+
 def _hooks_check() -> Callable[[], bool]:
     """A cheap per-call test that no Triton launch hook is installed (Triton >= 3.4's knobs)."""
     from triton import knobs
@@ -125,22 +148,22 @@ def _hooks_check() -> Callable[[], bool]:
     return hooks_off
 
 
-def _binding(kernel: Any, grid: Any, compiled: Any, args: tuple, meta: dict[str, Any]) -> _Bound | None:
-    """What a direct launch of ``compiled`` at this site needs, or None (keep the slow path)."""
+def _binding(kernel: Any, grid: Any, compiled: Any, args: tuple, meta: dict[str, Any]) -> _Bound | str:
+    """What a direct launch of ``compiled`` at this site needs, or why not (the slow path stays)."""
     hooks_off = _hooks_check()
     if compiled is None or not hooks_off():
-        return None
+        return "no compiled kernel, or launch hooks installed"
     if callable(grid) or not isinstance(grid, tuple) or not 1 <= len(grid) <= 3:
-        return None
+        return f"grid {grid!r} is not a tuple of 1-3 values"
     if not all(isinstance(g, int) for g in grid):
-        return None
+        return f"grid {grid!r} holds non-integers"
     names = list(kernel.arg_names)
-    constexpr_positions = sorted(kernel.constexprs)
+    constexpr_positions = sorted(_constexpr_positions(kernel))
     # Generated kernels put their constexpr parameters last and pass them by keyword.
     if constexpr_positions != list(range(len(args), len(names))):
-        return None
+        return f"constexpr parameters {constexpr_positions} are not the last of {names} after {len(args)} arguments"
     if any(names[i] not in meta for i in constexpr_positions):
-        return None
+        return "a constexpr parameter is not passed by keyword"
     from triton.runtime import driver
 
     b = _Bound()
@@ -159,7 +182,7 @@ def _binding(kernel: Any, grid: Any, compiled: Any, args: tuple, meta: dict[str,
             if a.data_ptr() % 16 == 0:
                 aligned.append(i)
         elif isinstance(a, bool) or not isinstance(a, int):
-            return None  # floats and others: their specialisation is not modelled here
+            return f"argument {i} is a {type(a).__name__}"  # its specialisation is not modelled here
         else:
             ints.append((i, a))
     b.ints = tuple(ints)
