@@ -138,13 +138,23 @@ def _constexpr_positions(kernel: Any) -> list[int]:
 
 
 def _hooks_check() -> Callable[[], bool]:
-    """A cheap per-call test that no Triton launch hook is installed (Triton >= 3.4's knobs)."""
+    """A cheap per-call test that no Triton launch hook is installed (Triton >= 3.4's knobs).
+
+    Triton 3.9 leaves the hooks None; Triton 3.6 holds an empty ``HookChain`` (a ``calls``
+    list) that profilers add to. Passing None instead of an empty chain changes nothing.
+    """
     from triton import knobs
 
     runtime = knobs.runtime
 
+    def empty(hook: Any) -> bool:
+        if hook is None:
+            return True
+        calls = getattr(hook, "calls", None)
+        return isinstance(calls, list) and not calls
+
     def hooks_off() -> bool:
-        return runtime.launch_enter_hook is None and runtime.launch_exit_hook is None
+        return empty(runtime.launch_enter_hook) and empty(runtime.launch_exit_hook)
     return hooks_off
 
 
