@@ -24,6 +24,7 @@ from pyjit.guards import serialize
 from pyjit.guards.guards import GuardKind, GuardSet, compile_c_tree, compile_python, dict_keys_expected
 from pyjit.guards.source import FrameValues, LocalSource
 from pyjit.guards.tree import evaluate
+from tests.variables.helpers import same
 
 X = torch.arange(1.0, 4.0)
 
@@ -54,17 +55,6 @@ def _fresh_pyjit(caplog):
 
 def _recompile_log(caplog) -> str:
     return "\n".join(r.getMessage() for r in caplog.records if r.name == "pyjit.recompiles")
-
-
-def _same(expected, actual, what):
-    if isinstance(expected, torch.Tensor):
-        assert isinstance(actual, torch.Tensor) and torch.equal(expected, actual), f"{what}: {actual} != eager {expected}"
-    elif isinstance(expected, (tuple, list)):
-        assert type(actual) is type(expected) and len(actual) == len(expected), what
-        for i, (e, a) in enumerate(zip(expected, actual)):
-            _same(e, a, f"{what}[{i}]")
-    else:
-        assert expected == actual, f"{what}: {actual!r} != eager {expected!r}"
 
 
 # -- reorderings: each changes the iteration order; some leave the storage order alone --------
@@ -126,14 +116,14 @@ def test_argument_ordered_dict_reordered_recompiles(values, reorder, caplog):
     d = make()
     backend = CountingBackend()
     jf = pyjit.jit(fn, backend=backend)
-    _same(fn(X, d), jf(X, d), "traced order")
+    same(fn(X, d), jf(X, d), "traced order")
     assert backend.graphs == 1
     reorder(d)
     expected = fn(X, d)
-    _same(expected, jf(X, d), f"after {reorder.__name__} (a stale entry?)")
+    same(expected, jf(X, d), f"after {reorder.__name__} (a stale entry?)")
     assert backend.graphs == 2, "the reordered dict did not recompile"
     assert "L['d']" in _recompile_log(caplog)
-    _same(expected, jf(X, d), "reordered, second call")
+    same(expected, jf(X, d), "reordered, second call")
     assert backend.graphs == 2, "recompiled although nothing changed"
 
 
@@ -149,13 +139,13 @@ def test_global_ordered_dict_move_to_end_both_ways(caplog):
     G_OD.update(a=torch.tensor([1.0]), b=torch.tensor([2.0]), c=torch.tensor([3.0]))
     backend = CountingBackend()
     jf = pyjit.jit(_global_concat, backend=backend)
-    _same(_global_concat(X), jf(X), "state A")
+    same(_global_concat(X), jf(X), "state A")
     G_OD.move_to_end("a")
-    _same(_global_concat(X), jf(X), "a moved to the end")
+    same(_global_concat(X), jf(X), "a moved to the end")
     assert backend.graphs == 2
     assert "G_OD" in _recompile_log(caplog)
     G_OD.move_to_end("a", last=False)  # back to the traced order: the first entry serves again
-    _same(_global_concat(X), jf(X), "back in state A")
+    same(_global_concat(X), jf(X), "back in state A")
     assert backend.graphs == 2
 
 
@@ -181,11 +171,11 @@ def test_ordered_dict_reordered_when_traced_hits_its_entry():
     backend = CountingBackend()
     jf = pyjit.jit(_fold_constants, backend=backend)
     for _ in range(3):
-        _same(_fold_constants(X, d), jf(X, d), "reordered when traced")
+        same(_fold_constants(X, d), jf(X, d), "reordered when traced")
     assert (backend.graphs, backend.runs) == (1, 3)
     # ...and its guard still sees any further reordering
     d.move_to_end("b")
-    _same(_fold_constants(X, d), jf(X, d), "reordered again")
+    same(_fold_constants(X, d), jf(X, d), "reordered again")
     assert backend.graphs == 2
 
 
@@ -210,18 +200,18 @@ def _super_keys(x, d):
 def test_ordered_dict_subclass_reordered_matches_eager(fn, reorder):
     d = SubOD(a=1, b=2, c=3)
     jf = pyjit.jit(fn, backend=CountingBackend())
-    _same(fn(X, d), jf(X, d), "traced order")
+    same(fn(X, d), jf(X, d), "traced order")
     reorder(d)
-    _same(fn(X, d), jf(X, d), f"after {reorder.__name__}")
+    same(fn(X, d), jf(X, d), f"after {reorder.__name__}")
 
 
 def test_plain_dict_subclass_reinsert_recompiles():
     d = PlainSub(a=1, b=2, c=3)
     backend = CountingBackend()
     jf = pyjit.jit(_iter_keys, backend=backend)
-    _same(_iter_keys(X, d), jf(X, d), "traced order")
+    same(_iter_keys(X, d), jf(X, d), "traced order")
     d["a"] = d.pop("a")
-    _same(_iter_keys(X, d), jf(X, d), "a re-inserted")
+    same(_iter_keys(X, d), jf(X, d), "a re-inserted")
     assert backend.graphs == 2
 
 
@@ -238,11 +228,11 @@ def test_sequential_modules_re_registration_recompiles(caplog):
     x = torch.ones(2, 1)
     backend = CountingBackend()
     jf = pyjit.jit(seq, backend=backend)
-    _same(seq(x), jf(x), "traced order")
+    same(seq(x), jf(x), "traced order")
     m = seq._modules["lin"]
     del seq._modules["lin"]
     seq._modules["lin"] = m  # storage order of the plain dict changes
-    _same(seq(x), jf(x), "re-registered")
+    same(seq(x), jf(x), "re-registered")
     assert backend.graphs == 2
     assert "_modules" in _recompile_log(caplog)
 
@@ -269,10 +259,10 @@ def test_ordered_dict_modules_reordered_recompiles(container, reorder):
     x = torch.ones(2, 1)
     backend = CountingBackend()
     jf = pyjit.jit(f, backend=backend)
-    _same(f(x), jf(x), "traced order")
+    same(f(x), jf(x), "traced order")
     reorder(mods._modules)
     expected = f(x)
-    _same(expected, jf(x), f"after {reorder.__name__}")
+    same(expected, jf(x), f"after {reorder.__name__}")
     assert backend.graphs == 2
 
 
