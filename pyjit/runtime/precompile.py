@@ -27,13 +27,15 @@ call. This module instead compiles them all at once, before the first call runs
 4. Both wait for every compile; the real call then finds each kernel compiled.
 
 Everything here is an optimisation: a dry run that fails (an op fake tensors cannot run, a
-data-dependent size), a specialisation guessed differently from the real launch, or a Triton
-without ``AsyncCompileMode`` only means the kernel compiles on its first launch, as before. A
+data-dependent size), a specialisation guessed differently from the real launch, a worker that
+dies, or a Triton whose compile cannot be intercepted (then threads) or that has no
+``AsyncCompileMode`` only means the kernel compiles on its first launch, as before. A
 kernel that fails to compile fails again on its real launch, where the caller's fallback
 (the graph runs as captured, logged) handles it.
 
 ``warm_launches`` does the same for autotuning candidates (``runtime/autotune.py``), whose
-launchers expose a ``warm()`` method.
+runners carry ``warm_launch = (kernel, warm)``, ``warm()`` being the benchmark's launch as a
+``kernel.warmup``.
 
 Controlled by ``config.parallel_compile`` (``PYJIT_PARALLEL_COMPILE``) and
 ``config.compile_threads``; the time spent is logged on the ``compile_times`` channel.
@@ -54,7 +56,6 @@ from ..logs import get_logger
 from .fast_launch import unwrap
 
 time_log = get_logger("compile_times")
-log = get_logger("fallbacks")
 
 # Counters for tests and the bench: modules warmed, kernels submitted, dry runs that failed.
 stats: dict[str, int] = {"modules": 0, "kernels": 0, "dry_run_failures": 0, "candidates": 0}
