@@ -298,9 +298,11 @@ class BuiltinVariable(KnownCallableVariable):
         if name in ("__name__", "__qualname__", "__module__"):
             return ConstantVariable(getattr(self.fn, name))
         if isinstance(self.fn, type):  # dict.get, object.__getattribute__, str.join ...
-            from .misc import BuiltinMethodVariable
+            from .misc import _STORAGE_ORDERED, BuiltinMethodVariable
 
             attr = getattr(self.fn, name, None)
+            if self.fn is dict and name in _STORAGE_ORDERED and BuiltinMethodVariable.can_handle(attr):
+                return BuiltinMethodVariable(attr)  # runs on the object: an OrderedDict breaks there
             if BuiltinVariable.can_handle(attr) or (callable(attr) and _is_pure(attr)):  # dict.fromkeys
                 return BuiltinVariable(attr)
             if BuiltinMethodVariable.can_handle(attr):

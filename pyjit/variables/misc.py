@@ -90,6 +90,11 @@ class SuperVariable(VariableTracker):
 _BUILTIN_BASES = (dict, collections.OrderedDict, list, tuple, set, frozenset, str, int, float, bool, object)
 
 
+# dict methods whose result follows the storage order (iteration, copies, popitem, repr).
+_STORAGE_ORDERED = frozenset({"keys", "values", "items", "__iter__", "__reversed__", "popitem", "copy", "__repr__",
+                              "__str__"})
+
+
 class BuiltinMethodVariable(VariableTracker):
     """An unbound C method of a builtin type (``dict.get``, ``list.append``, ``str.join``) found on
     a class or through ``super()``: ``dict.get(obj, k)`` runs as ``obj.get(k)`` on the object's
@@ -120,6 +125,11 @@ class BuiltinMethodVariable(VariableTracker):
             ptype = None
         if ptype is None or not issubclass(ptype, base):
             unsupported("unsupported_call", f"{self.descr.__qualname__} on {obj}")
+        if base is dict and issubclass(ptype, collections.OrderedDict) and self.descr.__name__ in _STORAGE_ORDERED:
+            # dict's own methods walk an OrderedDict's storage, whose order differs from its
+            # iteration order after move_to_end; the tracer models only the latter.
+            unsupported("unsupported_call", f"{self.descr.__qualname__} on an OrderedDict reads its storage order, "
+                        "which pyjit does not model; call the OrderedDict's own method instead")
         view = getattr(obj, "builtin_base_view", None)
         target = view(tx, base) if view is not None else obj
         return target.call_method(tx, self.descr.__name__, rest, kwargs)
