@@ -143,6 +143,18 @@ _pool: CompilePool | None = None
 _pool_lock = threading.Lock()
 
 
+def _forget_after_fork() -> None:
+    """A forked child (a DataLoader worker...) inherits the pool object but not its serving
+    threads: tasks would wait forever. It starts its own pool if it ever needs one."""
+    global _pool, _pool_lock
+    _pool = None
+    _pool_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def get(size: int, prewarm: dict[str, Any] | None = None) -> CompilePool:
     global _pool
     with _pool_lock:

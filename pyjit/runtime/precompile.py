@@ -62,6 +62,19 @@ stats: dict[str, int] = {"modules": 0, "kernels": 0, "dry_run_failures": 0, "can
 
 _executor: concurrent.futures.ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
+# How long the first call waits for one kernel compiled elsewhere before compiling it itself.
+_WAIT_S = 600.0
+
+
+def _forget_after_fork() -> None:
+    """A forked child inherits the thread pool object without its threads: start afresh."""
+    global _executor, _executor_lock
+    _executor = None
+    _executor_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _threads() -> int:
@@ -371,7 +384,10 @@ def _warm_in_processes(warmers: list[tuple[Any, Callable[[], object]]]) -> int |
         futures.append(pool.submit(request))
     ok, busy, longest = 0, 0.0, 0.0
     for future in futures:
-        success, detail = future.result()
+        try:
+            success, detail = future.result(timeout=_WAIT_S)
+        except concurrent.futures.TimeoutError:
+            success, detail = False, f"no answer within {_WAIT_S:.0f} s"
         if success:
             ok += 1
             busy += float(detail)

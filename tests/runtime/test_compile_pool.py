@@ -93,3 +93,19 @@ def test_dead_worker_fails_its_task(tmp_path: Any, pool: Any) -> None:
     # With no worker left, later tasks fail at once instead of waiting forever.
     ok, detail = pool.submit(dict(request, constants={(3,): 16})).result(timeout=10)
     assert not ok
+
+
+def test_forked_child_starts_its_own_pool() -> None:
+    import os
+
+    compile_pool.get(1)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's pool object must not be reused
+        try:
+            os.write(write, b"1" if compile_pool._pool is None else b"0")
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1"
+    assert compile_pool._pool is not None  # the parent keeps its own
