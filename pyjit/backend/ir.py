@@ -9,7 +9,7 @@ strided view of a realized buffer (no copy, aliasing preserved). :class:`Storage
 value that may later be *realized* into a :class:`ComputedBuffer` (a named memory buffer).
 Extern kernels (:class:`ExternKernel`) call an aten op from the wrapper; templates
 (:class:`MatmulTemplate`) are generated kernels of a fixed shape whose epilogue takes fused
-pointwise consumers.
+pointwise consumers; :class:`ScatterAdd` is a fill kernel plus an atomic scatter-add kernel.
 """
 from __future__ import annotations
 
@@ -291,6 +291,48 @@ class ExternKernel(Buffer):
     def tensor_inputs(self) -> list[IRNode]:
         from torch.utils._pytree import tree_leaves
         return [a for a in tree_leaves((self.args, self.kwargs)) if isinstance(a, IRNode)]
+
+
+class ScatterAdd(Buffer):
+    """``name = init; name[index(i)] += value(i)`` for every ``i`` of ``src_ranges`` (index_put
+    with ``accumulate=True``, embedding_dense_backward; lowering/scatter.py).
+
+    Two kernels write the one buffer: a fill over the output's elements (``init``, a
+    :class:`Pointwise`: zeros or a copy of ``self``), then a kernel over the *source* elements
+    that adds each value into its target with an atomic add (several sources may hit one
+    element). ``scatter_fn(ops, index) -> (target index, value, valid)``: ``valid`` (a boolean
+    handler value or None) masks sources that must not write (an index outside the dimension,
+    a padding index). The result is complete only after every program of the second kernel
+    finished, so the scheduler never fuses this node with anything (scheduler.py).
+    """
+
+    def __init__(self, name: str, layout: Layout, init: Pointwise, src_ranges: Sequence[Any],
+                 scatter_fn: Callable[[OpsHandler[Any], Index], tuple[list[Any], Any, Any]],
+                 origins: set[str] | None = None):
+        super().__init__(name, layout, origins)
+        self.init = init
+        self.src_ranges = [as_size(s) for s in src_ranges]
+        self.scatter_fn = scatter_fn
+
+    def fill_buffer(self) -> "ComputedBuffer":
+        """The first kernel's node: the initial value, stored into this buffer."""
+        return ComputedBuffer(self.name, self.layout, self.init, self.origins)
+
+    def store_body(self) -> Callable[..., None]:
+        """``body(ops, src_index)``: the atomic add of one source element.
+
+        Code generators implement ``ops.atomic_add(name, index, value, valid)``; analysis
+        handlers (``RecordHandler``) have none and see a plain store at the target index."""
+        name, layout, scatter_fn = self.name, self.layout, self.scatter_fn
+
+        def body(ops: OpsHandler[Any], index: Index) -> None:
+            target, value, valid = scatter_fn(ops, index)
+            atomic_add = getattr(ops, "atomic_add", None)
+            if atomic_add is None:
+                ops.store(name, layout.index(target), value)
+            else:
+                atomic_add(name, layout.index(target), value, valid)
+        return body
 
 
 class MatmulTemplate(Buffer):

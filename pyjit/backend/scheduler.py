@@ -15,6 +15,11 @@ Templates (:class:`MatmulTemplate`) are nodes over their output's elements whose
 read at arbitrary indices: only pointwise nodes of the same element count that read the
 template's group (its epilogue) may join them, each reading every in-kernel value at its own
 index; a node producing a template input never joins (its reads never match a store).
+
+A scatter-add (:class:`ScatterAdd`) joins nothing: its result is complete only once every
+program of its atomic kernel finished, so a reader of it must be another kernel. After fusion
+it becomes two groups writing one buffer: the fill, then the atomic kernel over the source
+elements (``FusedGroup.in_place``: it allocates nothing; the wrapper launches it after the fill).
 """
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ import sympy
 
 from ..config import config
 from .ir import (Buffer, ComputedBuffer, ExternKernel, InputBuffer, IRNode, MatmulTemplate, MultiOutput, Reduction,
-                 ReinterpretView)
+                 ReinterpretView, ScatterAdd)
 from .ops_handler import MemoryDep, RecordHandler
 from .symbolic import hint, prod, simplify_with_ranges, sym, unflatten_index
 
@@ -52,13 +57,23 @@ class SchedulerNode:
         self.name = buf.name
         self.index = index
         self.is_template = isinstance(buf, MatmulTemplate)
-        self.is_extern = not isinstance(buf, (ComputedBuffer, MatmulTemplate))
+        self.is_scatter = isinstance(buf, ScatterAdd)
+        self.is_extern = not isinstance(buf, (ComputedBuffer, MatmulTemplate, ScatterAdd))
         self.is_reduction = isinstance(buf, ComputedBuffer) and isinstance(buf.data, Reduction)
         if isinstance(buf, MatmulTemplate):
             self.sizes, self.rsizes = list(buf.layout.size), []
             self.group = (prod(self.sizes), 1)
             self.read_names = {_storage_name(n) for n in buf.tensor_inputs()}
             self.has_indirect = False
+        elif isinstance(buf, ScatterAdd):
+            # Iterates over the source elements; reads what the fill and the adds read.
+            self.sizes, self.rsizes = list(buf.src_ranges), []
+            self.group = (prod(self.sizes), 1)
+            fill = RecordHandler()
+            buf.fill_buffer().store_body()(fill, [sym(f"i{k}") for k in range(len(buf.layout.size))])
+            rec = self._record([sym(f"i{k}") for k in range(len(self.sizes))], [])
+            self.read_names = {d.name for d in [*fill.reads, *rec.reads]}
+            self.has_indirect = True
         elif isinstance(buf, ComputedBuffer):
             data = buf.data
             self.sizes = list(data.get_size())
@@ -76,7 +91,7 @@ class SchedulerNode:
 
     def _record(self, index: Sequence[sympy.Expr], rindex: Sequence[sympy.Expr]) -> RecordHandler:
         rec = RecordHandler()
-        assert isinstance(self.buf, ComputedBuffer)
+        assert isinstance(self.buf, (ComputedBuffer, ScatterAdd))
         body = self.buf.store_body()
         if self.rsizes:
             body(rec, index, rindex)
@@ -90,7 +105,7 @@ class SchedulerNode:
         X, R = group
         if self.is_extern:
             return None
-        if self.is_template:
+        if self.is_template or self.is_scatter:
             if group != self.group:
                 return None
             return unflatten_index(XINDEX, self.sizes), [], False
@@ -186,10 +201,14 @@ class FusedGroup:
 
     nodes: list[SchedulerNode]
     group: tuple[int, int]
+    # The atomic kernel of a scatter-add: writes into the buffer its fill group (the group just
+    # before it) allocated and initialised; allocates nothing itself.
+    in_place: bool = False
 
     def __post_init__(self) -> None:
         self.is_extern = self.nodes[0].is_extern
         self.is_template = any(n.is_template for n in self.nodes)
+        self.is_scatter = any(n.is_scatter for n in self.nodes)
         self.names = frozenset(n.name for n in self.nodes)
         self._reads = frozenset(set().union(*[n.read_names for n in self.nodes]) - self.names)
 
@@ -216,6 +235,23 @@ class Scheduler:
         self.groups = [FusedGroup([n], n.group) for n in self.nodes]
         if config.backend_fusion:
             self._fuse()
+        self.groups = self._split_scatters(self.groups)
+
+    @staticmethod
+    def _split_scatters(groups: list[FusedGroup]) -> list[FusedGroup]:
+        """Each scatter-add group becomes its fill group followed by its atomic kernel's group."""
+        out: list[FusedGroup] = []
+        for g in groups:
+            if not g.is_scatter:
+                out.append(g)
+                continue
+            (node,) = g.nodes
+            assert isinstance(node.buf, ScatterAdd)
+            fill = SchedulerNode(node.buf.fill_buffer(), node.index)
+            fill.users = set(node.users)
+            out.append(FusedGroup([fill], fill.group))
+            out.append(FusedGroup([node], node.group, in_place=True))
+        return out
 
     # ------------------------------------------------------------------ dead code
     def _eliminate_dead(self, by_name: dict[str, SchedulerNode]) -> None:
@@ -313,6 +349,10 @@ class Scheduler:
         return {name for name, _ in reads[0] & reads[1]}
 
     def _kernel_group(self, a: FusedGroup, b: FusedGroup) -> tuple[int, int] | None:
+        if a.is_scatter or b.is_scatter:
+            # Readers must wait for every program's atomic adds; producers of the values stay
+            # separate too (their loops run over other elements than the sources).
+            return None
         if a.is_template or b.is_template:
             # Only a pointwise epilogue joins a template: same elements, reading its group.
             tmpl, other = (a, b) if a.is_template else (b, a)

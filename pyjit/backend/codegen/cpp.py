@@ -321,6 +321,11 @@ class CppKernel(TritonKernel):
             val = f"static_cast<{cpp_type(dtype)}>({val})"
         self._section(self.section).writeline(f"{ptr}[{self._index_str(index)}] = {val};")
 
+    def atomic_add(self, name: str, index: sympy.Expr, value: CSEVar, valid: CSEVar | None) -> None:
+        """A scatter-add's ``name[index] += value`` where ``valid``: serial (codegen/scatter.py)."""
+        from .scatter import cpp_atomic_add
+        cpp_atomic_add(self, name, index, value, valid)
+
     def constant(self, value: bool | int | float, dtype: torch.dtype) -> CSEVar:
         cdt = compute_dtype(dtype)
         if isinstance(value, sympy.Basic) and not value.is_number:
@@ -675,6 +680,12 @@ class CppKernel(TritonKernel):
                 with code.indent(2):
                     code.writelines(self.sections["pre"].lines)
                 code.writelines(["    }", "}"])
+            elif not self.is_reduction and self.group.is_scatter:
+                # Read-modify-write of targets several sources may share: one thread, no simd.
+                code.writeline(f"for (int64_t xindex = 0; xindex < {xbound}; ++xindex) {{")
+                with code.indent():
+                    code.writelines(self.sections["pre"].lines)
+                code.writeline("}")
             elif not self.is_reduction:
                 code.writeline(f"#pragma omp parallel for simd schedule(static){threads}" if parallel
                                else "#pragma omp simd")
@@ -744,7 +755,7 @@ def generate_cpp_kernel(group: FusedGroup, kernel_index: int, removed: set[str],
                         float_symbols: frozenset[str] = frozenset()) -> CppKernelSource:
     kernel = CppKernel(group, kernel_index, removed, dtypes, node_info, size_symbols, float_symbols)
     source = kernel.cpp_source()
-    inner = _inner_split(kernel)
+    inner = None if group.is_scatter else _inner_split(kernel)
     if inner is None:
         return source
     return CppKernel(group, kernel_index, removed, dtypes, node_info, size_symbols, float_symbols,

@@ -139,8 +139,9 @@ class TritonKernel:
         # Symbolic sizes: decided on the example sizes; the wrapper checks each call's sizes.
         self.int64 = hint(self.xnumel * self.rnumel) >= 2 ** 31
         # A template kernel (codegen/matmul_template.py) lays out its own 2-D tile.
-        self.tiling: Tiling | None = None if (self.is_reduction or self.dynamic or group.is_template) \
-            else choose_tiling(group)
+        # A scatter-add's atomic kernel indexes its targets indirectly: 1-D blocks.
+        self.tiling: Tiling | None = None if (self.is_reduction or self.dynamic or group.is_template
+                                              or group.is_scatter) else choose_tiling(group)
         # Shape of kernel-invariant values: Triton broadcasts only between blocks of equal rank.
         self.unit = "[1, 1]" if (self.is_reduction or self.tiling) else "[1]"
         self.full_shape = "[YBLOCK, XBLOCK]" if self.tiling else "[XBLOCK]"
@@ -252,6 +253,11 @@ class TritonKernel:
         pointer, mask = self._pointer(ptr, index, store=True)
         mask_text = f", {mask}" if mask else ""
         self._section(self.section).writeline(f"tl.store({pointer}, {val}{mask_text})")
+
+    def atomic_add(self, name: str, index: sympy.Expr, value: CSEVar, valid: CSEVar | None) -> None:
+        """A scatter-add's ``name[index] += value`` where ``valid`` (codegen/scatter.py)."""
+        from .scatter import triton_atomic_add
+        triton_atomic_add(self, name, index, value, valid)
 
     def constant(self, value: bool | int | float, dtype: torch.dtype) -> CSEVar:
         cdt = compute_dtype(dtype)

@@ -151,7 +151,7 @@ class WrapperCodegen:
                                           frozenset(self.symbols), self.float_symbols)
                 kernels.append(cks)
                 allocs = [(n.name, (n.buf.layout.size, n.buf.layout.stride, n.buf.layout.dtype))
-                          for n in group.nodes if n.name not in removed]
+                          for n in group.nodes if n.name not in removed and not group.in_place]
                 steps.append(Step(allocs, {a for a in cks.arg_names if a not in group.names}))
                 ptrs = ", ".join([f"{a}.data_ptr()" for a in cks.arg_names] + list(cks.size_args))
                 lines.append(("kernel", [f"{cks.name}({ptrs})"]))
@@ -167,7 +167,7 @@ class WrapperCodegen:
             kernels.append(ks)
             allocs = []
             for n in group.nodes:
-                if n.name in removed:
+                if n.name in removed or group.in_place:  # a scatter-add writes its fill's buffer
                     continue
                 lay = n.buf.layout
                 allocs.append((n.name, (lay.size, lay.stride, lay.dtype)))
