@@ -88,7 +88,12 @@ def _indirect(ops: Any, value: Any, size: int) -> sympy.Expr:
     # Negative indices count from the end, as in eager.
     wrapped = ops.where(ops.binary("lt", value, ops.constant(0, torch.int64)),
                         ops.binary("add", value, ops.constant(size, torch.int64)), value)
-    return _clamp(ops.indirect_indexing(wrapped, size), size)
+    # The lower bound is applied to the value: the symbol standing for it is non-negative by
+    # assumption, so Max(symbol, 0) would simplify away and an index below -size (computed in
+    # the graph, or on CUDA where inputs are not range-checked) would address memory before the
+    # tensor. The upper bound stays on the symbol.
+    safe = ops.binary("maximum", wrapped, ops.constant(0, torch.int64))
+    return _clamp(ops.indirect_indexing(safe, size), size)
 
 
 def _check_input_index(ctx: Any, index: IRNode, size: Any, negative: bool) -> None:
