@@ -21,7 +21,6 @@ import pytest
 import torch
 
 import pyjit
-import pyjit.backend as backend
 from pyjit import config as cfg
 
 from .test_optimizer_capture import (MAX_GRAPHS, _data, _graph_text, _Net, _step, check_loop_on_pyjits_backend,
@@ -74,14 +73,9 @@ def test_eager_backend_matches_eager(name: str, fresh_pyjit: None) -> None:
 @pytest.mark.parametrize("cpu_backend", ["cpp", "triton_interpret"])
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_pyjit_backend_matches_eager(name: str, cpu_backend: str, tmp_path: Any) -> None:
+    # Also bounds the graph count and asserts nothing ran as captured (one 20-step loop: a second
+    # loop only repeated those checks, at ~10 s per optimizer under Triton's interpreter).
     check_loop_on_pyjits_backend(lambda b: _run_loop(name, b, exact_sgd=False), cpu_backend, tmp_path)
-    backend.metrics.reset()
-    with cfg.patch(cpu_backend=cpu_backend, raise_on_internal_error=True, cache_dir=str(tmp_path)):
-        _run_loop(name, "pyjit", exact_sgd=False)
-    # +1: the forward compiles twice (deferred saving, see test_optimizer_capture.py).
-    assert backend.metrics.compiled_graphs + len(backend.metrics.eager_graphs) <= MAX_GRAPHS + 1
-    assert not backend.metrics.eager_graphs, backend.metrics.eager_graphs
-    pyjit.reset()
 
 
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
