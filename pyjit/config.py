@@ -19,7 +19,7 @@ import, by :func:`_from_environment` and nowhere else:
 - ``PYJIT_PARALLEL_COMPILE``: ``processes`` (default; or ``1``), ``threads`` or ``off`` (or ``0``):
   how a CUDA module's Triton kernels are compiled in parallel before its first call
   (``runtime/precompile.py``); ``PYJIT_COMPILE_THREADS``: how many workers (0, the default: the
-  CPU count, at most 32).
+  CPUs this process may use, divided by torchrun's ``LOCAL_WORLD_SIZE`` when set).
 """
 from __future__ import annotations
 
@@ -117,6 +117,9 @@ class Config:
     # its first launch.
     parallel_compile: Literal["processes", "threads", "off"] = "processes"
     # Workers (processes or threads) of that pool; 0: the CPU count, at most 32.
+    # Processes on this machine sharing its cores for compilation (torchrun's LOCAL_WORLD_SIZE):
+    # with compile_threads 0, each gets its share of the cores, so 8 ranks do not start 8 full pools.
+    compile_share: int = 1
     # Backend (runtime/fast_launch.py): after a launch site's first launch, generated modules call
     # the compiled kernel's launcher directly (checking the alignment and integers its
     # specialisation assumed) instead of Triton's JITFunction.run (~20 us of host time each).
@@ -167,6 +170,8 @@ def _from_environment(env: "os._Environ[str] | dict[str, str]") -> Config:
     if not workers.isdigit():
         raise ValueError(f"PYJIT_COMPILE_THREADS={workers!r} must be a whole number (0: the CPU count, at most 32)")
     cfg.compile_threads = int(workers)
+    local = env.get("LOCAL_WORLD_SIZE", "1").strip() or "1"
+    cfg.compile_share = int(local) if local.isdigit() and int(local) > 0 else 1
     return cfg
 
 

@@ -77,6 +77,15 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
 
 
+def _cpus() -> int:
+    """The CPUs this process may run on, shared with the other ranks of this machine."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        n = os.cpu_count() or 1
+    return max(1, n // max(1, config.compile_share))
+
+
 def _threads() -> int:
     n = config.compile_threads
     if n > 0:
@@ -84,8 +93,8 @@ def _threads() -> int:
     if config.parallel_compile == "processes":
         # At most 16: each worker is an interpreter with torch imported (~0.4 GB). They run at
         # nice 10, so the main thread keeps tracing and lowering at full speed while they start.
-        return max(2, min(16, os.cpu_count() or 1))
-    return max(1, min(32, os.cpu_count() or 1))
+        return max(2, min(16, _cpus()))
+    return max(1, min(32, _cpus()))
 
 
 def _pool() -> concurrent.futures.ThreadPoolExecutor:

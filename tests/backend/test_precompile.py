@@ -116,6 +116,8 @@ def test_environment_switch() -> None:
     assert _from_environment({"PYJIT_PARALLEL_COMPILE": "threads"}).parallel_compile == "threads"
     assert _from_environment({"PYJIT_PARALLEL_COMPILE": "0"}).parallel_compile == "off"
     assert _from_environment({"PYJIT_COMPILE_THREADS": "4"}).compile_threads == 4
+    assert _from_environment({"LOCAL_WORLD_SIZE": "8"}).compile_share == 8
+    assert _from_environment({"LOCAL_WORLD_SIZE": "x"}).compile_share == 1
     with pytest.raises(ValueError, match="PYJIT_COMPILE_THREADS"):
         _from_environment({"PYJIT_COMPILE_THREADS": "many"})
     with pytest.raises(ValueError, match="PYJIT_PARALLEL_COMPILE"):
@@ -158,3 +160,13 @@ def test_cuda_first_call_compiles_nothing_new(name: str, fn: Any, make: Any, par
             torch.testing.assert_close(out, fn(*ref_args))
             for a, b in zip(args, ref_args):
                 torch.testing.assert_close(a, b)
+
+
+def test_ranks_of_one_machine_share_the_workers() -> None:
+    with cfg.patch(parallel_compile="processes", compile_threads=0, compile_share=1):
+        alone = precompile._threads()
+    with cfg.patch(parallel_compile="processes", compile_threads=0, compile_share=64):
+        shared = precompile._threads()
+    assert shared == 2 and alone >= shared  # at least 2 workers, never more than a rank's share
+    with cfg.patch(compile_threads=3, compile_share=64):
+        assert precompile._threads() == 3  # an explicit count wins
