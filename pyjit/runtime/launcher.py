@@ -2,13 +2,13 @@
 
 Triton 3.x picks the interpreter when a kernel is *decorated* (``triton.jit`` reads the
 ``TRITON_INTERPRET`` knob at that moment), so setting the variable after import only affects
-modules decorated later, and it is process-wide. Modules for the GPU get their kernels wrapped
-for cheap repeated launches (``fast_launch.py``, ``config.fast_launch``). pyjit instead decides per module: for CPU
+modules decorated later, and it is process-wide. pyjit instead decides per module: for CPU
 graphs under ``PYJIT_CPU_BACKEND=triton_interpret`` the loader wraps each kernel's Python
 function in ``triton.runtime.interpreter.InterpretedFunction`` (see :class:`InterpretedKernel`
 for Triton's own jit helpers) and gives the module the interpreter's libdevice stand-in
 (``triton_compat.interpreter_libdevice``). CUDA graphs in the
-same process keep compiled kernels. Works on Triton 3.6 and 3.9.
+same process keep compiled kernels. Works on Triton 3.6 and 3.9. Modules for the GPU get their
+kernels wrapped for cheap repeated launches (``fast_launch.py``, ``config.fast_launch``).
 """
 from __future__ import annotations
 
