@@ -16,6 +16,8 @@ import, by :func:`_from_environment` and nowhere else:
   of a function from its frame record (no re-tracing) when the disk cache is on.
 - ``PYJIT_LAYOUT_OPT``: ``auto`` (default), ``on`` or ``off``: channels-last layout for
   convolution graphs (``backend/passes/layout.py``).
+- ``PYJIT_MATMUL_PROLOGUE``: ``1`` (default) or ``0``: elementwise operands of matmul templates
+  computed in the template's loads (``backend/lowering/matmul.py``).
 - ``PYJIT_PARALLEL_COMPILE``: ``processes`` (default; or ``1``), ``threads`` or ``off`` (or ``0``):
   how a CUDA module's Triton kernels are compiled in parallel before its first call
   (``runtime/precompile.py``); ``PYJIT_COMPILE_THREADS``: how many workers (0, the default: the
@@ -94,6 +96,11 @@ class Config:
     # "force": always the template where Triton kernels run (CUDA; CPU under triton_interpret,
     # for tests), configurations still tuned on CUDA; "off": always the extern aten call.
     matmul_template: Literal["auto", "force", "off"] = "auto"
+    # Backend: a template operand that is a cheap elementwise value of graph inputs or extern
+    # outputs (a weight cast to bf16, a scaled input) is computed in the template's loads (a
+    # prologue) instead of by a separate kernel; under "auto" autotuning times it against the
+    # unfused template and the extern (lowering/matmul.py). PYJIT_MATMUL_PROLOGUE=0 turns it off.
+    matmul_prologue: bool = True
     # Backend: channels-last layout for convolution graphs (passes/layout.py, PYJIT_LAYOUT_OPT):
     # 4-d convolutions get channels-last input and weight, values between them stay NHWC (eager's
     # strides), graph outputs keep their strides. "auto": static graphs on CUDA with a 2-d
@@ -170,6 +177,10 @@ def _from_environment(env: "os._Environ[str] | dict[str, str]") -> Config:
     if not workers.isdigit():
         raise ValueError(f"PYJIT_COMPILE_THREADS={workers!r} must be a whole number (0: the CPU count, at most 32)")
     cfg.compile_threads = int(workers)
+    prologue = env.get("PYJIT_MATMUL_PROLOGUE", "1").strip() or "1"
+    if prologue not in ("0", "1"):
+        raise ValueError(f"PYJIT_MATMUL_PROLOGUE={prologue!r} must be 0 or 1")
+    cfg.matmul_prologue = prologue == "1"
     local = env.get("LOCAL_WORLD_SIZE", "1").strip() or "1"
     cfg.compile_share = int(local) if local.isdigit() and int(local) > 0 else 1
     return cfg

@@ -39,7 +39,7 @@ from .ir import (
 )
 from .lowering import LOWERINGS
 from .lowering.fallbacks import make_extern
-from .ops_handler import RecordHandler
+from .ops_handler import CountingHandler
 from .symbolic import (
     as_size,
     from_torch_expr,
@@ -58,31 +58,11 @@ _INLINE_MAX_OPS = 6
 _INLINE_MAX_USERS = 3
 
 
-class _CountingHandler(RecordHandler):
-    """Dependency recorder that also counts the arithmetic a body performs."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops = 0
-
-    def to_dtype(self, x: Any, dtype: torch.dtype) -> Any:
-        self.ops += 1
-
-    def unary(self, op: Any, x: Any) -> Any:
-        self.ops += 1
-
-    def binary(self, op: Any, a: Any, b: Any) -> Any:
-        self.ops += 1
-
-    def where(self, cond: Any, a: Any, b: Any) -> Any:
-        self.ops += 1
-
-
 def _cheap_to_recompute(data: Pointwise, users: int) -> bool:
     """True when re-running ``data`` in each of its readers costs less traffic than a buffer."""
     if users > _INLINE_MAX_USERS:
         return False
-    rec = _CountingHandler()
+    rec = CountingHandler()
     try:
         data.inner_fn(rec, [sym(f"i{k}") for k in range(len(data.ranges))])
     except Exception:  # e.g. reads an unrealized reduction: keep the safe choice (a buffer)

@@ -76,7 +76,8 @@ def graph_key_fields(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Te
                 config.backend_split_reduction_min,
                 # Matmul templates: whether they are candidates, and the fp32 precision torch
                 # allows (baked into template kernels as TF32 or IEEE dots).
-                config.matmul_template, config.autotune, bool(torch.backends.cuda.matmul.allow_tf32),
+                config.matmul_template, config.matmul_prologue, config.autotune,
+                bool(torch.backends.cuda.matmul.allow_tf32),
                 # Launch autotuning bakes its choices into the module (codegen/launch_autotune.py),
                 # and they hold for one GPU model (so do matmul template choices).
                 config.autotune_launch, config.autotune_launch_min_bytes, config.autotune_launch_min_row,

@@ -9,7 +9,8 @@ strided view of a realized buffer (no copy, aliasing preserved). :class:`Storage
 value that may later be *realized* into a :class:`ComputedBuffer` (a named memory buffer).
 Extern kernels (:class:`ExternKernel`) call an aten op from the wrapper; templates
 (:class:`MatmulTemplate`) are generated kernels of a fixed shape whose epilogue takes fused
-pointwise consumers; :class:`ScatterAdd` is a fill kernel plus an atomic scatter-add kernel.
+pointwise consumers (and whose operands may be computed in its loads: :class:`MatmulPrologue`);
+:class:`ScatterAdd` is a fill kernel plus an atomic scatter-add kernel.
 """
 from __future__ import annotations
 
@@ -338,8 +339,9 @@ class ScatterAdd(Buffer):
 class MatmulTemplate(Buffer):
     """``name = a @ b`` by a generated Triton matmul kernel (codegen/matmul_template.py).
 
-    ``a`` is ``[M, K]`` or ``[B, M, K]``, ``b`` is ``[K, N]`` or ``[B, K, N]``, both realized
-    buffers or strided views with static layouts; the output is contiguous. Pointwise
+    ``a`` is ``[M, K]`` or ``[B, M, K]``, ``b`` is ``[K, N]`` or ``[B, K, N]``, each a realized
+    buffer or strided view with a static layout, or a :class:`MatmulPrologue` (an elementwise
+    value computed in the template's loads); the output is contiguous. Pointwise
     consumers that read each output element at its own index are fused into the kernel's
     epilogue by the scheduler. ``config`` holds the launch configuration chosen at lowering
     time (BLOCK_M/N/K, GROUP_M, num_warps, num_stages; see runtime/autotune.py) and
@@ -355,7 +357,38 @@ class MatmulTemplate(Buffer):
         self.allow_tf32 = allow_tf32
 
     def tensor_inputs(self) -> list[IRNode]:
-        return [self.a, self.b]
+        """The operands read from memory (realized buffers or strided views of them)."""
+        return [x for x in (self.a, self.b) if not isinstance(x, MatmulPrologue)]
+
+    def prologues(self) -> list[MatmulPrologue]:
+        return [x for x in (self.a, self.b) if isinstance(x, MatmulPrologue)]
+
+
+class MatmulPrologue(IRNode):
+    """An operand of a :class:`MatmulTemplate` computed where the template loads it.
+
+    ``value`` is an unrealized elementwise value (a cast, a scale, ...; see
+    ``lowering/matmul.py`` for which qualify): inside the template's K loop each tile of the
+    operand is computed from ``value``'s own loads instead of being read from a buffer that
+    a separate kernel wrote. Its loader is read when the kernel is generated, so a value
+    realized meanwhile by another reader is loaded from that buffer instead (never stale).
+    """
+
+    def __init__(self, value: IRNode):
+        self.value = value
+        self.origins = value.get_origins()
+
+    def get_size(self) -> list[int]:
+        return self.value.get_size()
+
+    def get_dtype(self) -> torch.dtype:
+        return self.value.get_dtype()
+
+    def get_device(self) -> torch.device:
+        return self.value.get_device()
+
+    def make_loader(self) -> Loader:
+        return self.value.make_loader()
 
 
 class MultiOutput(Buffer):

@@ -164,6 +164,26 @@ class RecordHandler:
         return None
 
 
+class CountingHandler(RecordHandler):
+    """Dependency recorder that also counts the arithmetic a body performs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+
+    def to_dtype(self, x: Any, dtype: torch.dtype) -> Any:
+        self.ops += 1
+
+    def unary(self, op: Any, x: Any) -> Any:
+        self.ops += 1
+
+    def binary(self, op: Any, a: Any, b: Any) -> Any:
+        self.ops += 1
+
+    def where(self, cond: Any, a: Any, b: Any) -> Any:
+        self.ops += 1
+
+
 # Static check that the handlers satisfy the Protocol (mypy reads these assignments).
 _p: OpsHandler[str] = PrintHandler()
 _r: OpsHandler[Any] = RecordHandler()

@@ -14,7 +14,9 @@ index in the fused kernel); reads of disjoint slices of one buffer are no reason
 Templates (:class:`MatmulTemplate`) are nodes over their output's elements whose inputs are
 read at arbitrary indices: only pointwise nodes of the same element count that read the
 template's group (its epilogue) may join them, each reading every in-kernel value at its own
-index; a node producing a template input never joins (its reads never match a store).
+index; a node producing a template input never joins (its reads never match a store). An
+operand computed in the template's loads (a prologue) is part of the template node: its reads
+are the template's reads.
 
 A scatter-add (:class:`ScatterAdd`) joins nothing: its result is complete only once every
 program of its atomic kernel finished, so a reader of it must be another kernel. After fusion
@@ -63,7 +65,7 @@ class SchedulerNode:
         if isinstance(buf, MatmulTemplate):
             self.sizes, self.rsizes = list(buf.layout.size), []
             self.group = (prod(self.sizes), 1)
-            self.read_names = {_storage_name(n) for n in buf.tensor_inputs()}
+            self.read_names = {_storage_name(n) for n in buf.tensor_inputs()} | _prologue_reads(buf)
             self.has_indirect = False
         elif isinstance(buf, ScatterAdd):
             # Iterates over the source elements; reads what the fill and the adds read.
@@ -185,6 +187,16 @@ def _extern_reads(buf: Buffer) -> set[str]:
     names = set()
     for node in buf.tensor_inputs():
         names.add(_storage_name(node))
+    return names
+
+
+def _prologue_reads(tmpl: MatmulTemplate) -> set[str]:
+    """Buffers the template's prologues (operands computed in its loads) read."""
+    names: set[str] = set()
+    for operand in tmpl.prologues():
+        rec = RecordHandler()
+        operand.make_loader()(rec, [sym(f"i{k}") for k in range(len(operand.get_size()))])
+        names |= {d.name for d in rec.reads}
     return names
 
 

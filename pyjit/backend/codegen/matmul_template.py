@@ -8,6 +8,11 @@ batch's output (``program_id(1)`` is the batch), walking K in ``BLOCK_K`` steps 
 are masked (the K mask is dropped when ``BLOCK_K`` divides K). fp32 inputs use TF32 only when
 ``torch.backends.cuda.matmul.allow_tf32`` allowed it at compile time.
 
+An operand that is a :class:`MatmulPrologue` (an elementwise value, e.g. a weight cast to
+bf16) is computed tile by tile inside the K loop through the same ops handler, at indices made
+of the tile's row/column and K variables (``am``/``ak``, ``bk``/``bn``), instead of being loaded
+from a buffer a separate kernel wrote; lanes outside the operand are set to 0.
+
 The epilogue reuses :class:`TritonKernel`'s ops handler: after the K loop, ``xindex`` is the
 2-D block of flat output indices and ``xmask`` the in-bounds mask, so the epilogue nodes'
 ``store_body`` produce exactly the loads/arithmetic/stores of a pointwise kernel, with the
@@ -21,9 +26,9 @@ from typing import Any
 
 import torch
 
-from ..ir import MatmulTemplate, ReinterpretView
+from ..ir import MatmulPrologue, MatmulTemplate, ReinterpretView
 from ..scheduler import XINDEX, FusedGroup, SchedulerNode
-from ..symbolic import simplify_with_ranges, unflatten_index
+from ..symbolic import simplify_with_ranges, sym, unflatten_index
 from .common import IndentedBuffer, triton_dtype
 from .triton import CSEVar, KernelSource, TritonKernel
 
@@ -81,28 +86,87 @@ class MatmulTemplateKernel(TritonKernel):
             assert placed is not None and not node.is_reduction, node.name
             node.buf.store_body()(self, placed[0])  # type: ignore[union-attr]
 
+    def _prologue(self, operand: MatmulPrologue, which: str, index: list[Any], mask: str,
+                  shape: str) -> tuple[list[str], CSEVar]:
+        """Lines computing ``operand``'s ``shape`` tile at ``index`` (kernel variables) inside the
+        K loop, and the value. Its own section and scope: nothing it computes is visible to the
+        epilogue (values defined in a Triton loop body do not outlive it)."""
+        saved = (self.section, self.mask, self.full_shape)
+        self.section, self.mask, self.full_shape = f"prologue_{which}", mask, shape
+        try:
+            value = operand.make_loader()(self, index)
+        finally:
+            self.section, self.mask, self.full_shape = saved
+        return self.sections[f"prologue_{which}"].lines, value
+
+    def _scopes(self) -> tuple[str, ...]:
+        if self.section.startswith("prologue_"):
+            return (self.section,)
+        return super()._scopes()
+
+    def _operand_lines(self, which: str, operand: Any, batched: bool, sizes: tuple[int, int],
+                       even_k: bool) -> tuple[list[str], list[str], str]:
+        """(lines before the K loop, lines in it, the pointer stride along K or "") that put
+        ``which``'s tile (``a``: [BLOCK_M, BLOCK_K]; ``b``: [BLOCK_K, BLOCK_N]) in variable ``which``."""
+        M_or_N, K = sizes
+        if which == "a":
+            outer, outer_var, k_shape = "rm[:, None]", "am", "k + rk[None, :]"
+        else:
+            outer, outer_var, k_shape = "rn[None, :]", "bn", "k + rk[:, None]"
+        if isinstance(operand, MatmulPrologue):
+            k_var = f"{which}k"
+            index = [sym(outer_var), sym(k_var)] if which == "a" else [sym(k_var), sym(outer_var)]
+            if batched:
+                index = [sym("bz"), *index]
+            mask = f"{which}_mask"
+            shape = "[BLOCK_M, BLOCK_K]" if which == "a" else "[BLOCK_K, BLOCK_N]"
+            body, value = self._prologue(operand, which, index, mask, shape)
+            # Masked lanes must hold 0 (not the prologue's value of the loads' 0): the padding
+            # of a ragged K tile enters the dot product.
+            return [f"{outer_var} = {outer}"], [
+                f"{k_var} = {k_shape}",
+                f"{mask} = ({outer_var} < {M_or_N}) & ({k_var} < {K})",
+                *body,
+                f"{which} = tl.where({mask}, {value}, 0.0).to({triton_dtype(operand.get_dtype())})",
+            ], ""
+        name, lay = _layout_of(operand)
+        ptr = self.inputs.setdefault(name, f"in_ptr{len(self.inputs)}")
+        stride = lay.stride if batched else (0, *lay.stride)
+        if which == "a":
+            sb, so, sk = stride
+            addr = f"rm[:, None] * {so} + rk[None, :] * {sk}"
+            kmask = "" if even_k else f" & (rk[None, :] < {K} - k)"
+            load = f"a = tl.load(a_ptrs, mask=(rm[:, None] < {M_or_N}){kmask}, other=0.0)"
+        else:
+            sb, sk, so = stride
+            addr = f"rk[:, None] * {sk} + rn[None, :] * {so}"
+            kmask = "" if even_k else f"(rk[:, None] < {K} - k) & "
+            load = f"b = tl.load(b_ptrs, mask={kmask}(rn[None, :] < {M_or_N}), other=0.0)"
+        before = [f"{which}_ptrs = {ptr} + ({lay.offset} + bz * {sb} + {addr})"]
+        return before, [load], f"{which}_ptrs += BLOCK_K * {sk}"
+
     def source(self) -> KernelSource:
         tmpl = self.tmpl
-        a_name, a_lay = _layout_of(tmpl.a)
-        b_name, b_lay = _layout_of(tmpl.b)
-        a_ptr = self.inputs.setdefault(a_name, f"in_ptr{len(self.inputs)}")
-        b_ptr = self.inputs.setdefault(b_name, f"in_ptr{len(self.inputs)}")
-        self.codegen_nodes()
         batch, M, N, K = matmul_dims(tmpl)
         cfg = tmpl.config
-        batched = len(a_lay.size) == 3
-        sab, sam, sak = (a_lay.stride if batched else (0, *a_lay.stride))
-        sbb, sbk, sbn = (b_lay.stride if batched else (0, *b_lay.stride))
-        spans = [a_lay.storage_span(), b_lay.storage_span(), batch * M * N]
-        i64 = ".to(tl.int64)" if self.int64 or max(spans) >= 2 ** 31 else ""
+        batched = len(tmpl.a.get_size()) == 3
         even_k = K % cfg["BLOCK_K"] == 0
-        if a_lay.dtype == torch.float32:
+        spans = [batch * M * N]
+        for operand in (tmpl.a, tmpl.b):
+            spans.append(operand.numel() if isinstance(operand, MatmulPrologue)
+                         else _layout_of(operand)[1].storage_span())
+        i64 = ".to(tl.int64)" if self.int64 or max(spans) >= 2 ** 31 else ""
+        a_before, a_loop, a_step = self._operand_lines("a", tmpl.a, batched, (M, K), even_k)
+        b_before, b_loop, b_step = self._operand_lines("b", tmpl.b, batched, (N, K), even_k)
+        self.codegen_nodes()
+        operand_dtype = tmpl.a.get_dtype()
+        if operand_dtype == torch.float32:
             precision = ', input_precision="tf32"' if tmpl.allow_tf32 else ', input_precision="ieee"'
         else:
             precision = ""
         # Triton's interpreter (CPU) multiplies 16-bit blocks wrongly (bf16) or in 16 bits
         # (fp16): widen them first; products of 16-bit values are exact in fp32 anyway.
-        widen = ".to(tl.float32)" if tmpl.get_device().type == "cpu" and a_lay.dtype != torch.float32 else ""
+        widen = ".to(tl.float32)" if tmpl.get_device().type == "cpu" and operand_dtype != torch.float32 else ""
         name = self.kernel_name()
         params = [*self.inputs.values(), *self.outputs.values()]
         params += [f"{k}: tl.constexpr" for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")]
@@ -126,20 +190,17 @@ class MatmulTemplateKernel(TritonKernel):
                 f"rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){i64}",
                 f"rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)){i64}",
                 f"rk = tl.arange(0, BLOCK_K){i64}",
-                f"a_ptrs = {a_ptr} + ({a_lay.offset} + bz * {sab} + rm[:, None] * {sam} + rk[None, :] * {sak})",
-                f"b_ptrs = {b_ptr} + ({b_lay.offset} + bz * {sbb} + rk[:, None] * {sbk} + rn[None, :] * {sbn})",
+                *a_before,
+                *b_before,
                 "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
                 f"for k in range(0, {K}, BLOCK_K):",
             ])
             with code.indent():
-                kmask_a = "" if even_k else f" & (rk[None, :] < {K} - k)"
-                kmask_b = "" if even_k else f"(rk[:, None] < {K} - k) & "
                 code.writelines([
-                    f"a = tl.load(a_ptrs, mask=(rm[:, None] < {M}){kmask_a}, other=0.0)",
-                    f"b = tl.load(b_ptrs, mask={kmask_b}(rn[None, :] < {N}), other=0.0)",
+                    *a_loop,
+                    *b_loop,
                     f"acc += tl.dot(a{widen}, b{widen}{precision})",
-                    f"a_ptrs += BLOCK_K * {sak}",
-                    f"b_ptrs += BLOCK_K * {sbk}",
+                    *[step for step in (a_step, b_step) if step],
                 ])
             code.writelines([
                 f"xindex = bz * {M * N} + rm[:, None] * {N} + rn[None, :]",
@@ -164,11 +225,13 @@ def launch_line(ks: KernelSource, grid_text: str) -> str:
     return f"{ks.name}[{grid_text}]({', '.join(ks.arg_names)}, {meta})"
 
 
-def standalone_source(tmpl: MatmulTemplate) -> tuple[str, KernelSource]:
-    """A module holding only ``tmpl``'s kernel with no epilogue (for benchmarking its configs)."""
+def standalone_source(tmpl: MatmulTemplate, read_dtypes: dict[str, torch.dtype] | None = None
+                      ) -> tuple[str, KernelSource]:
+    """A module holding only ``tmpl``'s kernel (its prologues included) with no epilogue, for
+    benchmarking its configs; ``read_dtypes``: the dtypes of the buffers its prologues read."""
     node = SchedulerNode(tmpl, 0)
     group = FusedGroup([node], node.group)
-    dtypes = {tmpl.name: tmpl.get_dtype()}
+    dtypes = {tmpl.name: tmpl.get_dtype(), **(read_dtypes or {})}
     for inp in tmpl.tensor_inputs():
         name, lay = _layout_of(inp)
         dtypes[name] = lay.dtype

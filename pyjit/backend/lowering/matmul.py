@@ -20,14 +20,17 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
 from ...config import config
 from ...logs import get_logger
-from ..ir import IRNode, Layout, MatmulTemplate, ReinterpretView
-from ..symbolic import is_static
+from ..ir import (Buffer, ExternKernel, InputBuffer, IRNode, Layout, MatmulPrologue, MatmulTemplate, MultiOutput,
+                  Pointwise, ReinterpretView, ScatterAdd, StorageBox, View)
+from ..ops_handler import CountingHandler, PrintHandler, RecordHandler
+from ..symbolic import is_static, sym
 from .fallbacks import make_extern
 from .registry import aten, make_pointwise, register_lowering
 
@@ -135,41 +138,59 @@ def _symbolic_graph(ctx: "GraphLowering") -> bool:
     return False
 
 
-def _choose_config(ctx: "GraphLowering", target: Any, cand: MatmulTemplate, mode: str) -> dict[str, int] | None:
-    """The launch configuration of the template, or None when the extern wins."""
-    device = cand.get_device()
+def _choose_config(ctx: "GraphLowering", target: Any, cands: dict[str, MatmulTemplate], mode: str
+                   ) -> tuple[str, dict[str, int]] | None:
+    """(variant, launch configuration) of the template, or None when the extern wins.
+
+    ``cands``: the variants to consider, ``"plain"`` (operands read from buffers) and/or
+    ``"prologue"`` (elementwise operands computed in the template's loads)."""
+    first = next(iter(cands.values()))
+    device = first.get_device()
+    variant = "prologue" if "prologue" in cands else "plain"
     if device.type != "cuda":
-        return dict(INTERPRET_CONFIG)  # the CPU never benchmarks
+        return variant, dict(INTERPRET_CONFIG)  # the CPU never benchmarks
     from ..codegen.matmul_template import matmul_dims
-    _, M, N, K = matmul_dims(cand)
-    configs = cuda_configs(cand.get_dtype(), M, N, K, epilogue=_expects_epilogue(ctx, target))
+    _, M, N, K = matmul_dims(first)
+    configs = cuda_configs(first.get_dtype(), M, N, K, epilogue=_expects_epilogue(ctx, target))
     if not config.autotune:
-        return configs[0]
-    return tune(ctx, target, cand, mode, configs)
+        return variant, configs[0]
+    return tune(ctx, target, cands, mode, configs)
 
 
-def tune(ctx: "GraphLowering", target: Any, cand: MatmulTemplate, mode: str,
-         configs: list[dict[str, int]]) -> dict[str, int] | None:
-    """Benchmark ``configs`` of the template (and the extern when ``mode`` is "tune")."""
+def tune(ctx: "GraphLowering", target: Any, cands: dict[str, MatmulTemplate], mode: str,
+         configs: list[dict[str, int]]) -> tuple[str, dict[str, int]] | None:
+    """Benchmark ``configs`` of each template variant in ``cands`` (and the extern when ``mode``
+    is "tune"). Variants that leave an operand to a separate elementwise kernel (the plain
+    template and the extern, when a prologue is possible) are charged one copy of that
+    operand: the write and read of it that computing it in the loads saves."""
     from ...runtime import autotune
     from ..codegen.matmul_template import matmul_dims
-    device = cand.get_device()
-    _, M, N, K = matmul_dims(cand)
+    first = next(iter(cands.values()))
+    device = first.get_device()
+    _, M, N, K = matmul_dims(first)
     candidates: dict[str, Callable[[], Callable[[], object]]] = {}
-    inputs = _DummyInputs(cand)
-    for cfg in configs:
-        candidates[_config_name(cfg)] = functools.partial(_template_runner, cand, cfg, inputs)
+    inputs = _DummyInputs(ctx, cands)
+    materialized = [k for k in ("a", "b") if isinstance(getattr(cands.get("prologue"), k, None), MatmulPrologue)]
+    names: dict[str, tuple[str, dict[str, int]]] = {}
+    for variant, cand in cands.items():
+        charged = materialized if variant == "plain" else []
+        for cfg in configs:
+            name = ("prologue_" if variant == "prologue" else "") + _config_name(cfg)
+            names[name] = (variant, cfg)
+            candidates[name] = functools.partial(_template_runner, cand, cfg, inputs, charged)
     if mode == "tune":
-        candidates["extern"] = functools.partial(_extern_runner, cand, inputs, _expects_epilogue(ctx, target))
-    a_lay, b_lay = cand.a.layout, cand.b.layout  # type: ignore[attr-defined]
+        candidates["extern"] = functools.partial(_extern_runner, first, inputs, _expects_epilogue(ctx, target),
+                                                 materialized)
     fields = {"generator": generator_hash(), "mode": mode, "device": autotune.device_name(device),
-              "a": _layout_text(a_lay), "b": _layout_text(b_lay), "allow_tf32": str(cand.allow_tf32),
-              "candidates": ",".join(candidates)}
-    label = f"{ctx.current_target_name()} [{M}x{K}]x[{K}x{N}] {cand.get_dtype()}"
+              "allow_tf32": str(first.allow_tf32), "candidates": ",".join(candidates)}
+    for variant, cand in cands.items():
+        for key in ("a", "b"):
+            fields[f"{variant}_{key}"] = _operand_text(ctx, getattr(cand, key))
+    label = f"{ctx.current_target_name()} [{M}x{K}]x[{K}x{N}] {first.get_dtype()}"
+    if "prologue" in cands:
+        label += " (prologue " + "+".join(materialized) + ")"
     choice = autotune.choose("matmul", fields, candidates, device, label)
-    if choice == "extern":
-        return None
-    return next(c for c in configs if _config_name(c) == choice)
+    return None if choice == "extern" else names[choice]
 
 
 def _expects_epilogue(ctx: "GraphLowering", target: Any) -> bool:
@@ -183,17 +204,25 @@ def _expects_epilogue(ctx: "GraphLowering", target: Any) -> bool:
                                     for u in node.users)
 
 
-def _extern_runner(cand: MatmulTemplate, inputs: "_DummyInputs", epilogue: bool) -> Callable[[], object]:
+def _extern_runner(cand: MatmulTemplate, inputs: "_DummyInputs", epilogue: bool,
+                   materialized: list[str]) -> Callable[[], object]:
     """The extern product on dummy inputs; with ``epilogue``, plus one copy of its output: the
     read and write of the product that a separate epilogue kernel costs and fusion into the
-    template saves (timings compare the whole, not the matmul alone)."""
+    template saves (timings compare the whole, not the matmul alone); plus one copy of each
+    operand in ``materialized`` (written by a separate kernel when not computed in the loads)."""
     extern = aten.bmm.default if len(cand.a.get_size()) == 3 else aten.mm.default
     a, b, dst = inputs.a(), inputs.b(), inputs.by_name(cand.name)
-    if not epilogue:
+    copies = inputs.operand_copies(materialized)
+    if not epilogue and not copies:
         return lambda: extern(a, b)
 
     def run() -> None:
-        dst.copy_(extern(a, b))
+        for operand_dst, operand_src in copies:
+            operand_dst.copy_(operand_src)
+        if epilogue:
+            dst.copy_(extern(a, b))
+        else:
+            extern(a, b)
 
     return run
 
@@ -206,30 +235,80 @@ def _layout_text(lay: Layout) -> str:
     return f"{tuple(lay.size)}:{tuple(lay.stride)}+{lay.offset}:{lay.dtype}"
 
 
-class _DummyInputs:
-    """Random tensors with the template inputs' layouts (created on first use, shared by candidates)."""
+def _operand_text(ctx: "GraphLowering", operand: IRNode) -> str:
+    """An operand for the tuning cache key: its layout, or its prologue's code with the buffers
+    it reads named by their layouts (so equal prologues of other graphs share a result)."""
+    if not isinstance(operand, MatmulPrologue):
+        return _layout_text(_storage(operand)[1])
+    printer = PrintHandler()
+    text = str(operand.make_loader()(printer, [sym(f"i{k}") for k in range(len(operand.get_size()))]))
+    for name, lay in sorted(_prologue_layouts(ctx, operand).items(), key=lambda kv: -len(kv[0])):
+        text = re.sub(rf"\b{re.escape(name)}\b", f"<{_layout_text(lay)}>", text)
+    return f"{tuple(operand.get_size())}:{operand.get_dtype()}:{text}"
 
-    def __init__(self, cand: MatmulTemplate):
-        self.cand = cand
+
+def _buffer_named(ctx: "GraphLowering", name: str) -> Buffer | None:
+    for buf in (*ctx.graph_inputs, *(c for c, _ in ctx.constants), *ctx.buffers):
+        if buf.name == name:
+            return buf
+    return None
+
+
+def _prologue_layouts(ctx: "GraphLowering", operand: IRNode) -> dict[str, Layout]:
+    """The buffers an operand's loader reads, with their layouts."""
+    rec = RecordHandler()
+    operand.make_loader()(rec, [sym(f"i{k}") for k in range(len(operand.get_size()))])
+    out: dict[str, Layout] = {}
+    for dep in rec.reads:
+        buf = _buffer_named(ctx, dep.name)
+        assert buf is not None and buf.layout is not None, dep.name
+        out[dep.name] = buf.layout
+    return out
+
+
+class _DummyInputs:
+    """Random tensors with the layouts the template variants read (created on first use,
+    shared by candidates): each storage buffer by name (a prologue's reads, the plain variant's
+    operands), the operands ``a``/``b`` as the plain variant and the extern read them, and ``out``."""
+
+    def __init__(self, ctx: "GraphLowering", cands: dict[str, MatmulTemplate]):
+        self.cand = next(iter(cands.values()))
+        self.layouts: dict[str, Layout] = {}
+        self.prologue_keys: set[str] = set()
+        for cand in cands.values():
+            for key in ("a", "b"):
+                node = getattr(cand, key)
+                if isinstance(node, MatmulPrologue):
+                    self.layouts.update(_prologue_layouts(ctx, node))
+                    self.prologue_keys.add(key)
+                else:
+                    name, lay = _storage(node)
+                    self.layouts[name] = lay
         self._made: dict[str, torch.Tensor] | None = None
+
+    def read_dtypes(self) -> dict[str, torch.dtype]:
+        return {name: lay.dtype for name, lay in self.layouts.items()}
 
     def _make(self) -> dict[str, torch.Tensor]:
         if self._made is None:
+            device = self.cand.get_device()
             made: dict[str, torch.Tensor] = {}
             spans: dict[str, tuple[int, torch.dtype]] = {}
-            for node in (self.cand.a, self.cand.b):
-                name, lay = _storage(node)
+            for name, lay in self.layouts.items():
                 spans[name] = (max(spans.get(name, (0, lay.dtype))[0], lay.storage_span()), lay.dtype)
             # A private generator: compiling must not advance the program's random stream.
-            gen = torch.Generator(device=self.cand.get_device())
+            gen = torch.Generator(device=device)
             gen.manual_seed(0)
             for name, (span, dtype) in spans.items():
-                made[name] = torch.randn(int(span), device=self.cand.get_device(), generator=gen).to(dtype)
-            for key, node in (("a", self.cand.a), ("b", self.cand.b)):
-                name, lay = _storage(node)
+                made[name] = _random(int(span), dtype, device, gen)
+            for key in ("a", "b"):
+                # The plain variant's operand (for a prologue: the buffer a separate kernel writes).
+                name, lay = _storage(getattr(self.cand, key))
                 made[key] = torch.as_strided(made[name], [int(s) for s in lay.size], [int(s) for s in lay.stride],
                                              int(lay.offset))
-            made["out"] = torch.empty([int(s) for s in self.cand.layout.size], device=self.cand.get_device(),
+                if key in self.prologue_keys:
+                    made[key + "_src"] = torch.empty_like(made[key])
+            made["out"] = torch.empty([int(s) for s in self.cand.layout.size], device=device,
                                       dtype=self.cand.get_dtype())
             self._made = made
         return self._made
@@ -239,6 +318,11 @@ class _DummyInputs:
 
     def b(self) -> torch.Tensor:
         return self._make()["b"]
+
+    def operand_copies(self, keys: list[str]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(destination, source) pairs standing for the kernels that would write ``keys``."""
+        made = self._make()
+        return [(made[k], made[k + "_src"]) for k in keys if k + "_src" in made]
 
     def by_name(self, name: str) -> torch.Tensor:
         made = self._make()
@@ -251,25 +335,81 @@ def _storage(node: IRNode) -> tuple[str, Layout]:
     return node.name, node.layout  # type: ignore[attr-defined]
 
 
-def _template_runner(cand: MatmulTemplate, cfg: dict[str, int], inputs: _DummyInputs) -> Callable[[], object]:
-    """Compile the plain template (no epilogue) with ``cfg``; return a launcher on dummy inputs."""
+def _random(numel: int, dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> torch.Tensor:
+    if dtype == torch.bool:
+        return torch.rand(numel, device=device, generator=gen) > 0.5
+    if not dtype.is_floating_point:
+        return torch.randint(0, 2, (numel,), device=device, generator=gen).to(dtype)
+    return torch.randn(numel, device=device, generator=gen).to(dtype)
+
+
+def _template_runner(cand: MatmulTemplate, cfg: dict[str, int], inputs: _DummyInputs,
+                     materialized: list[str]) -> Callable[[], object]:
+    """Compile the template (its prologues included, no epilogue) with ``cfg``; return a
+    launcher on dummy inputs, plus one copy per operand in ``materialized`` (see :func:`tune`)."""
     from ...runtime import cache
     from ...runtime.launcher import load_module
     from ..codegen.matmul_template import standalone_source
 
     probe = MatmulTemplate(cand.name, cand.layout, cand.a, cand.b, cfg, cand.allow_tf32, cand.origins)
-    source, ks = standalone_source(probe)
+    source, ks = standalone_source(probe, inputs.read_dtypes())
     key, path, _ = cache.write_module(source)
     kernel = getattr(load_module(path, key, False), ks.name)
     args = [inputs.by_name(n) for n in ks.arg_names]
     launch = kernel[ks.grid]
+    copies = inputs.operand_copies(materialized)
 
     def run() -> None:
+        for operand_dst, operand_src in copies:
+            operand_dst.copy_(operand_src)
         launch(*args, **ks.meta)
 
     if hasattr(kernel, "warmup"):  # compiled Triton: autotune compiles all candidates at once first
         run.warm_launch = (kernel, lambda: kernel.warmup(*args, grid=ks.grid, **ks.meta))  # type: ignore[attr-defined]
     return run
+
+
+# Which elementwise operands are computed in the template's loads: few operations, few loads,
+# no gathers or reductions, and loads only of buffers no loop kernel writes (graph inputs,
+# extern outputs). A value of a loop kernel's output would otherwise be fused into that
+# kernel, so a prologue would save nothing there; and a template's output takes the value
+# into its epilogue.
+_PROLOGUE_MAX_OPS = 6
+_PROLOGUE_MAX_READS = 2
+_PROLOGUE_SOURCES = (InputBuffer, ExternKernel, MultiOutput, ScatterAdd)
+
+
+def _unrealized_elementwise(node: IRNode) -> bool:
+    """``node`` is a not-yet-realized pointwise value, possibly through views."""
+    while True:
+        if isinstance(node, StorageBox):
+            node = node.data
+        elif isinstance(node, View):
+            node = node.base
+        else:
+            return isinstance(node, Pointwise)
+
+
+def _prologue_operand(ctx: "GraphLowering", node: IRNode) -> MatmulPrologue | None:
+    """``node`` as an operand computed in the template's loads, or None (read from a buffer)."""
+    if not config.matmul_prologue or not _unrealized_elementwise(node):
+        return None
+    rec = CountingHandler()
+    try:
+        node.make_loader()(rec, [sym(f"i{k}") for k in range(len(node.get_size()))])
+    except Exception:  # a body the recorder cannot walk: keep the buffer
+        return None
+    if rec.has_indirect or rec.reductions or rec.ops > _PROLOGUE_MAX_OPS:
+        return None
+    names = {d.name for d in rec.reads}
+    if len(names) > _PROLOGUE_MAX_READS:
+        return None
+    for name in names:
+        buf = _buffer_named(ctx, name)
+        if not isinstance(buf, _PROLOGUE_SOURCES) or buf.layout is None or _static_layout(buf) is None \
+                or buf.layout.storage_span() >= 2 ** 31:
+            return None
+    return MatmulPrologue(node)
 
 
 def _matmul(ctx: "GraphLowering", target: Any, args: tuple, kwargs: dict, a: IRNode, b: IRNode,
@@ -278,17 +418,42 @@ def _matmul(ctx: "GraphLowering", target: Any, args: tuple, kwargs: dict, a: IRN
     mode = _template_mode(ctx, a, b)
     if mode is None:
         return make_extern(ctx, target, args, kwargs)
-    ra, rb = ctx.realize(a, allow_view=True, read_only=True), ctx.realize(b, allow_view=True, read_only=True)
-    if _static_layout(ra) is None or _static_layout(rb) is None:
-        return make_extern(ctx, target, args, kwargs)
     size = [*a.get_size()[:-1], b.get_size()[-1]]
     layout = Layout.contiguous(a.get_device(), a.get_dtype(), [int(s) for s in size])
     allow_tf32 = _allow_tf32() if a.get_dtype() == torch.float32 else False
-    cand = MatmulTemplate("template_candidate", layout, ra, rb, INTERPRET_CONFIG, allow_tf32, ctx.current_origins())
-    cfg = _choose_config(ctx, target, cand, mode)
-    if cfg is None:
+    origins = ctx.current_origins()
+    prologue = {"a": _prologue_operand(ctx, a), "b": _prologue_operand(ctx, b)}
+    # Operands read from buffers; one that could be a prologue is, for the plain variant's
+    # timing, a stand-in buffer of the layout realizing it would give (realizing it now
+    # would make the prologue read that buffer).
+    plain: dict[str, IRNode] = {}
+    for key, node in (("a", a), ("b", b)):
+        if prologue[key] is not None:
+            plain[key] = Buffer(f"template_operand_{key}", Layout.contiguous(node.get_device(), node.get_dtype(),
+                                                                             [int(s) for s in node.get_size()]))
+        else:
+            plain[key] = ctx.realize(node, allow_view=True, read_only=True)
+            if _static_layout(plain[key]) is None:
+                return make_extern(ctx, target, args, kwargs)
+    cands = {"plain": MatmulTemplate("template_candidate", layout, plain["a"], plain["b"], INTERPRET_CONFIG,
+                                     allow_tf32, origins)}
+    if prologue["a"] is not None or prologue["b"] is not None:
+        pa, pb = prologue["a"] or plain["a"], prologue["b"] or plain["b"]
+        cands["prologue"] = MatmulTemplate("template_candidate", layout, pa, pb, INTERPRET_CONFIG, allow_tf32, origins)
+    choice = _choose_config(ctx, target, cands, mode)
+    if choice is None:
         return make_extern(ctx, target, args, kwargs)
-    tmpl = MatmulTemplate(ctx.new_buffer_name(), layout, ra, rb, cfg, allow_tf32, ctx.current_origins())
+    variant, cfg = choice
+    if variant == "prologue":
+        operands = [cands["prologue"].a, cands["prologue"].b]
+        for p in cands["prologue"].prologues():
+            origins = origins | p.get_origins()
+    else:
+        operands = [ctx.realize(x, allow_view=True, read_only=True) if prologue[k] is not None else plain[k]
+                    for k, x in (("a", a), ("b", b))]
+        if not all(_static_layout(x) is not None for x in operands):
+            return make_extern(ctx, target, args, kwargs)
+    tmpl = MatmulTemplate(ctx.new_buffer_name(), layout, operands[0], operands[1], cfg, allow_tf32, origins)
     ctx.register_buffer(tmpl)
     return epilogue(tmpl) if epilogue is not None else tmpl
 
