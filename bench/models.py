@@ -118,6 +118,19 @@ class MLP(nn.Module):
         return self.fc2(F.gelu(self.fc1(x)))
 
 
+class AutocastMLP(nn.Module):
+    """An fp32 :class:`MLP` run under ``torch.autocast`` in bf16: every call casts the fp32
+    weights to bf16 before its matmuls (mixed-precision inference as AMP users write it)."""
+
+    def __init__(self, dim: int, hidden: int, out: int):
+        super().__init__()
+        self.mlp = MLP(dim, hidden, out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(x.device.type, dtype=torch.bfloat16):
+            return self.mlp(x)
+
+
 class MLPClassifier(nn.Module):
     def __init__(self, dim: int, hidden: int, classes: int):
         super().__init__()

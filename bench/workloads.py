@@ -214,6 +214,14 @@ def _build_mlp(device: torch.device, size: str) -> Built:
     return module_built(mlp, device, lambda g: (randn(g, device, b, d),), f"[{b},{d}] hidden={4 * d} f32")
 
 
+def _build_mlp_autocast(device: torch.device, size: str) -> Built:
+    b, d = {"small": (64, 256), "large": (4096, 4096)}[size]
+    torch.manual_seed(0)
+    mlp = models.AutocastMLP(d, 4 * d, d)
+    return module_built(mlp, device, lambda g: (randn(g, device, b, d),),
+                        f"[{b},{d}] hidden={4 * d} fp32 weights, autocast bf16")
+
+
 KERNELS: tuple[Workload, ...] = (
     Workload("pointwise_chain", "kernels", _build_pointwise, "mul/add/sigmoid/tanh/relu chain of 2 inputs",
              memory_bound=True, quick=True),
@@ -251,6 +259,9 @@ KERNELS: tuple[Workload, ...] = (
     Workload("resnet_block_cl", "kernels", models.channels_last(_build_resnet_block),
              "resnet_block with module and input in channels_last", atol=1e-3, rtol=1e-3),
     Workload("mlp", "kernels", _build_mlp, "Linear-GELU-Linear", atol=1e-3, rtol=1e-3),
+    Workload("mlp_autocast_bf16", "kernels", _build_mlp_autocast,
+             "Linear-GELU-Linear, fp32 weights under torch.autocast bf16 (weight casts as matmul prologues)",
+             atol=5e-2, rtol=5e-2),
 )
 
 
