@@ -93,7 +93,7 @@ def test_masked_lanes_are_zero_not_the_prologue_of_zero(device: str, K: int, pro
     def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return torch.exp(x) @ (w + 1)
 
-    check(fn, make((33, K), device, low=-1, high=1), make((K, 29), device, low=-1, high=1))
+    check(fn, make((33, K), device, low=-1, high=1), make((K, 29), device, low=-1, high=1), **_TOL[torch.float32])
     assert prologues == ["prologue", "prologue"]
     assert counts() == (1, 0)
 
@@ -113,7 +113,8 @@ def test_broadcast_scale_vector_prologue(device: str, prologues: list[str]) -> N
     def fn(x: torch.Tensor, s: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return (x * s) @ w
 
-    check(fn, make((50, 24), device), make((24,), device), make((24, 30), device))
+    check(fn, make((50, 24), device, low=-1, high=1), make((24,), device), make((24, 30), device, low=-1, high=1),
+          **_TOL[torch.float32])
     assert prologues == ["prologue", "buffer"]
     assert counts() == (1, 0)
 
@@ -134,7 +135,7 @@ def test_prologue_value_read_by_another_kernel(device: str) -> None:
         ws = w * 2
         return x @ ws, ws.sum(0)
 
-    check(fn, make((40, 32), device), make((32, 24), device))
+    check(fn, make((40, 32), device, low=-1, high=1), make((32, 24), device, low=-1, high=1), **_TOL[torch.float32])
 
 
 def test_prologue_extern_output(device: str, prologues: list[str]) -> None:
@@ -143,7 +144,7 @@ def test_prologue_extern_output(device: str, prologues: list[str]) -> None:
         s = torch.sort(x, dim=1).values
         return torch.relu(s) @ w
 
-    check(fn, make((30, 16), device), make((16, 20), device))
+    check(fn, make((30, 16), device, low=-1, high=1), make((16, 20), device, low=-1, high=1), **_TOL[torch.float32])
     assert prologues == ["prologue", "buffer"]
 
 
@@ -153,7 +154,8 @@ def test_value_of_a_template_output_stays_in_its_epilogue(device: str, prologues
     def fn(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
         return torch.relu(x @ w1) @ w2
 
-    check(fn, make((30, 16), device), make((16, 24), device), make((24, 20), device))
+    check(fn, make((30, 16), device, low=-1, high=1), make((16, 24), device, low=-1, high=1),
+          make((24, 20), device, low=-1, high=1), **_TOL[torch.float32])
     assert prologues == ["buffer", "buffer", "buffer", "buffer"]
     assert counts() == (2, 0)
 
@@ -171,8 +173,8 @@ def test_gather_and_long_bodies_stay_buffers(device: str, prologues: list[str]) 
         long = torch.tanh(torch.sin(torch.cos(torch.exp(x) + 1) * 2) - 3) / 5
         return table[idx] @ w + long @ w
 
-    check(fn, make((10, 16), device), torch.randint(0, 10, (12,), device=device), make((12, 16), device),
-          make((16, 8), device))
+    check(fn, make((10, 16), device, low=-1, high=1), torch.randint(0, 10, (12,), device=device),
+          make((12, 16), device, low=-1, high=1), make((16, 8), device, low=-1, high=1), **_TOL[torch.float32])
     assert prologues == ["buffer", "buffer", "buffer", "buffer"]
 
 

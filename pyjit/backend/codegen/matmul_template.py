@@ -51,6 +51,72 @@ def matmul_dims(tmpl: MatmulTemplate) -> tuple[int, int, int, int]:
     return batch, a_size[-2], b_size[-1], a_size[-1]
 
 
+# Unary ops with f(0) == 0 (what a masked load's 0 becomes through them).
+_ZERO_PRESERVING = frozenset({"neg", "abs", "sqrt", "sin", "tan", "tanh", "asin", "atan", "sinh", "asinh", "atanh",
+                              "erf", "erfinv", "expm1", "log1p", "floor", "ceil", "trunc", "round", "sign",
+                              "square"})
+
+
+class _ZeroProbe:
+    """Ops handler asking: is a prologue's value 0 wherever its tile loads are masked off?
+
+    Loads indexed by the tile's variables give 0 (their ``other``); every other value is a
+    known float or None (unknown: a scalar load, an index, a comparison). A known 0 result
+    means the masked lanes already hold 0, so the kernel needs no ``tl.where`` on the tile."""
+
+    def __init__(self, tile_vars: set[str]):
+        self.tile_vars = tile_vars
+
+    def load(self, name: str, index: Any) -> float | None:
+        return 0.0 if {s.name for s in getattr(index, "free_symbols", ())} & self.tile_vars else None
+
+    def constant(self, value: Any, dtype: torch.dtype) -> float | None:
+        try:
+            v = float(value)
+        except TypeError:
+            return None
+        return v if v == v and abs(v) != float("inf") else None
+
+    def index_expr(self, expr: Any, dtype: torch.dtype) -> None:
+        return None
+
+    def to_dtype(self, x: float | None, dtype: torch.dtype) -> float | None:
+        return x if dtype.is_floating_point else None
+
+    def unary(self, op: str, x: float | None) -> float | None:
+        return 0.0 if x == 0.0 and op in _ZERO_PRESERVING else None
+
+    def binary(self, op: str, a: float | None, b: float | None) -> float | None:
+        if op == "mul" and ((a == 0.0 and b is not None) or (b == 0.0 and a is not None)):
+            return 0.0
+        if op == "truediv" and a == 0.0 and b is not None and b != 0.0:
+            return 0.0
+        if a is None or b is None:
+            return None
+        if op in ("add", "sub"):
+            return a + b if op == "add" else a - b
+        if op in ("maximum", "minimum"):
+            return max(a, b) if op == "maximum" else min(a, b)
+        return None
+
+    def where(self, cond: Any, a: float | None, b: float | None) -> float | None:
+        return 0.0 if a == 0.0 and b == 0.0 else None
+
+    def indirect_indexing(self, value: Any, size: int) -> Any:
+        raise NotImplementedError  # prologues never gather (lowering/matmul.py)
+
+    def reduction(self, *args: Any) -> None:
+        return None
+
+
+def masked_lanes_are_zero(operand: MatmulPrologue, index: list[Any]) -> bool:
+    """Whether ``operand`` at ``index`` is 0 where its tile loads are masked (see :class:`_ZeroProbe`)."""
+    try:
+        return operand.make_loader()(_ZeroProbe({s.name for s in index}), index) == 0.0  # type: ignore[arg-type]
+    except NotImplementedError:
+        return False
+
+
 class MatmulTemplateKernel(TritonKernel):
     """One template kernel: the matmul main loop, then the fused epilogue through the ops handler."""
 
@@ -121,13 +187,17 @@ class MatmulTemplateKernel(TritonKernel):
             mask = f"{which}_mask"
             shape = "[BLOCK_M, BLOCK_K]" if which == "a" else "[BLOCK_K, BLOCK_N]"
             body, value = self._prologue(operand, which, index, mask, shape)
-            # Masked lanes must hold 0 (not the prologue's value of the loads' 0): the padding
-            # of a ragged K tile enters the dot product.
+            in_bounds = f"({outer_var} < {M_or_N})" + ("" if even_k else f" & ({k_var} < {K})")
+            result = f"{value}.to({triton_dtype(operand.get_dtype())})"
+            if not masked_lanes_are_zero(operand, index):
+                # Masked lanes must hold 0, not the prologue's value of the loads' 0 (exp(0) is
+                # 1): the padding of a ragged K tile enters the dot product.
+                result = f"tl.where({mask}, {value}, 0.0).to({triton_dtype(operand.get_dtype())})"
             return [f"{outer_var} = {outer}"], [
                 f"{k_var} = {k_shape}",
-                f"{mask} = ({outer_var} < {M_or_N}) & ({k_var} < {K})",
+                f"{mask} = {in_bounds}",
                 *body,
-                f"{which} = tl.where({mask}, {value}, 0.0).to({triton_dtype(operand.get_dtype())})",
+                f"{which} = {result}",
             ], ""
         name, lay = _layout_of(operand)
         ptr = self.inputs.setdefault(name, f"in_ptr{len(self.inputs)}")
