@@ -128,9 +128,9 @@ class LaunchTuner:
     def _tune(self, ks: KernelSource, candidates: list[Candidate], label: str) -> KernelSource:
         from ...runtime import autotune
 
-        scratch = _Scratch({n: self.layouts[n] for c in candidates for n in c.kernel.arg_names}, self.device)
+        scratch = Scratch({n: self.layouts[n] for c in candidates for n in c.kernel.arg_names}, self.device)
         runners: dict[str, Callable[[], Callable[[], object]]] = {
-            c.name: functools.partial(_runner, c.kernel, scratch, self._interpret()) for c in candidates}
+            c.name: functools.partial(kernel_runner, c.kernel, scratch, self._interpret()) for c in candidates}
         names = [c.name for c in candidates]
         fields = {"sources": _sources_hash(candidates), "sizes": f"{ks.ynumel}x{ks.xnumel}x{ks.rnumel}",
                   # Positional (the source calls them in_ptr0...): the same kernel in another graph,
@@ -322,7 +322,7 @@ def _triton_version() -> str:
     return str(triton.__version__)
 
 
-class _Scratch:
+class Scratch:
     """Tensors standing in for a kernel's arguments (created on first use, shared by candidates)."""
 
     def __init__(self, layouts: dict[str, "Layout"], device: torch.device):
@@ -350,7 +350,7 @@ class _Scratch:
         self._made = None
 
 
-_HEADER = """import torch
+MODULE_HEADER = """import torch
 import triton
 import triton.language as tl
 
@@ -358,12 +358,12 @@ from pyjit.runtime.triton_compat import libdevice
 """
 
 
-def _runner(ks: KernelSource, scratch: _Scratch, interpret: bool) -> Callable[[], object]:
+def kernel_runner(ks: KernelSource, scratch: Scratch, interpret: bool) -> Callable[[], object]:
     """Load ``ks`` in a standalone module; return a launch of it on the scratch buffers."""
     from ...runtime import cache
     from ...runtime.launcher import load_module
 
-    key, path, _ = cache.write_module(_HEADER + "\n\n" + ks.source)
+    key, path, _ = cache.write_module(MODULE_HEADER + "\n\n" + ks.source)
     kernel = getattr(load_module(path, key, interpret), ks.name)
     args: list[Any] = [scratch.get(n) for n in ks.arg_names]
     args += ([int(ks.ynumel)] if ks.ynumel != 1 else []) + [int(ks.xnumel)]

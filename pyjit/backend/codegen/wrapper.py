@@ -94,6 +94,8 @@ class WrapperCodegen:
         self.int32_limits: list[sympy.Expr] = []
         # Launch autotuning of static Triton kernels: the chosen launch is baked into the module.
         self.launch_tuner = self._launch_tuner()
+        # Whether each matmul template keeps its fused epilogue, by timing (epilogue_tuning.py).
+        self.epilogue_tuner = self._epilogue_tuner()
         self.shared_kernels: dict[str, str] = {}  # kernel code without name and comments -> first name
 
     def value(self, node: Any) -> str:
@@ -112,6 +114,9 @@ class WrapperCodegen:
     def generate(self) -> GeneratedModule:
         graph = self.graph
         keep = self._kept_names()
+        if self.epilogue_tuner is not None:
+            self.scheduler.groups = self.epilogue_tuner.decide(self.scheduler.groups)
+            self.epilogue_tuner.report()
         removed = self._removed_buffers(keep)
         kernels: list[Any] = []  # KernelSource (Triton) or CppKernelSource
         steps: list[Step] = []
@@ -240,6 +245,16 @@ class WrapperCodegen:
         key = re.sub(rf"\b{re.escape(ks.name)}\b", "KERNEL", body)
         first = self.shared_kernels.setdefault(key, ks.name)
         return ks if first == ks.name else dataclasses.replace(ks, name=first)
+
+    def _epilogue_tuner(self) -> Any:
+        """An ``epilogue_tuning.EpilogueTuner`` for a static graph with matmul templates, when enabled."""
+        from . import epilogue_tuning
+        if self.cpp or self.dynamic or not any(g.is_template for g in self.scheduler.groups) \
+                or not epilogue_tuning.enabled(self.device):
+            return None
+        layouts = {b.name: b.layout for b in [*self.inputs, *self.graph.buffers] if b.layout is not None}
+        return epilogue_tuning.EpilogueTuner(self.device, layouts, self.dtypes, self.graph.node_info,
+                                             self.persistent_rmax, self._kept_names())
 
     def _launch_tuner(self) -> Any:
         """A ``launch_autotune.LaunchTuner`` for a static graph of Triton kernels, when enabled."""

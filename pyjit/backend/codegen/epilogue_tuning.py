@@ -1,0 +1,263 @@
+"""Whether a matmul template keeps its fused epilogue, decided by timing the real kernels.
+
+The lowering (``lowering/matmul.py``) picks a template's launch configuration, and the template
+over the extern ``aten.mm``, by timing the product alone: the epilogue is unknown until the
+scheduler fuses the pointwise readers of the product into the template's kernel. A fused
+epilogue is not free: its tile-sized temporaries and loads in the accumulator's layout add
+register pressure, and on an H100 a bf16 ``[8192,2048]x[2048,2048]`` + bias + GELU + residual
+template ran 161 us where the product alone had timed 116 us and cuBLAS plus a separate
+epilogue kernel takes ~125 us (docs/performance.md). So after fusion, for each template group
+with an epilogue, this pass times on scratch buffers:
+
+- ``fused_<config>``: the fused kernel under each launch configuration fit for an epilogue;
+- ``split_template``: the template alone (its chosen configuration), then the epilogue as a
+  pointwise kernel of its own reading the stored product;
+- ``split_extern``: ``aten.mm``/``aten.bmm`` (cuBLAS), then that kernel; only where the
+  operands are buffers (no prologue) and the extern is allowed (``matmul_template`` "auto");
+
+and rewrites the groups to the fastest: the fused group with the winning configuration, or the
+template (or an extern node of the same name and layout) followed by the epilogue's own group.
+Choices go through ``runtime/autotune.choose`` (stored on disk, keyed by the candidates'
+sources with kernel names normalised, argument dtypes and spans, device and Triton version).
+
+Runs where :func:`enabled`: CUDA graphs under ``config.autotune`` with templates allowed; the
+Triton interpreter only under ``config.autotune_launch == "force"`` (tests, with a fake timer).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import re
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+
+from ...config import config
+from ...logs import get_logger
+from ..ir import ExternKernel, MatmulTemplate, ReinterpretView
+from ..lowering.registry import aten
+from ..scheduler import FusedGroup, SchedulerNode
+from .launch_autotune import MODULE_HEADER, Scratch, kernel_runner
+from .matmul_template import generate_template_kernel, matmul_dims
+from .triton import KernelSource, generate_kernel
+
+if TYPE_CHECKING:
+    from ..ir import Layout
+
+time_log = get_logger("compile_times")
+
+
+def enabled(device: torch.device) -> bool:
+    if device.type == "cuda":
+        return config.autotune and config.matmul_template != "off"
+    return device.type == "cpu" and config.cpu_backend == "triton_interpret" and config.autotune_launch == "force"
+
+
+@dataclasses.dataclass
+class EpilogueTuner:
+    """Decides the template groups of one graph (created by the wrapper when :func:`enabled`)."""
+
+    device: torch.device
+    layouts: dict[str, "Layout"]  # every buffer a kernel may take, by name
+    dtypes: dict[str, torch.dtype]
+    node_info: dict[str, tuple[str, str]]
+    persistent_rmax: int
+    keep: set[str]  # buffers that must be stored whatever the fusion (outputs, inputs)
+    seconds: float = 0.0
+
+    decided: int = 0
+
+    def report(self) -> None:
+        """One line per graph on ``compile_times`` when a template group was decided."""
+        if self.decided:
+            time_log.info("epilogue tuning: %d template group(s), %.1f ms", self.decided, self.seconds * 1e3)
+
+    def decide(self, groups: list[FusedGroup]) -> list[FusedGroup]:
+        """``groups`` with each template group that has an epilogue kept fused (with the fastest
+        configuration) or split into the product and the epilogue's own kernel."""
+        out: list[FusedGroup] = []
+        for group in groups:
+            epilogue = [n for n in group.nodes if not n.is_template]
+            if not group.is_template or not epilogue:
+                out.append(group)
+                continue
+            start = time.perf_counter()
+            try:
+                out.extend(self._decide_group(group, epilogue))
+                self.decided += 1
+            except Exception as e:  # noqa: BLE001 - tuning must never break compilation: keep the fusion
+                time_log.info("epilogue tuning of %s failed, keeping the fused kernel: %s: %s",
+                              group.nodes[0].name, type(e).__name__, e)
+                out.append(group)
+            finally:
+                self.seconds += time.perf_counter() - start
+        return out
+
+    # ------------------------------------------------------------------ one template group
+    def _decide_group(self, group: FusedGroup, epilogue: list[SchedulerNode]) -> list[FusedGroup]:
+        from ...runtime import autotune
+        from ..lowering.matmul import INTERPRET_CONFIG, cuda_configs
+
+        node = next(n for n in group.nodes if n.is_template)
+        tmpl = node.buf
+        assert isinstance(tmpl, MatmulTemplate)
+        _, M, N, K = matmul_dims(tmpl)
+        configs = [dict(INTERPRET_CONFIG)] if self.device.type == "cpu" else \
+            cuda_configs(tmpl.get_dtype(), M, N, K, epilogue=True)
+        alone = FusedGroup([node], node.group)
+        rest = FusedGroup(epilogue, group.group)
+        split_removed = self._removed([alone, rest])
+        fused_removed = self._removed([group])
+        candidates: dict[str, list[Any]] = {}  # name -> steps: KernelSource, or ("extern", mm args)
+        chosen = dict(tmpl.config)
+        try:
+            for cfg in configs:
+                tmpl.config = dict(cfg)
+                candidates["fused_" + _config_name(cfg)] = [
+                    generate_template_kernel(group, 0, fused_removed, self.dtypes, self.node_info)]
+            tmpl.config = chosen
+            epilogue_kernel = generate_kernel(rest, 1, split_removed, self.dtypes, self.persistent_rmax,
+                                              self.node_info, config.backend_persistent_multi_pass_max)
+            candidates["split_template"] = [generate_template_kernel(alone, 0, split_removed, self.dtypes,
+                                                                     self.node_info), epilogue_kernel]
+        finally:
+            tmpl.config = chosen
+        extern = self._extern_operands(tmpl)
+        if extern is not None:
+            candidates["split_extern"] = [("extern", extern), epilogue_kernel]
+        names = {n for steps in candidates.values() for s in steps for n in _arg_names(s)}
+        if not all(n in self.layouts for n in names):
+            return [group]
+        scratch = Scratch({n: self.layouts[n] for n in names}, self.device)
+        runners = {name: functools.partial(_runner, steps, scratch, self.device.type == "cpu")
+                   for name, steps in candidates.items()}
+        fields = {"sources": _sources_hash(candidates), "device": autotune.device_name(self.device),
+                  "args": repr(sorted({(str(self.layouts[n].dtype), self.layouts[n].storage_span(),
+                                        tuple(self.layouts[n].stride)) for n in names})),
+                  "triton": _triton_version(), "candidates": ",".join(candidates)}
+        label = f"{tmpl.name} [{M}x{K}]x[{K}x{N}] {tmpl.get_dtype()} + {len(epilogue)} epilogue node(s)"
+        try:
+            choice = autotune.choose("epilogue", fields, runners, self.device, label)
+        finally:
+            scratch.release()
+        if choice.startswith("fused_"):
+            tmpl.config = dict(next(c for c in configs if "fused_" + _config_name(c) == choice))
+            return [group]
+        if choice == "split_template":
+            return [alone, rest]
+        assert extern is not None
+        mm = aten.bmm.default if len(tmpl.a.get_size()) == 3 else aten.mm.default
+        ext = ExternKernel(tmpl.name, tmpl.layout, mm, [tmpl.a, tmpl.b], {}, tmpl.get_origins())
+        ext_node = SchedulerNode(ext, node.index)
+        ext_node.users = set(node.users)
+        return [FusedGroup([ext_node], ext_node.group), rest]
+
+    def _extern_operands(self, tmpl: MatmulTemplate) -> tuple[Any, Any] | None:
+        """The operands as (storage name, layout) pairs when the extern may replace the template."""
+        if config.matmul_template != "auto" or tmpl.prologues():
+            return None
+        out = []
+        for operand in (tmpl.a, tmpl.b):
+            if isinstance(operand, ReinterpretView):
+                out.append((operand.data.name, operand.layout))
+            else:
+                out.append((operand.name, operand.layout))  # type: ignore[attr-defined]
+        return out[0], out[1]
+
+    def _removed(self, groups: list[FusedGroup]) -> set[str]:
+        """As ``WrapperCodegen._removed_buffers``, for these groups: buffers computed and
+        consumed inside one kernel."""
+        removed = set()
+        for g in groups:
+            for n in g.nodes:
+                if n.name not in self.keep and n.users and n.users <= g.names:
+                    removed.add(n.name)
+        return removed
+
+
+def _config_name(cfg: dict[str, int]) -> str:
+    short = {"BLOCK_M": "M", "BLOCK_N": "N", "BLOCK_K": "K", "GROUP_M": "G", "num_warps": "w", "num_stages": "s"}
+    return "_".join(f"{short.get(k, k)}{v}" for k, v in cfg.items())
+
+
+def _arg_names(step: Any) -> list[str]:
+    if isinstance(step, KernelSource):
+        return list(step.arg_names)
+    (a_name, _), (b_name, _) = step[1]
+    return [a_name, b_name]
+
+
+def _normalised(step: Any) -> str:
+    if isinstance(step, KernelSource):
+        return re.sub(rf"\b{re.escape(step.name)}\b", "KERNEL", step.source) + repr(sorted(step.meta.items()))
+    (_, a_lay), (_, b_lay) = step[1]
+    return f"extern {tuple(a_lay.size)}:{tuple(a_lay.stride)}+{a_lay.offset} {tuple(b_lay.size)}:" \
+           f"{tuple(b_lay.stride)}+{b_lay.offset} {a_lay.dtype}"
+
+
+def _sources_hash(candidates: dict[str, list[Any]]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(candidates):
+        h.update(name.encode())
+        for step in candidates[name]:
+            h.update(_normalised(step).encode())
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def _triton_version() -> str:
+    import triton
+    return str(triton.__version__)
+
+
+def _runner(steps: list[Any], scratch: Scratch, interpret: bool) -> Callable[[], object]:
+    """Run ``steps`` (template or pointwise kernels, extern products) in order on the scratch buffers."""
+    calls: list[Callable[[], object]] = []
+    warm: tuple[Any, Callable[[], object]] | None = None
+    for step in steps:
+        if isinstance(step, KernelSource) and "BLOCK_M" in step.meta:
+            run = _template_runner(step, scratch, interpret)
+        elif isinstance(step, KernelSource):
+            run = kernel_runner(step, scratch, interpret)
+        else:
+            run = _extern_runner(step[1], scratch)
+        calls.append(run)
+        warm = warm or getattr(run, "warm_launch", None)
+
+    def run_all() -> None:
+        for call in calls:
+            call()
+
+    if warm is not None:
+        run_all.warm_launch = warm  # type: ignore[attr-defined]
+    return run_all
+
+
+def _template_runner(ks: KernelSource, scratch: Scratch, interpret: bool) -> Callable[[], object]:
+    from ...runtime import cache
+    from ...runtime.launcher import load_module
+
+    key, path, _ = cache.write_module(MODULE_HEADER + "\n\n" + ks.source)
+    kernel = getattr(load_module(path, key, interpret), ks.name)
+    args = [scratch.get(n) for n in ks.arg_names]
+    launch = kernel[ks.grid]
+    meta = dict(ks.meta)
+
+    def run() -> None:
+        launch(*args, **meta)
+
+    if hasattr(kernel, "warmup"):  # compiled Triton: autotune compiles all candidates at once first
+        run.warm_launch = (kernel, lambda: kernel.warmup(*args, grid=ks.grid, **meta))  # type: ignore[attr-defined]
+    return run
+
+
+def _extern_runner(operands: tuple[Any, Any], scratch: Scratch) -> Callable[[], object]:
+    views = []
+    for name, lay in operands:
+        views.append(torch.as_strided(scratch.get(name), [int(s) for s in lay.size], [int(s) for s in lay.stride],
+                                      int(lay.offset)))
+    mm = torch.bmm if views[0].dim() == 3 else torch.mm
+    a, b = views
+    return lambda: mm(a, b)
