@@ -305,9 +305,9 @@ _CUDA_CHILD = textwrap.dedent("""
 def test_cuda_tuning_not_repeated_in_new_process(tmp_path: Any, mode: str) -> None:
     code = _CUDA_CHILD.format(root=ROOT, cache=str(tmp_path / "cache"), mode=mode)
     first = _run_child(tmp_path, code)
-    assert first["benchmarks"] >= 2 and first["tunings"] == 1 and first["err"] < 2e-2
-    if mode == "force":
-        assert first["kernels"] == 1
+    # Two tunings: the product's configuration (and template vs extern), then whether the
+    # template keeps its fused epilogue (codegen/epilogue_tuning.py).
+    assert first["benchmarks"] >= 2 and first["tunings"] == 2 and first["err"] < 2e-2
     # The graph cache would skip compiling altogether: clear it so the lowering runs again.
     import shutil
     for root, dirs, _files in os.walk(tmp_path / "cache"):
@@ -315,7 +315,7 @@ def test_cuda_tuning_not_repeated_in_new_process(tmp_path: Any, mode: str) -> No
             if d == "graphs":
                 shutil.rmtree(os.path.join(root, d))
     second = _run_child(tmp_path, code)
-    assert second.get("benchmarks", 0) == 0 and second["cache_hits"] == 1 and second["err"] < 2e-2
+    assert second.get("benchmarks", 0) == 0 and second["cache_hits"] == 2 and second["err"] < 2e-2
     assert second["kernels"] == first["kernels"]
 
 
