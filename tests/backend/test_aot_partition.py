@@ -180,3 +180,32 @@ def test_no_grad_region_inside_graph_keeps_eager_gradients() -> None:
     fn(rx).sum().backward()
     torch.testing.assert_close(x.grad, rx.grad)
     pyjit.reset()
+
+
+# --------------------------------------------------------------------------- traffic-aware choices
+def _mlp_gelu_tanh(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    return F.gelu(F.linear(x, w1, b1), approximate="tanh") @ w2
+
+
+def _mlp_inputs() -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    shapes = [(64, 16), (32, 16), (32,), (32, 8)]
+    return [torch.randn(*s, generator=g, requires_grad=True) for s in shapes]
+
+
+def test_value_a_matmul_reads_in_both_passes_is_saved_not_recomputed() -> None:
+    """GELU's output feeds the second matmul in the forward and its weight gradient in the
+    backward: recomputing it would make the backward write it again, so it is saved; and the
+    derivative is recomputed from the first matmul's output (in memory anyway), not saved as a
+    new tensor of the same size."""
+    cut = _grads_match(_mlp_gelu_tanh, _mlp_inputs, "min_cut")
+    ref = _grads_match(_mlp_gelu_tanh, _mlp_inputs, "reference")
+    assert cut.saved_bytes <= ref.saved_bytes
+    saved = " ".join(cut.saved)
+    assert "addmm" in saved  # the matmul's output (x @ w1.T + b1)
+    # what reaches the second matmul: GELU's output (a mul), never recomputed from the addmm
+    assert aten.tanh.default in cut.recomputed  # the derivative's tanh, recomputed
+    forward_gelu_outputs = [n for n in cut.saved if n.startswith("mul")]
+    assert forward_gelu_outputs, cut.saved
+    # Two tensors of the activation's size (the addmm output and GELU's output), nothing else big.
+    assert cut.saved_bytes < 3 * 64 * 32 * 4 + (32 * 16 + 32 + 32 * 8 + 64 * 16) * 4
