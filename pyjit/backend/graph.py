@@ -178,6 +178,12 @@ class GraphLowering(torch.fx.Interpreter):
             view = _as_view(node)
             if view is not None:
                 strided = self._strided_view(view, through_clones=read_only)
+                if strided is None and read_only:
+                    # The clone's source is not strided-expressible (a transposed split merged
+                    # into one batch dim), but the clone itself is: realize the clone and read it
+                    # through the view, rather than a second copy in the view's shape (the clone
+                    # is often realized anyway, e.g. saved for the backward).
+                    strided = self._strided_view(view, whole_base_only=True)
                 if strided is not None:
                     return strided
         if isinstance(node, StorageBox):
@@ -208,7 +214,7 @@ class GraphLowering(torch.fx.Interpreter):
         return self.realize(self._copy_of(node), stride)
 
     def _strided_view(self, view: View, *, through_clones: bool = False,
-                      want: tuple[int, ...] | None = None) -> ReinterpretView | None:
+                      want: tuple[int, ...] | None = None, whole_base_only: bool = False) -> ReinterpretView | None:
         """``view`` as a strided view of its base realized, if its index map is affine with
         non-negative integer strides (static sizes) and, given ``want``, has those strides;
         None otherwise (nothing is realized then).
@@ -216,6 +222,8 @@ class GraphLowering(torch.fx.Interpreter):
         ``through_clones``: the walk also looks through ``clone`` copies not yet realized (the
         aten decomposition of ``matmul`` clones a transposed operand before ``bmm``): reading
         the cloned value directly reads the same values, for readers that only read.
+        ``whole_base_only``: an unrealized base is realized only if the view covers all of it
+        (a reshape or permutation, never a slice of a larger value).
         """
         size = view.get_size()
         if not all(is_static(s) for s in size):
@@ -234,6 +242,8 @@ class GraphLowering(torch.fx.Interpreter):
             else:
                 break
         found = as_strided_layout(base)
+        if found is None and whole_base_only and base.numel() != view.numel():
+            return None
         layout = found[1] if found is not None else Layout.contiguous(base.get_device(), base.get_dtype(),
                                                                         base.get_size())
         ranges = {v: int(n) for v, n in zip(idx, size)}

@@ -41,6 +41,22 @@ def test_clone_of_transpose_before_bmm_reads_the_value(device: str) -> None:
     assert _kernels(compiled) == 1
 
 
+def test_clone_saved_and_read_by_bmm_is_written_once(device: str) -> None:
+    """Attention's head split: the clone of a transposed slice merges its batch dims, which no
+    strided view of the source expresses; when the clone is also an output (a value saved for
+    the backward), the bmm reads that one copy instead of a second copy in its own shape."""
+    qkv, k = torch.randn(2, 8, 3 * 16, device=device), torch.randn(4, 8, 5, device=device)
+
+    def fn(x: torch.Tensor, kt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        q = x.split(16, -1)[0].view(2, 8, 2, 8).transpose(1, 2)  # [2, 2, 8, 8], non-contiguous
+        heads = q.clone(memory_format=torch.contiguous_format)
+        return torch.bmm(heads.view(4, 8, 8), kt), heads
+
+    compiled = check(fn, qkv, k, atol=1e-4, rtol=1e-4)
+    assert _kernels(compiled) == 1
+    assert compiled.pyjit_source.count("tl.store") == 1  # type: ignore[attr-defined]
+
+
 def test_views_a_layout_cannot_express_are_copied(device: str) -> None:
     x, w = torch.randn(2, 3, 4, 5, device=device), torch.randn(5, 6, device=device)
 
