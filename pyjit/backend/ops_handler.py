@@ -9,9 +9,10 @@ The handler is always passed explicitly (no implicit global handler).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, ContextManager, Literal, Protocol, TypeVar
 
 import sympy
 import torch
@@ -61,6 +62,17 @@ class OpsHandler(Protocol[T]):
         ...
 
     def reduction(self, dtype: torch.dtype, src_dtype: torch.dtype, reduction_type: ReductionType, value: T) -> T: ...
+
+
+def loads_masked_by(ops: Any, cond: Any) -> ContextManager[None]:
+    """Within the block, ``ops``' loads may skip memory where ``cond`` is false (their values
+    there are never used: the caller selects with ``where(cond, ...)``). Optional for handlers:
+    one with a ``mask_loads(cond)`` context manager (Triton kernels: the load's mask) uses it,
+    any other loads as usual. ``cat`` reads each input only inside its own range with it."""
+    mask_loads = getattr(ops, "mask_loads", None)
+    if mask_loads is None or cond is None:
+        return contextlib.nullcontext()
+    return mask_loads(cond)
 
 
 # --------------------------------------------------------------------------- printing

@@ -19,10 +19,11 @@ size fits (``int32_limits``) and otherwise runs the graph as captured.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import re
-from typing import Any
+from typing import Any, Iterator
 
 import sympy
 import torch
@@ -136,6 +137,7 @@ class TritonKernel:
         # sum(exp(value - max)) run online in the max's loop (see _online_exp_sum).
         self.max_of: dict[str, tuple[int, str]] = {}
         self.mask = "xmask"
+        self.load_masks: list[str] = []  # conditions of enclosing mask_loads blocks
         # Symbolic sizes: decided on the example sizes; the wrapper checks each call's sizes.
         self.int64 = hint(self.xnumel * self.rnumel) >= 2 ** 31
         # A template kernel (codegen/matmul_template.py) lays out its own 2-D tile.
@@ -225,6 +227,13 @@ class TritonKernel:
             return self._recompute(producer, name, index)
         ptr = self.inputs.setdefault(name, f"in_ptr{len(self.inputs)}")
         pointer, mask = self._pointer(ptr, index)
+        if self.load_masks:
+            # Lanes where a caller's condition is false skip memory (ops_handler.loads_masked_by).
+            # The pointer takes the node's shape so that the condition's shape always fits.
+            pointer, mask = self._pointer(ptr, index, store=True)
+            if not pointer.startswith("tl.broadcast_to("):
+                pointer = f"tl.broadcast_to({pointer}, {self._node_shape()})"
+            mask = " & ".join([*([mask] if mask else []), *(f"({c})" for c in self.load_masks)])
         dtype = self.dtypes[name]
         mask_text = f", {mask}, other=0" if mask else ""
         expr = f"tl.load({pointer}{mask_text})"
@@ -232,6 +241,21 @@ class TritonKernel:
         if cdt != dtype:
             expr += f".to({triton_dtype(cdt)})"
         return self._emit(expr, cdt)
+
+    @contextlib.contextmanager
+    def mask_loads(self, cond: CSEVar) -> Iterator[None]:
+        """Loads inside skip memory where ``cond`` is false (see ``ops_handler.loads_masked_by``)."""
+        self.load_masks.append(str(cond))
+        try:
+            yield
+        finally:
+            self.load_masks.pop()
+
+    def _node_shape(self) -> str:
+        """The block shape of the node being generated (as ``_pointer`` gives gathered accesses)."""
+        if self.is_reduction:
+            return "[XBLOCK, RBLOCK]" if "rmask" in self.mask else "[XBLOCK, 1]"
+        return self.full_shape
 
     def store(self, name: str, index: sympy.Expr, value: CSEVar) -> None:
         if self.store_after_loop:

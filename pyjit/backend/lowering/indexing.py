@@ -14,6 +14,7 @@ import sympy
 import torch
 
 from ..ir import InputBuffer, IRNode, Pointwise, StorageBox
+from ..ops_handler import loads_masked_by
 from ..symbolic import FloorDiv, as_size, is_static, known_true
 from .registry import (
     aten,
@@ -72,13 +73,14 @@ def _cat(ctx: Any, tensors: Sequence[IRNode], dim: int = 0) -> IRNode:
             loader, n, dt = loaders[k]
             idx = list(index)
             idx[dim] = _clamp(index[dim] - offsets[k], n)
-            v = loader(ops, idx)
+            in_range = _in_range(ops, index[dim], offsets[k], offsets[k] + n)
+            # Each input is read only inside its own range (Triton: masked loads), not at a
+            # clamped address for every element: a 3-way cat reads its inputs once, not 3 times.
+            with loads_masked_by(ops, in_range):
+                v = loader(ops, idx)
             if dt != dtype:
                 v = ops.to_dtype(v, dtype)
-            if result is None:
-                result = v
-            else:
-                result = ops.where(_in_range(ops, index[dim], offsets[k], offsets[k] + n), v, result)
+            result = v if result is None else ops.where(in_range, v, result)
         return result
 
     return _box(ctx, tensors, dtype, size, inner_fn)
