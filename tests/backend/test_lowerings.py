@@ -125,8 +125,10 @@ def test_cat_reads_each_input_only_in_its_range(device: str) -> None:
         return torch.cat([x.transpose(1, 2) * 2, y, z], 2) + 1
 
     compiled = check(fn, a, b, c)
-    loads = [line for line in compiled.pyjit_source.splitlines() if "tl.load(" in line]  # type: ignore[attr-defined]
-    assert len(loads) == 3 and all("& (tmp" in line for line in loads), loads
+    source = compiled.pyjit_source  # type: ignore[attr-defined]
+    if "@triton.jit" in source:  # (the C++ generator, test_cpp_lowerings, reads the selected input only)
+        loads = [line for line in source.splitlines() if "tl.load(" in line]
+        assert len(loads) == 3 and all("& (tmp" in line for line in loads), loads
 
 
 def test_cat_pad_scatter(device: str) -> None:
