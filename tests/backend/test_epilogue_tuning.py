@@ -74,7 +74,7 @@ def test_no_extern_candidate_for_a_prologue_template(timer: FakeTimer, monkeypat
     _force_template(monkeypatch)
 
     def fn(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return torch.relu(x @ w.to(torch.bfloat16)) * 2
+        return torch.sigmoid(x @ w.to(torch.bfloat16)) * 2
 
     timer.times = {"split_template": 0.5}
     check(fn, make((40, 32), "cpu", torch.bfloat16, low=-1, high=1), make((32, 24), "cpu", low=-1, high=1),
@@ -116,4 +116,17 @@ def test_failing_tuning_keeps_the_fused_kernel(timer: FakeTimer, monkeypatch: py
 
     monkeypatch.setattr(autotune, "choose", broken)
     check(_linear_gelu_residual, *_inputs(), atol=1e-4, rtol=1e-4)
+    assert (metrics.generated_kernel_count, metrics.extern_calls) == (1, 0)
+
+
+def test_light_epilogue_stays_fused_without_timing(timer: FakeTimer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bias and residual adds (no unary function, few operations) are not timed: fused."""
+    _force_template(monkeypatch)
+    timer.times = {"split_extern": 0.1, "split_template": 0.1}
+
+    def fn(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, w, b) + r
+
+    check(fn, *_inputs(), make((40, 32), "cpu"), atol=1e-4, rtol=1e-4)
+    assert not any(n in timer.seen for n in ("fused", "split_template", "split_extern"))
     assert (metrics.generated_kernel_count, metrics.extern_calls) == (1, 0)

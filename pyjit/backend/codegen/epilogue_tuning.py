@@ -15,10 +15,14 @@ with an epilogue, this pass times on scratch buffers:
 - ``split_extern``: ``aten.mm``/``aten.bmm`` (cuBLAS), then that kernel; only where the
   operands are buffers (no prologue) and the extern is allowed (``matmul_template`` "auto");
 
-and rewrites the groups to the fastest: the fused group with the winning configuration, or the
+and rewrites the groups to the fastest: the fused group, or the
 template (or an extern node of the same name and layout) followed by the epilogue's own group.
 Choices go through ``runtime/autotune.choose`` (stored on disk, keyed by the candidates'
 sources with kernel names normalised, argument dtypes and spans, device and Triton version).
+
+Light epilogues (a few adds, multiplies and casts: a bias, a residual) stay fused without
+timing: they were always fastest fused on the H100, and each decision costs ~1 s of compiling
+on the first call.
 
 Runs where :func:`enabled`: CUDA graphs under ``config.autotune`` with templates allowed; the
 Triton interpreter only under ``config.autotune_launch == "force"`` (tests, with a fake timer).
@@ -38,7 +42,9 @@ from ...config import config
 from ...logs import get_logger
 from ..ir import ExternKernel, MatmulTemplate, ReinterpretView
 from ..lowering.registry import aten
+from ..ops_handler import CountingHandler
 from ..scheduler import FusedGroup, SchedulerNode
+from ..symbolic import sym
 from .launch_autotune import MODULE_HEADER, Scratch, kernel_runner
 from .matmul_template import generate_template_kernel, matmul_dims
 from .triton import KernelSource, generate_kernel
@@ -80,7 +86,7 @@ class EpilogueTuner:
         out: list[FusedGroup] = []
         for group in groups:
             epilogue = [n for n in group.nodes if not n.is_template]
-            if not group.is_template or not epilogue:
+            if not group.is_template or not epilogue or _light(epilogue):
                 out.append(group)
                 continue
             start = time.perf_counter()
@@ -166,6 +172,34 @@ class EpilogueTuner:
                 if n.name not in self.keep and n.users and n.users <= g.names:
                     removed.add(n.name)
         return removed
+
+
+# Epilogues of at most this many arithmetic operations, none of them a unary function (exp,
+# tanh, erf...), stay fused without timing: bias adds, residual adds and casts were always
+# fastest fused on the H100 (GPT-2 QKV and output projections, bf16 and fp16), and each
+# decision costs ~1 s of compiling on the first call.
+_LIGHT_MAX_OPS = 4
+
+
+class _OpKinds(CountingHandler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.unary_ops = 0
+
+    def unary(self, op: Any, x: Any) -> Any:
+        self.unary_ops += 1
+        return super().unary(op, x)
+
+
+def _light(epilogue: list[SchedulerNode]) -> bool:
+    """An epilogue that stays fused without timing (see ``_LIGHT_MAX_OPS``)."""
+    rec = _OpKinds()
+    for node in epilogue:
+        body = getattr(node.buf, "store_body", None)
+        if body is None:
+            return False
+        body()(rec, [sym(f"i{k}") for k in range(len(node.sizes))])
+    return rec.unary_ops == 0 and rec.ops <= _LIGHT_MAX_OPS and not rec.reductions
 
 
 def _arg_names(step: Any) -> list[str]:
