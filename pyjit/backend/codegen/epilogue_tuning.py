@@ -45,7 +45,7 @@ from ..lowering.registry import aten
 from ..ops_handler import CountingHandler
 from ..scheduler import FusedGroup, SchedulerNode
 from ..symbolic import sym
-from .launch_autotune import MODULE_HEADER, Scratch, kernel_runner
+from .launch_autotune import Scratch, kernel_runner, triton_version
 from .matmul_template import generate_template_kernel, matmul_dims
 from .triton import KernelSource, generate_kernel
 
@@ -134,7 +134,7 @@ class EpilogueTuner:
         fields = {"sources": _sources_hash(candidates), "device": autotune.device_name(self.device),
                   "args": repr(sorted({(str(self.layouts[n].dtype), self.layouts[n].storage_span(),
                                         tuple(self.layouts[n].stride)) for n in names})),
-                  "triton": _triton_version(), "candidates": ",".join(candidates)}
+                  "triton": triton_version(), "candidates": ",".join(candidates)}
         label = f"{tmpl.name} [{M}x{K}]x[{K}x{N}] {tmpl.get_dtype()} + {len(epilogue)} epilogue node(s)"
         try:
             choice = autotune.choose("epilogue", fields, runners, self.device, label)
@@ -226,19 +226,13 @@ def _sources_hash(candidates: dict[str, list[Any]]) -> str:
     return h.hexdigest()
 
 
-@functools.lru_cache(maxsize=1)
-def _triton_version() -> str:
-    import triton
-    return str(triton.__version__)
-
-
 def _runner(steps: list[Any], scratch: Scratch, interpret: bool) -> Callable[[], object]:
     """Run ``steps`` (template or pointwise kernels, extern products) in order on the scratch buffers."""
     calls: list[Callable[[], object]] = []
     warm: tuple[Any, Callable[[], object]] | None = None
     for step in steps:
         if isinstance(step, KernelSource) and "BLOCK_M" in step.meta:
-            run = _template_runner(step, scratch, interpret)
+            run = kernel_runner(step, scratch, interpret, size_args=False)
         elif isinstance(step, KernelSource):
             run = kernel_runner(step, scratch, interpret)
         else:
@@ -253,24 +247,6 @@ def _runner(steps: list[Any], scratch: Scratch, interpret: bool) -> Callable[[],
     if warm is not None:
         run_all.warm_launch = warm  # type: ignore[attr-defined]
     return run_all
-
-
-def _template_runner(ks: KernelSource, scratch: Scratch, interpret: bool) -> Callable[[], object]:
-    from ...runtime import cache
-    from ...runtime.launcher import load_module
-
-    key, path, _ = cache.write_module(MODULE_HEADER + "\n\n" + ks.source)
-    kernel = getattr(load_module(path, key, interpret), ks.name)
-    args = [scratch.get(n) for n in ks.arg_names]
-    launch = kernel[ks.grid]
-    meta = dict(ks.meta)
-
-    def run() -> None:
-        launch(*args, **meta)
-
-    if hasattr(kernel, "warmup"):  # compiled Triton: autotune compiles all candidates at once first
-        run.warm_launch = (kernel, lambda: kernel.warmup(*args, grid=ks.grid, **meta))  # type: ignore[attr-defined]
-    return run
 
 
 def _extern_runner(operands: tuple[Any, Any], scratch: Scratch) -> Callable[[], object]:

@@ -136,7 +136,7 @@ class LaunchTuner:
                   # Positional (the source calls them in_ptr0...): the same kernel in another graph,
                   # with other buffer names, shares the choice.
                   "args": repr([(str(self.layouts[n].dtype), self.layouts[n].storage_span()) for n in ks.arg_names]),
-                  "device": autotune.device_name(self.device), "triton": _triton_version(),
+                  "device": autotune.device_name(self.device), "triton": triton_version(),
                   "candidates": ",".join(names)}
         try:
             if self.seconds > GRAPH_BUDGET_S:
@@ -317,7 +317,7 @@ def _sources_hash(candidates: list[Candidate]) -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def _triton_version() -> str:
+def triton_version() -> str:
     import triton
     return str(triton.__version__)
 
@@ -358,16 +358,18 @@ from pyjit.runtime.triton_compat import libdevice
 """
 
 
-def kernel_runner(ks: KernelSource, scratch: Scratch, interpret: bool) -> Callable[[], object]:
-    """Load ``ks`` in a standalone module; return a launch of it on the scratch buffers."""
+def kernel_runner(ks: KernelSource, scratch: Scratch, interpret: bool, size_args: bool = True) -> Callable[[], object]:
+    """Load ``ks`` in a standalone module; return a launch of it on the scratch buffers.
+    ``size_args``: pass the element counts after the pointers (not for matmul templates)."""
     from ...runtime import cache
     from ...runtime.launcher import load_module
 
     key, path, _ = cache.write_module(MODULE_HEADER + "\n\n" + ks.source)
     kernel = getattr(load_module(path, key, interpret), ks.name)
     args: list[Any] = [scratch.get(n) for n in ks.arg_names]
-    args += ([int(ks.ynumel)] if ks.ynumel != 1 else []) + [int(ks.xnumel)]
-    args += [int(ks.rnumel)] if ks.rnumel != 1 else []
+    if size_args:
+        args += ([int(ks.ynumel)] if ks.ynumel != 1 else []) + [int(ks.xnumel)]
+        args += [int(ks.rnumel)] if ks.rnumel != 1 else []
     launch = kernel[ks.grid]
     meta = dict(ks.meta)
 
