@@ -177,6 +177,24 @@ def _eager_reason(example_inputs: Sequence[Any], symbolic: bool = False) -> str 
     return None
 
 
+def tensor_metadata(values: Sequence[Any]) -> list[Any]:
+    """(sizes, strides, storage offset) of each tensor in ``values`` (None for non-tensors), as
+    text: comparing symbolic sizes with ``==`` would add guards to the shape environment."""
+    return [(str(tuple(t.shape)), str(tuple(t.stride())), str(t.storage_offset()))
+            if isinstance(t, torch.Tensor) and t.layout == torch.strided else None for t in values]
+
+
+def refuse_restrided_inputs(before: list[Any], values: Sequence[Any], error: type[Exception]) -> None:
+    """Raise ``error`` when tracing changed an input's sizes or strides in place (``t_``,
+    ``as_strided_``, ``resize_`` of a graph input): functionalization keeps the values such a
+    graph computes but drops the new metadata of the caller's tensor, so the graph must run as
+    captured (pyjit's frontend already runs these ops eagerly; this guards other callers)."""
+    changed = [i for i, (b, a) in enumerate(zip(before, tensor_metadata(values))) if b != a]
+    if changed:
+        raise error(f"the graph changes the sizes/strides of input(s) {changed} in place; "
+                    "compiled graphs only return values")
+
+
 def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
                   ) -> tuple[torch.fx.GraphModule, Any]:
     """The functional aten graph of ``gm`` (flat outputs) and the output tree spec.
@@ -206,6 +224,7 @@ def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
     fake_mode = next(iter(modes.values())) if modes else FakeTensorMode(allow_non_fake_inputs=True)
     fake_inputs = [fake_mode.from_tensor(t, static_shapes=True) if isinstance(t, torch.Tensor) and not _is_fake(t)
                    else t for t in example_inputs]
+    metadata_before = tensor_metadata(fake_inputs)
     if fake_mode.shape_env is None:
         fn = torch.func.functionalize(flat_forward, remove="mutations")
         with fake_mode, torch.no_grad():
@@ -227,6 +246,7 @@ def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
             fn = torch.func.functionalize(run_decomposed, remove="mutations")
             aten_gm = make_fx(fn, decomposition_table=decomposition_table(), tracing_mode="real",
                               record_stack_traces=True)(*fake_inputs)
+    refuse_restrided_inputs(metadata_before, fake_inputs, GraphRefusal)
     # Functionalization leaves dead view nodes behind; they would hide single-use patterns.
     # (In-place copy_ nodes that write inputs back are impure and stay.)
     aten_gm.graph.eliminate_dead_code()

@@ -167,6 +167,7 @@ class OutputGraph:
         kwargs: dict[str, "VariableTracker"],
     ) -> "VariableTracker":
         """Record ``target(*args, **kwargs)`` as a graph node and return its tracked result."""
+        _refuse_input_restride(kind, target, args)
         fx_args = tuple(self.to_fx(a) for a in args)
         fx_kwargs = {k: self.to_fx(v) for k, v in kwargs.items()}
         fake_args = [self.to_fake(a) for a in args]
@@ -306,6 +307,28 @@ class OutputGraph:
                 node._rename(_identifier(var_name))
             except Exception:  # private API; names are cosmetic
                 pass
+
+
+# In-place ops that change a tensor's metadata (sizes, strides, storage), not only its values.
+_RESTRIDING_METHODS = frozenset({
+    "t_", "transpose_", "swapdims_", "swapaxes_", "squeeze_", "unsqueeze_", "as_strided_", "resize_",
+    "resize_as_", "set_", "detach_",
+})
+
+
+def _refuse_input_restride(kind: str, target: Any, args: list["VariableTracker"]) -> None:
+    """A graph input restrided in place (``x.t_()``, ``x.resize_(...)``): the compiled graph
+    returns values, not new metadata for the caller's tensor, so the op runs eagerly (a graph
+    break) and the caller sees its tensor changed as in eager. On a tensor the graph made, the
+    op is traced as usual."""
+    from ..variables.tensor import TensorVariable
+
+    name = target if kind == "call_method" else getattr(target, "__name__", "")
+    if name not in _RESTRIDING_METHODS or not args or not isinstance(args[0], TensorVariable):
+        return
+    if args[0].node.op == "placeholder":
+        unsupported("unsupported_call", f"Tensor.{name}() on a graph input changes the caller's tensor metadata; "
+                    "it runs eagerly")
 
 
 def _is_mutation(kind: str, target: Any, kwargs: dict[str, Any]) -> bool:

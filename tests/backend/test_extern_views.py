@@ -146,3 +146,37 @@ def test_as_strided_over_a_non_contiguous_value_runs_as_captured(device: str) ->
     compiled = backend.compile_fx(torch.fx.symbolic_trace(fn), [x])
     torch.testing.assert_close(compiled(x), fn(x))
     assert any("as_strided" in r for r in backend.metrics.eager_graphs[before:])
+
+
+def test_in_place_restride_of_a_computed_value_is_a_view(device: str) -> None:
+    """ATen's ``adaptive_avg_pool2d`` to 1x1 of a channels-last input restrides its fresh
+    ``mean`` with ``as_strided_``: lowered as a view of the computed value, no aten call."""
+    x = torch.randn(2, 8, 5, 5, device=device).contiguous(memory_format=torch.channels_last)
+    w = torch.randn(4, 8, device=device)
+
+    def fn(a: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        pooled = F.adaptive_avg_pool2d(torch.relu(a), 1)
+        return torch.flatten(pooled, 1) @ weight.t(), pooled
+
+    backend.metrics.reset()
+    check(fn, x, w, atol=1e-4, rtol=1e-4)
+    assert "aten.as_strided_.default" not in backend.metrics.fallback_ops
+
+
+@pytest.mark.parametrize("restride", ["t_", "as_strided_"])
+def test_in_place_restride_of_an_input_runs_as_captured(device: str, restride: str) -> None:
+    """Restriding a graph input in place changes what the caller holds; functionalization
+    would keep only the values, so the graph runs as captured (logged) and the caller's tensor
+    changes as in eager."""
+    def fn(a: torch.Tensor) -> torch.Tensor:
+        out = a.t_() if restride == "t_" else a.as_strided_((3, 2), (1, 3))
+        return out * 2
+
+    before = len(backend.metrics.eager_graphs)
+    compiled = backend.compile_fx(torch.fx.symbolic_trace(fn), [torch.randn(2, 3, device=device)])
+    assert "in place" in backend.metrics.eager_graphs[before]
+    expected_input, got_input = torch.randn(2, 3, device=device), torch.empty(2, 3, device=device)
+    got_input.copy_(expected_input)
+    expected = fn(expected_input)
+    torch.testing.assert_close(compiled(got_input), expected)
+    assert got_input.shape == expected_input.shape and got_input.stride() == expected_input.stride()

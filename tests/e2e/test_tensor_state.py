@@ -182,3 +182,29 @@ def test_requires_grad_false_param():
     out.sum().backward()
     e = m(x)
     assert_same(e, out)
+
+
+@pytest.mark.parametrize("method", ["t_", "transpose_", "unsqueeze_", "as_strided_", "resize_"])
+def test_restriding_an_input_in_place_is_seen_by_the_caller(method: str) -> None:
+    """``x.t_()`` and friends change the caller's tensor's sizes/strides: they run eagerly
+    (a graph break), and the caller sees the new metadata as in eager."""
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        if method == "t_":
+            x.t_()
+        elif method == "transpose_":
+            x.transpose_(0, 1)
+        elif method == "unsqueeze_":
+            x.unsqueeze_(0)
+        elif method == "as_strided_":
+            x.as_strided_((3, 2), (1, 3))
+        else:
+            x.resize_(3, 2)
+        return y + x.sum()
+
+    expected_input = torch.randn(2, 3)
+    got_input = expected_input.clone()
+    expected = fn(expected_input)
+    got = pyjit.jit(fn)(got_input)
+    torch.testing.assert_close(got, expected)
+    assert got_input.shape == expected_input.shape and got_input.stride() == expected_input.stride()

@@ -142,6 +142,8 @@ def trace_forward(forward: Callable[..., Any], fake_mode: Any, fakes: Sequence[t
     gradient for the mask."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    from ..compile_fx import refuse_restrided_inputs, tensor_metadata
+
     spec_box: list[Any] = []
 
     def flat_forward(*args: Any) -> list[Any]:
@@ -157,8 +159,10 @@ def trace_forward(forward: Callable[..., Any], fake_mode: Any, fakes: Sequence[t
     grads = list(requires_grad) if requires_grad is not None else [False] * len(fakes)
     with fake_mode:
         inputs = [t.detach().requires_grad_(r) for t, r in zip(fakes, grads)]
+    metadata_before = tensor_metadata(inputs)
     with fake_mode, torch.set_grad_enabled(any(grads)):
         fw = make_fx(fn, decomposition_table=decompositions, tracing_mode="real", record_stack_traces=True)(*inputs)
+    refuse_restrided_inputs(metadata_before, inputs, NotImplementedError)
     placeholders = [n for n in fw.graph.nodes if n.op == "placeholder"]
     output = next(n for n in fw.graph.nodes if n.op == "output")
     mutated: list[int] = []

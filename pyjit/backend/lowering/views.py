@@ -391,6 +391,25 @@ def _as_strided(ctx: Any, x: IRNode, size: Sequence[int], stride: Sequence[int],
     return ReinterpretView(buffer, _with(layout, size, stride, offset))
 
 
+@register_lowering(aten.as_strided_.default)
+def _as_strided_in_place(ctx: Any, x: IRNode, size: Sequence[int], stride: Sequence[int],
+                         storage_offset: int | None = None) -> IRNode:
+    """``as_strided_`` restrides a value in place: ATen's ``adaptive_avg_pool2d`` to 1x1 of a
+    channels-last input restrides its fresh ``mean`` this way. Over a value computed in the
+    graph and read by nothing else, that is ``as_strided`` of it; over a graph input (whose
+    metadata the caller would see change) or a value other nodes also read, the op keeps
+    running as an aten call."""
+    node = ctx.current_node.args[0] if ctx.current_node is not None else None
+    source = node
+    while isinstance(source, torch.fx.Node) and isinstance(source.target, torch._ops.OpOverload) \
+            and source.target.is_view and source.args:
+        source = source.args[0]
+    if not isinstance(node, torch.fx.Node) or not isinstance(source, torch.fx.Node) \
+            or source.op != "call_function" or len(node.users) != 1:
+        raise NotImplementedError("as_strided_ of a graph input or of a value other nodes read")
+    return _as_strided(ctx, x, size, stride, storage_offset)
+
+
 @register_lowering(aten.diagonal, aten.diagonal_copy)
 def _diagonal(ctx: Any, x: IRNode, offset: int = 0, dim1: int = 0, dim2: int = 1) -> IRNode:
     size = x.get_size()

@@ -49,7 +49,7 @@ log = get_logger("perf_hints")
 # Views whose validity (not meaning) depends on the input's strides.
 _VIEWS = (aten.view.default, aten._unsafe_view.default)
 # Ops that address their input's storage: their meaning depends on its strides.
-_STORAGE_OPS = (aten.as_strided.default, aten.as_strided_copy.default, aten.as_strided_scatter.default,
+_STORAGE_OPS = (aten.as_strided.default, aten.as_strided_.default, aten.as_strided_copy.default, aten.as_strided_scatter.default,
                 aten._reshape_alias.default)
 
 
