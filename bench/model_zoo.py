@@ -24,6 +24,7 @@ Usage::
 
     python -m bench.model_zoo                          # every model, every mode
     python -m bench.model_zoo --models gpt2,bert --modes infer,train --json out.json
+    python -m bench.model_zoo --device cuda --jobs 8   # on the GPU machine, 8 models at once
 
 Each model runs in its own subprocess (a crash or a hang costs that model only; ``--inline``
 runs in this process, for debugging). ``docs/model_zoo.md`` holds the latest table.
@@ -31,6 +32,7 @@ runs in this process, for debugging). ``docs/model_zoo.md`` holds the latest tab
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import copy
 import dataclasses
 import json
@@ -312,8 +314,16 @@ def _locate(exc: BaseException) -> tuple[str, str]:
     return user, ours
 
 
-def run_one(name: str, mode: str) -> Result:
-    """Build ``name`` fresh (seeded), run ``mode`` eagerly and through ``pyjit.jit``, compare."""
+def _to_device(tree: Any, device: str) -> Any:
+    import torch
+    from torch.utils import _pytree as pytree
+
+    return pytree.tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, tree)
+
+
+def run_one(name: str, mode: str, device: str = "cpu") -> Result:
+    """Build ``name`` fresh (seeded, on the CPU), move it to ``device``, run ``mode`` eagerly
+    and through ``pyjit.jit``, compare."""
     import torch
 
     import pyjit
@@ -324,6 +334,7 @@ def run_one(name: str, mode: str) -> Result:
     torch.manual_seed(0)
     try:
         model, kwargs, labels = MODELS[name]()
+        model, kwargs, labels = model.to(device), _to_device(kwargs, device), _to_device(labels, device)
     except Exception as e:  # noqa: BLE001 - a config that does not build is reported, not fatal
         res.status, res.detail = "BUILD", f"{type(e).__name__}: {_first_lines(str(e), 1)}"
         return res
@@ -409,10 +420,10 @@ def _grad_mismatch(eager_model: Any, model: Any) -> str | None:
 
 # -- the sweep ------------------------------------------------------------------------------------
 
-def _run_isolated(name: str, modes: list[str], timeout: float) -> list[Result]:
+def _run_isolated(name: str, modes: list[str], timeout: float, device: str) -> list[Result]:
     """One model in a subprocess (a crash or hang costs that model only)."""
     cmd = [sys.executable, "-m", "bench.model_zoo", "--inline", "--models", name, "--modes", ",".join(modes),
-           "--json", "-"]
+           "--device", device, "--json", "-"]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -452,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="write the results as JSON to this file ('-': stdout, marked)")
     parser.add_argument("--inline", action="store_true", help="run in this process (no subprocess per model)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per model (subprocess mode)")
+    parser.add_argument("--device", default="cpu", help="where the models run (cpu, cuda)")
+    parser.add_argument("--jobs", type=int, default=1, help="models run at once (subprocess mode)")
     args = parser.parse_args(argv)
     names = [m for m in args.models.split(",") if m]
     modes = [m for m in args.modes.split(",") if m]
@@ -459,17 +472,21 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown model/mode: {', '.join(unknown)}")
     results: list[Result] = []
-    for name in names:
+
+    def run_model(name: str) -> list[Result]:
         if args.inline:
-            batch = [run_one(name, mode) for mode in modes]
-        else:
-            batch = _run_isolated(name, modes, args.timeout)
-        results.extend(batch)
-        if args.json != "-":
-            for r in batch:
-                print(f"{r.model:12s} {r.mode:10s} {r.status:6s} graphs={r.graphs} breaks={len(r.breaks)} "
-                      f"captured={len(r.eager_graphs)} fallbacks={len(r.fallbacks)} {r.seconds}s "
-                      f"{r.detail[:160]}", flush=True)
+            return [run_one(name, mode, args.device) for mode in modes]
+        return _run_isolated(name, modes, args.timeout, args.device)
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs if not args.inline else 1)) as pool:
+        batches = pool.map(run_model, names)  # in order: the table follows --models
+        for batch in batches:
+            results.extend(batch)
+            if args.json != "-":
+                for r in batch:
+                    print(f"{r.model:12s} {r.mode:10s} {r.status:6s} graphs={r.graphs} breaks={len(r.breaks)} "
+                          f"captured={len(r.eager_graphs)} fallbacks={len(r.fallbacks)} {r.seconds}s "
+                          f"{r.detail[:160]}", flush=True)
     payload = [dataclasses.asdict(r) for r in results]
     if args.json == "-":
         print("MODEL_ZOO_JSON:" + json.dumps(payload))
