@@ -410,3 +410,34 @@ def test_flip_in_a_training_graph(device: str) -> None:
     check_training(torch.fx.symbolic_trace(lambda x, w: (x @ w).flip(-1).tanh() * x.flip(0)),
                    [torch.randn(4, 8, device=device, requires_grad=True),
                     torch.randn(8, 8, device=device, requires_grad=True)])
+
+
+class MaskedShortAttention(nn.Module):
+    """BART/Whisper decoder attention over 5 positions: an additive mask of 5 columns built in
+    the graph, or (``permuted``) a Swin-style learned bias read through a permutation."""
+
+    def __init__(self, d: int = 16, heads: int = 2, t: int = 5, permuted: bool = False) -> None:
+        super().__init__()
+        self.lin = nn.Linear(d, d)
+        self.t = t
+        self.bias = nn.Parameter(torch.randn(t, t, heads)) if permuted else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = self.lin(x)
+        t = self.t
+        if self.bias is not None:
+            mask = self.bias.permute(2, 0, 1).unsqueeze(0)  # last dimension of stride `heads`
+        else:
+            causal = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+            mask = torch.zeros(2, 1, t, t, device=x.device).masked_fill(causal, -1e4)
+        return F.scaled_dot_product_attention(q, q.cos(), q, attn_mask=mask)
+
+
+@pytest.mark.parametrize("permuted", [False, True], ids=["mask_5_columns", "permuted_bias"])
+def test_attention_bias_rows_not_aligned(device: str, permuted: bool) -> None:
+    """Regression (transformers BART, Whisper, Wav2Vec2 training, Swin on CUDA): the
+    memory-efficient attention kernels need the bias rows 16-byte aligned and its last
+    dimension contiguous; eager pads the mask, pyjit realized it with rows of 5 (the backward
+    raised). The bias is now copied into padded rows when its strides are not so."""
+    torch.manual_seed(0)
+    check_training(MaskedShortAttention(permuted=permuted).to(device), [torch.randn(2, 2, 5, 16, device=device)])

@@ -16,7 +16,8 @@ Outputs that alias a graph input (``x.view(-1)``, ``x[0]``) are not outputs of t
 the runtime rebuilds them as ``as_strided`` views of the real input (so aliasing and the
 gradient through them behave as in eager). Outputs that do not require grad get no tangent.
 What this module does not handle raises ``NotImplementedError`` (the caller runs the graph as
-captured and logs why): grad-mode changes inside the graph, mutated inputs that require grad,
+captured and logs why): calls of autograd inside the graph (``no_grad`` regions are rewritten
+first, grad_mode.py), mutated inputs that require grad,
 non-tensor inputs or outputs. Calls of custom ``autograd.Function``s are opaque in the forward
 trace and run as the real ``apply`` in the joint trace, which records the user's ``forward``
 and ``backward`` as aten ops (``custom_function.py``).
@@ -30,6 +31,7 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
+from .grad_mode import without_grad_mode_changes
 from .custom_function import FunctionInterpreter, OpaqueCalls, autograd_functions, describe
 
 aten = torch.ops.aten
@@ -191,6 +193,7 @@ def trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_in
                 decompositions: dict[Any, Callable[..., Any]]) -> JointGraph:
     """Trace the joint forward/backward graph of ``gm`` for inputs like ``example_inputs``
     (the graph's inputs followed by its parameters and buffers ``state_names``)."""
+    gm = without_grad_mode_changes(gm)  # no_grad regions: detach at their edges
     check_supported(gm)
     fake_mode, fakes = make_fake_inputs(example_inputs)
     classes = autograd_functions(gm)

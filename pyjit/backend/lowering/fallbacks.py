@@ -74,6 +74,42 @@ def _last_dim_stride_1(ctx: "GraphLowering", target: Any, args: tuple) -> tuple:
     return tuple(out)
 
 
+# Memory-efficient attention reads its additive bias (argument index here) with a last
+# dimension of stride 1 and every other stride a multiple of 16 bytes; it raises otherwise
+# ("attn_bias is not correctly aligned", "last dimension must be contiguous"). Eager's
+# scaled_dot_product_attention pads the mask (pad + slice: aligned strides); pyjit realizes
+# the slice contiguously, so a bias of 5 columns got row stride 5.
+_ALIGNED_BIAS = {
+    aten._scaled_dot_product_efficient_attention.default: 3,
+    aten._scaled_dot_product_efficient_attention_backward.default: 4,
+}
+_BIAS_ALIGN_BYTES = 16
+
+
+def _aligned_bias(ctx: "GraphLowering", target: Any, args: tuple) -> tuple:
+    """``args`` with the attention bias copied into rows padded to 16 bytes (read through a
+    slice, as eager's ``pad_bias`` does) when its strides are not already so."""
+    index = _ALIGNED_BIAS[target]
+    bias = args[index] if index < len(args) else None
+    layout = getattr(bias, "layout", None)
+    if not isinstance(bias, IRNode) or layout is None or not layout.size \
+            or not all(is_static(x) for x in (*layout.size, *layout.stride)):
+        return args
+    size, stride = [int(x) for x in layout.size], [int(x) for x in layout.stride]
+    align = max(1, _BIAS_ALIGN_BYTES // layout.dtype.itemsize)
+    if (size[-1] == 1 or stride[-1] == 1) and all(st % align == 0 for sz, st in zip(size[:-1], stride[:-1]) if sz != 1):
+        return args
+    from .registry import LOWERINGS
+
+    columns = size[-1]
+    padded_columns = -(-columns // align) * align
+    padded = ctx.realize(LOWERINGS[aten.constant_pad_nd.default](ctx, bias, [0, padded_columns - columns], 0.0))
+    view = LOWERINGS[aten.slice.Tensor](ctx, padded, len(size) - 1, 0, columns)
+    out = list(args)
+    out[index] = ctx.realize(view, allow_view=True, read_only=True)
+    return tuple(out)
+
+
 def _output_meta(target: Any, args: tuple, kwargs: dict, graph_val: Any) -> Any:
     """The extern's outputs as it will produce them from the buffers actually passed.
 
@@ -191,6 +227,8 @@ def make_extern(ctx: "GraphLowering", target: Any, args: tuple, kwargs: dict, re
                                       (args, kwargs))
     if target in _LAST_DIM_STRIDE_1 and not _has_symbolic_layout((real_args, real_kwargs)):
         real_args = _last_dim_stride_1(ctx, target, tuple(real_args))
+    if target in _ALIGNED_BIAS and not _has_symbolic_layout((real_args, real_kwargs)):
+        real_args = _aligned_bias(ctx, target, tuple(real_args))
     if _has_symbolic_layout((real_args, real_kwargs)):
         # Symbolic sizes: fake tensors of our layouts would need the ShapeEnv (and add guards).
         # Pass the extern exactly the layouts the aten trace gave it instead, so the traced

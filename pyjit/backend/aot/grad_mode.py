@@ -1,0 +1,115 @@
+"""Grad-mode regions of a captured graph, made explicit for the joint trace.
+
+A captured graph that needs autograd may contain ``torch._C._set_grad_enabled(False)`` ...
+``(True)``: a ``with torch.no_grad():`` block, or a function decorated ``@torch.no_grad()``
+(the rotary embeddings of transformers' Llama family are). The joint trace (joint.py) replays
+the forward's functional aten graph with autograd on, where such a region would be
+differentiated. :func:`without_grad_mode_changes` rewrites a copy of the graph so that it means
+the same without the mode changes: every value the region computes and a node outside it
+reads is ``detach``-ed at the region's edge (eager's values made under ``no_grad`` do not
+require grad), and the mode-change calls are dropped.
+
+Refused (``NotImplementedError``: the caller runs the graph as captured, logged): a mode
+argument that is not a constant, a graph that ends in another mode than it started in, and an
+in-place op inside a no-grad region on a tensor that may require grad (eager mutates it
+without recording; replayed with autograd on, the mutation would enter the gradient).
+"""
+from __future__ import annotations
+
+import copy
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+from torch.utils import _pytree as pytree
+
+_SET_GRAD = (torch._C._set_grad_enabled, torch.set_grad_enabled)
+# Nodes that name a value rather than compute one: a parameter read inside a region is still
+# the parameter (it requires grad in eager too).
+_NOT_COMPUTED = ("placeholder", "get_attr", "output")
+
+
+def detach_values(tree: Any) -> Any:
+    """Every tensor in ``tree`` detached (what a value computed under ``no_grad`` is)."""
+    return pytree.tree_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, tree)
+
+
+def _is_set_grad(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and node.target in _SET_GRAD
+
+
+def _mode_argument(node: torch.fx.Node) -> bool:
+    mode = node.args[0] if node.args else node.kwargs.get("mode", node.kwargs.get("enabled"))
+    if not isinstance(mode, bool):
+        raise NotImplementedError(f"grad mode set to a value known only at run time ({node.format_node()})")
+    return mode
+
+
+_IN_PLACE_OPERATORS = frozenset({
+    operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv,
+    operator.imod, operator.ipow, operator.imatmul, operator.iand, operator.ior, operator.ixor,
+    operator.ilshift, operator.irshift,
+})
+
+
+def _mutates(node: torch.fx.Node) -> bool:
+    """Whether ``node`` writes its first argument (``x.add_``, ``torch.relu_``, ``x += y``, ``out=``)."""
+    if node.op == "call_method":
+        return isinstance(node.target, str) and node.target.endswith("_") and not node.target.startswith("__")
+    if node.op != "call_function":
+        return False
+    if node.target in _IN_PLACE_OPERATORS or "out" in node.kwargs:
+        return True
+    name = getattr(node.target, "__name__", "")
+    return name.endswith("_") and not name.startswith("_")
+
+
+def _may_require_grad(gm: torch.fx.GraphModule, node: Any) -> bool:
+    if not isinstance(node, torch.fx.Node):
+        return False
+    if node.op == "get_attr":
+        obj: Any = gm
+        for part in str(node.target).split("."):
+            obj = getattr(obj, part, None)
+        return isinstance(obj, torch.Tensor) and obj.requires_grad
+    value = node.meta.get("example_value", node.meta.get("val"))
+    if isinstance(value, torch.Tensor):
+        return value.requires_grad
+    return True  # unknown: assume it may
+
+
+def without_grad_mode_changes(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``gm``, or a copy sharing its modules and parameters in which no-grad regions are
+    replaced by ``detach`` at their edges (module docstring)."""
+    if not any(_is_set_grad(n) for n in gm.graph.nodes):
+        return gm
+    graph = copy.deepcopy(gm.graph)
+    initial = mode = torch.is_grad_enabled()
+    changes: list[torch.fx.Node] = []
+    no_grad: set[torch.fx.Node] = set()
+    for node in graph.nodes:
+        if _is_set_grad(node):
+            mode = _mode_argument(node)
+            changes.append(node)
+        elif not mode and node.op not in _NOT_COMPUTED:
+            no_grad.add(node)
+            if _mutates(node) and node.args and node.args[0] not in no_grad and _may_require_grad(gm, node.args[0]):
+                raise NotImplementedError("an in-place op under no_grad on a tensor that may require grad "
+                                          f"({node.format_node()})")
+    if mode != initial:
+        raise NotImplementedError("the graph ends in another grad mode than it started in")
+    for node in list(no_grad):
+        outside = [u for u in node.users if u not in no_grad and not _is_set_grad(u)]
+        if not outside:
+            continue
+        with graph.inserting_after(node):
+            detached = graph.call_function(detach_values, (node,))
+        detached.meta = {k: v for k, v in node.meta.items() if k in ("stack_trace", "example_value", "val")}
+        for user in outside:
+            user.replace_input_with(node, detached)
+    for node in changes:
+        if node.users:
+            raise NotImplementedError(f"the result of a grad-mode change is used ({node.format_node()})")
+        graph.erase_node(node)
+    return torch.fx.GraphModule(gm, graph)
