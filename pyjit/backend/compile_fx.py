@@ -337,7 +337,8 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], symbolic: list
                                            "kernels": len(module.kernel_names), "externs": module.extern_calls,
                                            "fallbacks": [op for op, n in metrics.fallback_ops.items()
                                                          if n > fallbacks_before.get(op, 0)]})
-    fn = _make_callable(gm, compiled.call, out_spec, example_inputs, constants, getattr(compiled, "check", None))
+    fn = _make_callable(gm, compiled.call, out_spec, example_inputs, constants, getattr(compiled, "check", None),
+                        _inputs_guarded(gm))
     # For the warm start's frame records (pyjit/frame/warm_start.py): the graph-cache key as
     # computed here (from the symbolic inputs and the ShapeEnv before the aten trace).
     fn.pyjit_graph_key = graph_cache._key_of(gkey) if gkey is not None and not constants else None  # type: ignore[attr-defined]
@@ -476,15 +477,34 @@ def _load_cached_graph(gm: torch.fx.GraphModule, gkey: dict[str, str], device: t
     metrics.graph_cache_hits += 1
     for op in entry.get("fallbacks", []):
         metrics.fallback_ops[op] += 1
-    fn = _make_callable(gm, compiled.call, out_spec, example_inputs, [], getattr(compiled, "check", None))
+    fn = _make_callable(gm, compiled.call, out_spec, example_inputs, [], getattr(compiled, "check", None),
+                        _inputs_guarded(gm))
     fn.pyjit_graph_key = graph_cache._key_of(gkey)  # type: ignore[attr-defined] # for the warm start
     return fn
 
 
+# ``gm.meta`` key set by a caller whose guards check, before every call, each tensor input's
+# exact type, sizes, strides, dtype, device and requires_grad and the grad mode, as they were
+# in ``example_inputs`` (pyjit's frontend for static-shape graphs): the compiled callable then
+# skips its own per-call input check. Graphs compiled inside the backend (training forward and
+# backward, whose inputs pyjit makes) never carry it.
+INPUTS_GUARDED = "pyjit_inputs_guarded"
+
+
+def _inputs_guarded(gm: torch.fx.GraphModule) -> bool:
+    return bool(getattr(gm, "meta", {}).get(INPUTS_GUARDED))
+
+
 def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], out_spec: Any,
                    example_inputs: list[torch.Tensor], constants: list[torch.Tensor],
-                   check: Callable[[Sequence[Any]], bool] | None = None) -> Callable[..., Any]:
+                   check: Callable[[Sequence[Any]], bool] | None = None, inputs_guarded: bool = False
+                   ) -> Callable[..., Any]:
     expected = [(t.shape, t.stride(), t.dtype, t.device) for t in example_inputs] if check is None else []
+    if check is None and inputs_guarded:
+        # The caller's guards already pinned every input's type, sizes, strides, dtype, device
+        # and requires_grad, and grad mode (pyjit's frontend, see INPUTS_GUARDED): re-checking
+        # 50 parameters here cost ~100 us a call.
+        expected = []
     # Rebuilding the output structure is per-call overhead: ``tree_unflatten`` costs ~2 us for a
     # plain tuple. Decide once, by unflattening a probe, whether the structure is exactly one
     # leaf or a plain tuple of leaves (namedtuples, lists and dicts keep the generic path).

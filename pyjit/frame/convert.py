@@ -189,6 +189,11 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
     if has_graph:
         _graph_log.info("graph for %s (%s:%d):\n%s", code.co_name, code.co_filename, code.co_firstlineno, gm.code)
         example_inputs = [gi.value for gi in output.inputs]
+        if dynamic is None:
+            # Every tensor input is pinned by a full TENSOR_MATCH guard (sizes, strides, dtype,
+            # device, requires_grad; grad mode is a global-state guard): pyjit's backend skips
+            # its own per-call input check (backend/compile_fx.py INPUTS_GUARDED).
+            gm.meta["pyjit_inputs_guarded"] = True  # compile_fx.INPUTS_GUARDED
         try:
             compiled = backend(gm, example_inputs)
         except Exception as e:

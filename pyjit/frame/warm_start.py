@@ -483,14 +483,16 @@ def _load_graph(ph: dict[str, Any]) -> Any:
     interpret = (device is None or device.type == "cpu") and config.cpu_backend == "triton_interpret"
     module = load_module(path, module_key, interpret)
     # A dynamic graph's module checks each call against its symbolic layouts (as compile_fx's
-    # callable does); a static one is checked against the recorded input metadata.
+    # callable does).
     check = getattr(module, "check", None)
     if dynamic and not callable(check):
         raise RebuildError(f"the module of dynamic graph {key[:12]} has no check(args)")
     fallback = _CapturedGraph(str(ph["name"]), str(ph["src"]),
                               {k: serialize.decode(v) for k, v in ph["globals"].items()})
+    # A static graph's inputs are pinned by the frame's restored TENSOR_MATCH guards, as when
+    # it was compiled (compile_fx.INPUTS_GUARDED).
     fn = compile_fx._make_callable(fallback, module.call, out_spec, metas, [],  # type: ignore[arg-type]
-                                   check if dynamic else None)
+                                   check if dynamic else None, inputs_guarded=not dynamic)
     backends._mark_skip(fn)
     metrics.graph_cache_hits += 1
     log.info("graph cache hit for %s (key %s), from a frame record", fallback.name, key[:12])
