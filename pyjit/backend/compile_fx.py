@@ -178,9 +178,13 @@ def _eager_reason(example_inputs: Sequence[Any], symbolic: bool = False) -> str 
 
 
 def tensor_metadata(values: Sequence[Any]) -> list[Any]:
-    """(sizes, strides, storage offset) of each tensor in ``values`` (None for non-tensors), as
-    text: comparing symbolic sizes with ``==`` would add guards to the shape environment."""
-    return [(str(tuple(t.shape)), str(tuple(t.stride())), str(t.storage_offset()))
+    """(sizes, strides, storage offset) of each tensor in ``values`` (None for non-tensors). A
+    symbolic size is its symbol node's identity: comparing with ``==`` would add guards to the
+    shape environment, and the printed expression changes when tracing unifies two symbols."""
+    def key(x: Any) -> Any:
+        return ("sym", id(x.node)) if isinstance(x, torch.SymInt) else int(x)
+
+    return [(tuple(map(key, t.shape)), tuple(map(key, t.stride())), key(t.storage_offset()))
             if isinstance(t, torch.Tensor) and t.layout == torch.strided else None for t in values]
 
 
