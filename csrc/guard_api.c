@@ -489,6 +489,24 @@ static PyObject *m_check_len(GuardNode *self, PyObject *const *args, Py_ssize_t 
     return finish_check(self, &c);
 }
 
+static PyObject *m_check_contains(GuardNode *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Check c = {CK_CONTAINS, 0, 0, NULL, 0, NULL};
+    if (!check_nargs("check_contains", nargs, 3, 3) || parse_id(args[2], &c.id) < 0) {
+        return NULL;
+    }
+    int expected = PyObject_IsTrue(args[1]);
+    if (expected < 0) {
+        return NULL;
+    }
+    if (PyObject_Hash(args[0]) == -1) {
+        return NULL; /* an unhashable key could never be looked up */
+    }
+    c.n = expected;
+    c.obj = Py_NewRef(args[0]);
+    return finish_check(self, &c);
+}
+
 static PyObject *m_check_not_none(GuardNode *self, PyObject *id_arg)
 {
     Check c = {CK_NOT_NONE, 0, 0, NULL, 0, NULL};
@@ -545,6 +563,9 @@ static PyObject *describe_check(const Check *c)
         break;
     case CK_NOT_NONE:
         payload = Py_NewRef(Py_None);
+        break;
+    case CK_CONTAINS:
+        payload = Py_BuildValue("(OO)", c->obj, c->n ? Py_True : Py_False);
         break;
     default:
         payload = Py_NewRef(c->obj);
@@ -650,6 +671,8 @@ static PyMethodDef node_methods[] = {
     {"check_odict_keys", (PyCFunction)(void (*)(void))m_check_odict_keys, METH_FASTCALL, "check_odict_keys(keys, storage_keys, id): OrderedDict with these keys in iteration order, these in storage order."},
     {"check_len", (PyCFunction)(void (*)(void))m_check_len, METH_FASTCALL, "check_len(n, id): len(value) == n."},
     {"check_not_none", (PyCFunction)m_check_not_none, METH_O, "check_not_none(id): value is not None."},
+    {"check_contains", (PyCFunction)(void (*)(void))m_check_contains, METH_FASTCALL,
+     "check_contains(key, expected, id): (key in value) is expected."},
     {"check_fn", (PyCFunction)(void (*)(void))m_check_fn, METH_FASTCALL, "check_fn(fn, id): bool(fn(value))."},
     {"check_symbols", (PyCFunction)(void (*)(void))m_check_symbols, METH_FASTCALL,
      "check_symbols(program, id): a relation over the bound symbol slots (pyjit.guards.shape_program), "

@@ -16,6 +16,7 @@ extern const char *const pyjit_accessor_names[];
 
 typedef enum {
     CK_TYPE, CK_ID, CK_EQ, CK_TENSOR, CK_DICT_KEYS, CK_LEN, CK_NOT_NONE, CK_FN, CK_ODICT_KEYS,
+    CK_CONTAINS,
 } CheckKind;
 /* Symbol checks (TreeShape.programs) are not Checks: they run after the walk, on the root. */
 
@@ -26,7 +27,7 @@ typedef struct {
     long id;
     int weak;          /* obj is a weakref standing for the real target (identity checks) */
     PyObject *obj;     /* type / target / constant / keys tuple / (keys, keys) / callable; strong */
-    Py_ssize_t n;      /* CK_LEN */
+    Py_ssize_t n;      /* CK_LEN: the length; CK_CONTAINS: 1 if the key must be present */
     TensorSpec *tensor; /* CK_TENSOR; owned */
 } Check;
 

@@ -14,7 +14,7 @@ const char *const pyjit_accessor_names[] = {
 };
 
 const char *const pyjit_check_names[] = {
-    "type", "id", "eq", "tensor", "dict_keys", "len", "not_none", "fn", "odict_keys",
+    "type", "id", "eq", "tensor", "dict_keys", "len", "not_none", "fn", "odict_keys", "contains",
 };
 
 /* ---------------------------------------------------------------- constants ----------- */
@@ -173,6 +173,12 @@ static inline int run_check(const Check *c, PyObject *v, const SlotFrame *slots)
         }
         int r = dict_keys_in_odict_order(v, PyTuple_GET_ITEM(c->obj, 0));
         return r == 1 ? dict_keys_in_storage_order(v, PyTuple_GET_ITEM(c->obj, 1)) : r;
+    }
+    case CK_CONTAINS: {
+        /* `key in value` is (n != 0): a module's __dict__ not shadowing a parameter name.
+         * An exact dict answers without Python code; anything else runs its __contains__. */
+        int r = PyDict_CheckExact(v) ? PyDict_Contains(v, c->obj) : PySequence_Contains(v, c->obj);
+        return r < 0 ? -1 : r == (c->n != 0);
     }
     case CK_FN: {
         PyObject *res = PyObject_CallOneArg(c->obj, v);

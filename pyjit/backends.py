@@ -108,6 +108,7 @@ class _GuardedCompiled:
         self.failed = fn == getattr(gm, "forward", None)
 
     def __call__(self, *args: Any) -> Any:
+        compiled_error: Exception | None = None
         if not self.failed:
             # The compiled graph runs inside a jitted frame: pause pyjit's frame hook so that the
             # frames it calls (Triton's launcher compiling a kernel on first launch) are not converted.
@@ -118,23 +119,40 @@ class _GuardedCompiled:
                 from .config import config
                 from .errors import GatherIndexError
 
-                if config.raise_on_internal_error or isinstance(e, GatherIndexError):
+                if isinstance(e, GatherIndexError):
                     raise  # (an out-of-range index is the program's error, as in eager)
-                self.failed = True
-                _fallback_log.warning("compiled graph %s raised %s: %s; running the captured graph from now on",
-                                      type(self.gm).__name__, type(e).__name__, e)
+                compiled_error = e
             finally:
                 _set_callback(previous)
         import torch  # a graph exists, so torch is imported (this module is imported without it)
 
+        # After the compiled graph raised, the captured graph decides: compiled graphs write
+        # input mutations back only after every kernel ran, so it sees the inputs unchanged.
         grad_mode = torch.is_grad_enabled()
         try:
-            return self.gm.forward(*args)
-        except BaseException:
+            result = self.gm.forward(*args)
+        except BaseException as eager_error:
             # The graph records grad-mode switches (an optimizer step's no_grad) as calls: restore
             # the caller's mode as eager's context managers would when an op raises.
             torch._C._set_grad_enabled(grad_mode)
+            if compiled_error is not None and type(eager_error) is not type(compiled_error):
+                self._give_up(compiled_error)
+            # Same error as eager (a failed check: ``cholesky`` of a matrix that is not positive
+            # definite): the program's own error, raised as eager raises it; the compiled graph
+            # stays in use.
             raise
+        if compiled_error is not None:
+            self._give_up(compiled_error)
+        return result
+
+    def _give_up(self, error: Exception) -> None:
+        from .config import config
+
+        if config.raise_on_internal_error:
+            raise error  # the compiled graph failed where the captured one did not: a pyjit bug
+        self.failed = True
+        _fallback_log.warning("compiled graph %s raised %s: %s; running the captured graph from now on",
+                              type(self.gm).__name__, type(error).__name__, error)
 
 
 def _load_set_callback() -> Callable[[Any], Any]:

@@ -253,7 +253,8 @@ def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
     refuse_restrided_inputs(metadata_before, fake_inputs, GraphRefusal)
     # Functionalization leaves dead view nodes behind; they would hide single-use patterns.
     # (In-place copy_ nodes that write inputs back are impure and stay.)
-    aten_gm.graph.eliminate_dead_code()
+    from .passes.graph_utils import eliminate_dead_code
+    eliminate_dead_code(aten_gm.graph)
     aten_gm.recompile()
     return aten_gm, spec_box[-1]
 

@@ -21,6 +21,7 @@ import sympy
 import torch
 
 from .ops_handler import OpsHandler, ReductionType
+from .passes.graph_utils import is_error_check
 from .symbolic import as_size, contiguous_strides, prod, strided_index
 
 Index = Sequence[sympy.Expr]
@@ -287,6 +288,8 @@ class ExternKernel(Buffer):
         self.kernel = kernel
         self.args = list(args)
         self.kwargs = dict(kwargs)
+        # Runs only to raise on bad input (``_linalg_check_errors``): kept although unread.
+        self.error_check = is_error_check(kernel)
         self.reason = reason
 
     def tensor_inputs(self) -> list[IRNode]:

@@ -269,6 +269,8 @@ class Scheduler:
     def _eliminate_dead(self, by_name: dict[str, SchedulerNode]) -> None:
         live: set[str] = set()
         stack = [n for n in self.output_names if n in by_name]
+        # Externs run for their effect (an error check that raises as eager does) stay.
+        stack += [n.name for n in self.nodes if isinstance(n.buf, ExternKernel) and n.buf.error_check]
         while stack:
             name = stack.pop()
             if name in live:

@@ -489,7 +489,7 @@ def compile_c_tree(guards: GuardSet, C: Any, frame_context: Callable[[Any], Fram
         elif k is GuardKind.HASATTR:
             node.check_fn(_hasattr_check(g.extra, bool(g.expected)), i)
         elif k is GuardKind.DICT_CONTAINS:
-            node.check_fn(functools.partial(_contains_is, key=g.extra, expected=bool(g.expected)), i)
+            node.check_contains(g.extra, bool(g.expected), i)  # in C: one per parameter of a module
         else:
             raise AssertionError(k)
     return tree

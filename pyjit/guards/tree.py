@@ -168,6 +168,8 @@ def _format_check(info: CheckInfo) -> str:
         return f"len == {p}"
     if info.kind == "not_none":
         return "is not None"
+    if info.kind == "contains":
+        return f"{p[0]!r} {'in' if p[1] else 'not in'} value"
     if info.kind == "fn":
         return f"{getattr(p, '__qualname__', p)}(value)"
     return f"{info.kind} {p!r}"
@@ -316,6 +318,8 @@ def _check(kind: str, payload: Any, value: Any, slots: dict[int, int]) -> bool:
         return value is not None
     if kind == "len":
         return len(value) == payload
+    if kind == "contains":
+        return (payload[0] in value) is payload[1]
     if kind == "dict_keys":
         if not isinstance(value, dict) or len(value) != len(payload):
             return False

@@ -150,6 +150,11 @@ class _DerivedNode:
     def check_not_none(self, gid: int) -> None:
         self.check_fn(functools.partial(operator.is_not, None), gid)
 
+    def check_contains(self, key: Any, expected: bool, gid: int) -> None:
+        from ..guards.guards import _contains_is
+
+        self.check_fn(functools.partial(_contains_is, key=key, expected=bool(expected)), gid)
+
     def check_len(self, n: int, gid: int) -> None:
         from ..guards.guards import _len_is
 

@@ -160,6 +160,25 @@ def test_check_len_and_not_none():
     assert t2.check(f, args_of(5)) == 0  # len() raises: fails, no exception leaks
 
 
+def test_check_contains():
+    class Bag:
+        def __contains__(self, key):
+            return key == "w"
+
+    t = _C.GuardTree()
+    t.arg(0).check_contains("weight", False, 3)  # a module's __dict__ not shadowing a parameter
+    t.arg(1).check_contains("w", True, 4)
+    assert t.check(f, args_of({"x": 1}, {"w": 0})) == -1
+    assert t.check(f, args_of({"weight": 1}, {"w": 0})) == 3
+    assert t.check(f, args_of({}, {})) == 4
+    assert t.check(f, args_of({}, Bag())) == -1  # not a dict: its own __contains__
+    assert t.check(f, args_of({}, 5)) == 4  # `in` raises: fails, no exception leaks
+    d = t.arg(0).describe() if hasattr(t.arg(0), "describe") else None
+    assert d is None or d["checks"] == [("contains", 3, ("weight", False))]
+    with pytest.raises(TypeError):
+        _C.GuardTree().arg(0).check_contains([], True, 0)  # unhashable key
+
+
 def test_check_fn():
     t = _C.GuardTree()
     t.arg(0).check_fn(lambda v: v > 2, 6)

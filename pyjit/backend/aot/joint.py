@@ -31,6 +31,7 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
+from ..passes.graph_utils import eliminate_dead_code
 from .grad_mode import without_grad_mode_changes
 from .custom_function import FunctionInterpreter, OpaqueCalls, autograd_functions, describe
 
@@ -179,7 +180,7 @@ def trace_forward(forward: Callable[..., Any], fake_mode: Any, fakes: Sequence[t
                 values.append(n.args[1])
             fw.graph.erase_node(n)
     output.args = (list(output.args[0]) + values,)
-    fw.graph.eliminate_dead_code()
+    eliminate_dead_code(fw.graph)
     fw.recompile()
     return fw, spec_box[-1], mutated
 
@@ -253,7 +254,7 @@ def _trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_i
             kept.append(node)
             fw_requires_grad.append(needs_grad)
     out_node.args = (kept + list(out_node.args[0][n_user:]),)
-    fw.graph.eliminate_dead_code()
+    eliminate_dead_code(fw.graph)
     fw.recompile()
     n_fw = len(kept)
     tangent_outputs = [i for i, r in enumerate(fw_requires_grad) if r]
@@ -293,7 +294,7 @@ def _strip_detach(gm: torch.fx.GraphModule) -> None:
         if n.op == "call_function" and n.target in (aten.detach.default, aten.alias.default):
             n.replace_all_uses_with(n.args[0])
             gm.graph.erase_node(n)
-    gm.graph.eliminate_dead_code()
+    eliminate_dead_code(gm.graph)
     gm.recompile()
 
 

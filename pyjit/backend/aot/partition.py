@@ -25,12 +25,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import torch
 import torch.fx
 
 from ...logs import get_logger
+from ..passes.graph_utils import is_error_check
 from .joint import JointGraph
 
 aten = torch.ops.aten
@@ -211,10 +212,12 @@ def _ancestors(outputs: Iterable[torch.fx.Node], stop: set[torch.fx.Node]) -> se
 
 
 def _extract(joint_gm: torch.fx.GraphModule, roles: _Roles, inputs: list[torch.fx.Node],
-             outputs: list[Any], name: str) -> tuple[torch.fx.GraphModule, list[torch.fx.Node]]:
-    """A graph with ``inputs`` as placeholders computing ``outputs``; also the copied nodes."""
+             outputs: list[Any], name: str, checks: Sequence[torch.fx.Node] = ()
+             ) -> tuple[torch.fx.GraphModule, list[torch.fx.Node]]:
+    """A graph with ``inputs`` as placeholders computing ``outputs`` and running the error
+    ``checks`` (nodes nothing reads); also the copied nodes."""
     stop = set(inputs)
-    needed = _ancestors(outputs, stop)
+    needed = _ancestors([*outputs, *checks], stop)
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     for n in inputs:
@@ -243,7 +246,10 @@ def partition_joint(joint: JointGraph, partition: str = "min_cut") -> Partitione
     cut = min_cut_saved(roles) if roles.bw_outputs else []
     saved = cut if partition == "min_cut" else reference
     saved.sort(key=roles.order.__getitem__)
-    fw_gm, fw_nodes = _extract(joint.gm, roles, roles.primals, roles.fw_outputs + saved, "pyjit_forward")
+    # The forward's error checks (``linalg.cholesky``'s info check) run in the forward graphs,
+    # which compute what they read; they raise there as eager raises in its forward.
+    checks = [n for n in roles.forward_nodes() if n.op == "call_function" and is_error_check(n.target)]
+    fw_gm, fw_nodes = _extract(joint.gm, roles, roles.primals, roles.fw_outputs + saved, "pyjit_forward", checks)
     bw_gm, bw_nodes = _extract(joint.gm, roles, saved + roles.tangents, roles.bw_outputs, "pyjit_backward")
     recomputed = [n for n in bw_nodes if n not in roles.backward]
     report = PartitionReport(partition, int(sum(node_bytes(n) for n in saved)),
@@ -259,7 +265,8 @@ def partition_joint(joint: JointGraph, partition: str = "min_cut") -> Partitione
     saved_primals = [roles.primals.index(n) if n in roles.primals else -1 for n in saved]
     inference_gm = None
     if not any(_is_random(n) for n in fw_nodes):
-        inference_gm, _ = _extract(joint.gm, roles, roles.primals, roles.fw_outputs, "pyjit_forward_inference")
+        inference_gm, _ = _extract(joint.gm, roles, roles.primals, roles.fw_outputs, "pyjit_forward_inference",
+                                   checks)
     return Partitioned(fw_gm, bw_gm, len(saved), saved_primals, report, inference_gm)
 
 

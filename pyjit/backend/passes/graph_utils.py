@@ -238,8 +238,31 @@ def known_true(cond: Any) -> bool:
     return bool(statically_known_true(cond))
 
 
+# Ops run only to raise on bad input (``linalg.cholesky`` of a matrix that is not positive
+# definite checks ``info`` this way): no node reads their result, but dropping them as dead
+# code would turn eager's error into a silent wrong result. FX already keeps ``_assert_async``
+# and its relatives (``Node.is_impure``).
+_ERROR_CHECKS = frozenset({aten._linalg_check_errors.default, aten._assert_async.default, aten._assert_async.msg,
+                           aten._assert_scalar.default})
+
+
+def is_error_check(target: Any) -> bool:
+    """``target`` only raises on bad input (its extern call must run although nothing reads it)."""
+    return target in _ERROR_CHECKS
+
+
+def has_effect(node: Node) -> bool:
+    """``node`` must stay in the graph although nothing reads it."""
+    return node.is_impure() or (node.op == "call_function" and is_error_check(node.target))
+
+
+def eliminate_dead_code(graph: torch.fx.Graph) -> None:
+    """``graph.eliminate_dead_code`` keeping error checks (:func:`has_effect`)."""
+    graph.eliminate_dead_code(is_impure_node=has_effect)
+
+
 def finish_rewrite(gm: torch.fx.GraphModule) -> None:
     """After a pass replaced nodes: drop what became dead, check the graph, regenerate its code."""
-    gm.graph.eliminate_dead_code()
+    eliminate_dead_code(gm.graph)
     gm.graph.lint()
     gm.recompile()

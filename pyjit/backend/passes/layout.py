@@ -41,7 +41,7 @@ from torch.fx import Node
 from ...config import config
 from ...logs import get_logger
 from ..metrics import metrics
-from .graph_utils import is_target, val
+from .graph_utils import eliminate_dead_code, is_target, val
 
 aten = torch.ops.aten
 log = get_logger("perf_hints")
@@ -90,7 +90,7 @@ def optimize_layout(gm: torch.fx.GraphModule) -> bool:
     except Exception as e:  # noqa: BLE001 - an op fake tensors cannot run: keep the original graph
         return _skip(f"re-propagation failed ({type(e).__name__}: {e})")
     gm.graph = graph
-    graph.eliminate_dead_code()
+    eliminate_dead_code(graph)
     graph.lint()
     gm.recompile()
     metrics.layout_graphs += 1
