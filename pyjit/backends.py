@@ -116,7 +116,6 @@ class _GuardedCompiled:
             try:
                 return self.fn(*args)
             except Exception as e:
-                from .config import config
                 from .errors import GatherIndexError
 
                 if isinstance(e, GatherIndexError):
