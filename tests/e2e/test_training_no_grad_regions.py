@@ -43,6 +43,7 @@ class Block(nn.Module):
         h = h * cos + torch.cat((-h[..., 8:], h[..., :8]), dim=-1) * sin
         with torch.no_grad():
             norm = self.scale / self.scale.norm()  # no gradient flows through `norm`
+            norm.mul_(0.5)  # in place on a value the region made: still compiled
         return (h * norm + h * self.scale).tanh()
 
 
@@ -67,22 +68,29 @@ def test_no_grad_regions_compile_and_match_eager() -> None:
 
 
 class InPlaceUnderNoGrad(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, through_view: bool) -> None:
         super().__init__()
         self.lin = nn.Linear(8, 8)
+        self.through_view = through_view
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.lin(x)
         with torch.no_grad():
-            h.clamp_(min=-0.1)  # eager: not recorded, the gradient ignores the clamp
-        return h * h
+            if self.through_view:
+                h[:, 0].zero_()  # writes h through a view made inside the region
+            else:
+                h.clamp_(min=-0.1)  # eager: not recorded, the gradient ignores the clamp
+            scratch = torch.zeros(4, 8)
+            scratch.add_(1)  # a tensor made inside the region: fine
+        return h * h + scratch
 
 
-def test_in_place_under_no_grad_on_a_grad_tensor_runs_as_captured() -> None:
+@pytest.mark.parametrize("through_view", [False, True], ids=["direct", "through_view"])
+def test_in_place_under_no_grad_on_a_grad_tensor_runs_as_captured(through_view: bool) -> None:
     torch.manual_seed(0)
     backend.metrics.reset()
     pyjit.reset()
-    _compare(InPlaceUnderNoGrad(), torch.randn(4, 8))
+    _compare(InPlaceUnderNoGrad(through_view), torch.randn(4, 8))
     assert any("in-place op under no_grad" in g for g in backend.metrics.eager_graphs), backend.metrics.eager_graphs
 
 

@@ -65,9 +65,14 @@ def _mutates(node: torch.fx.Node) -> bool:
     return name.endswith("_") and not name.startswith("_")
 
 
+_UNKNOWN = object()  # a written tensor pyjit cannot place: treated as requiring grad
+
+
 def _may_require_grad(gm: torch.fx.GraphModule, node: Any) -> bool:
+    if node is None:
+        return False  # made inside the region: never requires grad
     if not isinstance(node, torch.fx.Node):
-        return False
+        return True
     if node.op == "get_attr":
         obj: Any = gm
         for part in str(node.target).split("."):
@@ -77,6 +82,20 @@ def _may_require_grad(gm: torch.fx.GraphModule, node: Any) -> bool:
     if isinstance(value, torch.Tensor):
         return value.requires_grad
     return True  # unknown: assume it may
+
+
+def _written_tensor(node: Any, no_grad: set[torch.fx.Node]) -> Any:
+    """The tensor an in-place op on ``node`` writes: through views made inside the region
+    (``h[0].zero_()``) to the tensor they view. A value the region computed afresh does not
+    require grad (returned as None); a tensor from outside the region is returned."""
+    while isinstance(node, torch.fx.Node) and node in no_grad:
+        value = node.meta.get("example_value", node.meta.get("val"))
+        if not isinstance(value, torch.Tensor) or not value._is_view():
+            return None
+        if not node.args:
+            return _UNKNOWN
+        node = node.args[0]
+    return node
 
 
 def without_grad_mode_changes(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -94,12 +113,12 @@ def without_grad_mode_changes(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             changes.append(node)
         elif not mode and node.op not in _NOT_COMPUTED:
             no_grad.add(node)
-            if _mutates(node) and node.args and node.args[0] not in no_grad and _may_require_grad(gm, node.args[0]):
+            if _mutates(node) and node.args and _may_require_grad(gm, _written_tensor(node.args[0], no_grad)):
                 raise NotImplementedError("an in-place op under no_grad on a tensor that may require grad "
                                           f"({node.format_node()})")
     if mode != initial:
         raise NotImplementedError("the graph ends in another grad mode than it started in")
-    for node in list(no_grad):
+    for node in [n for n in graph.nodes if n in no_grad]:  # graph order: stable node names
         outside = [u for u in node.users if u not in no_grad and not _is_set_grad(u)]
         if not outside:
             continue
