@@ -346,3 +346,17 @@ def test_tuning_path_runs_every_candidate(tmp_path: Any, monkeypatch: Any) -> No
     assert autotune.counters["benchmarks"] - before.get("benchmarks", 0) == len(configs) + 1
     assert autotune.counters.get("failures", 0) == before.get("failures", 0)
     assert chosen is None or (chosen[0] == "plain" and chosen[1] in configs)
+
+
+def test_small_tiles_left_out_where_big_tiles_fill_the_gpu() -> None:
+    """16-bit candidates drop tiles under 128x128 once 128x128 tiles give every SM two or more
+    (they never won there, and each is a compile on the first call); fp32 (TF32) keeps all."""
+    from pyjit.backend.lowering import matmul as mmod
+
+    big = mmod.cuda_configs(torch.bfloat16, 8192, 2304, 768, sm_count=132)
+    assert big and all(c["BLOCK_M"] * c["BLOCK_N"] >= 128 * 128 for c in big)
+    assert len(big) < len(mmod.cuda_configs(torch.bfloat16, 8192, 2304, 768))
+    small = mmod.cuda_configs(torch.bfloat16, 512, 768, 768, sm_count=132)  # 24 tiles: keep them
+    assert small == mmod.cuda_configs(torch.bfloat16, 512, 768, 768)
+    assert mmod.cuda_configs(torch.float32, 8192, 2304, 768, sm_count=132) == \
+        mmod.cuda_configs(torch.float32, 8192, 2304, 768)

@@ -65,13 +65,29 @@ def _pow2_at_least(n: int, floor: int = 16) -> int:
     return p
 
 
-def cuda_configs(dtype: torch.dtype, M: int, N: int, K: int, epilogue: bool = False) -> list[dict[str, int]]:
+# Tiles smaller than 128x128 only pay where 128x128 tiles leave SMs idle: with at least this
+# many 128x128 tiles per SM they never won (H100, stop 21 logs: 16 bf16/fp16 shapes from
+# 2048x1024x4096 to 16384x3072x768, the 64x128 tile last or second to last every time), and
+# each candidate is a Triton compile on the first call.
+_SMALL_TILES_USEFUL_BELOW = 2
+
+
+def cuda_configs(dtype: torch.dtype, M: int, N: int, K: int, epilogue: bool = False,
+                 sm_count: int | None = None) -> list[dict[str, int]]:
     """Candidate launch configurations. With a fused epilogue, tiles wider than 128 columns are
     left out: tuning times the product alone, and the epilogue's temporaries on a 128x256 tile
-    spill registers (measured on an H100: the fused kernel 50% slower than the product alone)."""
+    spill registers (measured on an H100: the fused kernel 50% slower than the product alone).
+    With ``sm_count`` (the device's multiprocessors), 16-bit tiles smaller than 128x128 are
+    left out where 128x128 tiles already give every SM ``_SMALL_TILES_USEFUL_BELOW`` tiles or
+    more."""
     out: list[dict[str, int]] = []
+    big_tiles = -(-M // 128) * -(-N // 128)
+    # Measured for 16-bit dots only: TF32 candidates (smaller tiles by design) keep them all.
+    many_tiles = sm_count is not None and dtype != torch.float32 and big_tiles >= _SMALL_TILES_USEFUL_BELOW * sm_count
     for cfg in _CUDA_CONFIGS_FP32 if dtype == torch.float32 else _CUDA_CONFIGS_16BIT:
         if epilogue and cfg["BLOCK_M"] * cfg["BLOCK_N"] > 128 * 128:
+            continue
+        if many_tiles and cfg["BLOCK_M"] * cfg["BLOCK_N"] < 128 * 128:
             continue
         c = dict(cfg)
         c["BLOCK_M"] = min(c["BLOCK_M"], _pow2_at_least(M))
@@ -151,7 +167,8 @@ def _choose_config(ctx: "GraphLowering", target: Any, cands: dict[str, MatmulTem
         return variant, dict(INTERPRET_CONFIG)  # the CPU never benchmarks
     from ..codegen.matmul_template import matmul_dims
     _, M, N, K = matmul_dims(first)
-    configs = cuda_configs(first.get_dtype(), M, N, K, epilogue=_expects_epilogue(ctx, target))
+    configs = cuda_configs(first.get_dtype(), M, N, K, epilogue=_expects_epilogue(ctx, target),
+                           sm_count=torch.cuda.get_device_properties(device).multi_processor_count)
     if not config.autotune:
         return variant, configs[0]
     return tune(ctx, target, cands, mode, configs)
