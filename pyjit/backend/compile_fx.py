@@ -504,12 +504,12 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
                    example_inputs: list[torch.Tensor], constants: list[torch.Tensor],
                    check: Callable[[Sequence[Any]], bool] | None = None, inputs_guarded: bool = False
                    ) -> Callable[..., Any]:
-    expected = [(t.shape, t.stride(), t.dtype, t.device) for t in example_inputs] if check is None else []
-    if check is None and inputs_guarded:
-        # The caller's guards already pinned every input's type, sizes, strides, dtype, device
-        # and requires_grad, and grad mode (pyjit's frontend, see INPUTS_GUARDED): re-checking
-        # 50 parameters here cost ~100 us a call.
-        expected = []
+    # With ``inputs_guarded`` the caller's guards already pinned every input's type, sizes,
+    # strides, dtype, device and requires_grad, and grad mode (pyjit's frontend, see
+    # INPUTS_GUARDED): re-checking 50 parameters here cost ~100 us a call.
+    expected = [] if check is not None or inputs_guarded else \
+        [(t.shape, t.stride(), t.dtype, t.device) for t in example_inputs]
+    checked = check is not None or not inputs_guarded
     # Rebuilding the output structure is per-call overhead: ``tree_unflatten`` costs ~2 us for a
     # plain tuple. Decide once, by unflattening a probe, whether the structure is exactly one
     # leaf or a plain tuple of leaves (namedtuples, lists and dicts keep the generic path).
@@ -547,15 +547,16 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
     def compiled_fn(*args: Any) -> Any:
         # The kernels bake in sizes, strides and dtypes: anything else runs as captured.
         # Grad-requiring inputs under grad mode need autograd, which the kernels do not record.
-        grad = torch.is_grad_enabled()
-        if check is not None:
-            # Symbolic sizes: the module checks the inputs against its symbolic layouts.
-            if not check(args) or (grad and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)):
-                return gm.forward(*args)
-        for a, (shape, stride, dtype, dev) in zip(args, expected):
-            if not isinstance(a, torch.Tensor) or a.shape != shape or a.stride() != stride or a.dtype != dtype \
-                    or a.device != dev or (grad and a.requires_grad):
-                return gm.forward(*args)
+        if checked:
+            grad = torch.is_grad_enabled()
+            if check is not None:
+                # Symbolic sizes: the module checks the inputs against its symbolic layouts.
+                if not check(args) or (grad and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)):
+                    return gm.forward(*args)
+            for a, (shape, stride, dtype, dev) in zip(args, expected):
+                if not isinstance(a, torch.Tensor) or a.shape != shape or a.stride() != stride or a.dtype != dtype \
+                        or a.device != dev or (grad and a.requires_grad):
+                    return gm.forward(*args)
         if state[0] == 1:
             outs = call([*args, *constants])
         else:

@@ -25,6 +25,7 @@ import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from ..inplace import is_in_place
 from ..variables.symbolic import SYM_TYPES, SymNodeVariable, SymSliceVariable
 from .dynamic import DynamicPolicy, new_shape_env, record_origins, symbolic_context, torch_source
 
@@ -177,7 +178,7 @@ class OutputGraph:
         node.meta["stack_trace"] = tx.stack_trace()
         node.meta["example_value"] = result
         self.call_count += 1
-        if _is_mutation(kind, target, kwargs):
+        if is_in_place(kind, target, kwargs):
             # Conservative: any in-place op (also on views of inputs) makes the trace assume its
             # tensor inputs do not alias each other (a DISTINCT guard, see convert_frame).
             self.mutates = True
@@ -329,22 +330,6 @@ def _refuse_input_restride(kind: str, target: Any, args: list["VariableTracker"]
     if args[0].node.op == "placeholder":
         unsupported("unsupported_call", f"Tensor.{name}() on a graph input changes the caller's tensor metadata; "
                     "it runs eagerly")
-
-
-def _is_mutation(kind: str, target: Any, kwargs: dict[str, Any]) -> bool:
-    if kind == "call_method" and isinstance(target, str):
-        return target.endswith("_") and not target.startswith("__")
-    if target in _INPLACE_OPERATORS or "out" in kwargs:
-        return True
-    name = getattr(target, "__name__", "")
-    return name.endswith("_") and not name.startswith("_")  # torch.relu_, F.relu_ ...
-
-
-_INPLACE_OPERATORS = frozenset({
-    operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv,
-    operator.imod, operator.ipow, operator.imatmul, operator.iand, operator.ior, operator.ixor,
-    operator.ilshift, operator.irshift,
-})
 
 
 def _target_name(target: Any) -> str:

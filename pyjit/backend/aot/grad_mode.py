@@ -17,12 +17,13 @@ without recording; replayed with autograd on, the mutation would enter the gradi
 from __future__ import annotations
 
 import copy
-import operator
 from typing import Any
 
 import torch
 import torch.fx
 from torch.utils import _pytree as pytree
+
+from ...inplace import is_in_place
 
 _SET_GRAD = (torch._C._set_grad_enabled, torch.set_grad_enabled)
 # Nodes that name a value rather than compute one: a parameter read inside a region is still
@@ -46,23 +47,8 @@ def _mode_argument(node: torch.fx.Node) -> bool:
     return mode
 
 
-_IN_PLACE_OPERATORS = frozenset({
-    operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv,
-    operator.imod, operator.ipow, operator.imatmul, operator.iand, operator.ior, operator.ixor,
-    operator.ilshift, operator.irshift,
-})
-
-
 def _mutates(node: torch.fx.Node) -> bool:
-    """Whether ``node`` writes its first argument (``x.add_``, ``torch.relu_``, ``x += y``, ``out=``)."""
-    if node.op == "call_method":
-        return isinstance(node.target, str) and node.target.endswith("_") and not node.target.startswith("__")
-    if node.op != "call_function":
-        return False
-    if node.target in _IN_PLACE_OPERATORS or "out" in node.kwargs:
-        return True
-    name = getattr(node.target, "__name__", "")
-    return name.endswith("_") and not name.startswith("_")
+    return node.op in ("call_method", "call_function") and is_in_place(node.op, node.target, node.kwargs)
 
 
 _UNKNOWN = object()  # a written tensor pyjit cannot place: treated as requiring grad
@@ -82,6 +68,7 @@ def _may_require_grad(gm: torch.fx.GraphModule, node: Any) -> bool:
     if isinstance(value, torch.Tensor):
         return value.requires_grad
     return True  # unknown: assume it may
+
 
 
 def _written_tensor(node: Any, no_grad: set[torch.fx.Node]) -> Any:

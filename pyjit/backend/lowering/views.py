@@ -361,12 +361,17 @@ def _unbind(ctx: Any, x: IRNode, dim: int = 0) -> list[IRNode]:
     return [select_view(x, dim, i) for i in range(n)]
 
 
-def _storage_is_contiguous(node: Any) -> bool:
-    """Whether eager's storage under fx value ``node`` (the first value up its chain of view ops)
-    is laid out contiguously."""
+def _storage_source(node: Any) -> Any:
+    """The first fx value up ``node``'s chain of view ops: the one that owns the storage."""
     while isinstance(node, torch.fx.Node) and isinstance(node.target, torch._ops.OpOverload) \
             and node.target.is_view and node.args:
         node = node.args[0]
+    return node
+
+
+def _storage_is_contiguous(node: Any) -> bool:
+    """Whether eager's storage under fx value ``node`` is laid out contiguously."""
+    node = _storage_source(node)
     val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
     return isinstance(val, torch.Tensor) and all(is_static(s) for s in (*val.shape, *val.stride())) \
         and val.is_contiguous()
@@ -400,10 +405,7 @@ def _as_strided_in_place(ctx: Any, x: IRNode, size: Sequence[int], stride: Seque
     metadata the caller would see change) or a value other nodes also read, the op keeps
     running as an aten call."""
     node = ctx.current_node.args[0] if ctx.current_node is not None else None
-    source = node
-    while isinstance(source, torch.fx.Node) and isinstance(source.target, torch._ops.OpOverload) \
-            and source.target.is_view and source.args:
-        source = source.args[0]
+    source = _storage_source(node)
     if not isinstance(node, torch.fx.Node) or not isinstance(source, torch.fx.Node) \
             or source.op != "call_function" or len(node.users) != 1:
         raise NotImplementedError("as_strided_ of a graph input or of a value other nodes read")
