@@ -231,10 +231,8 @@ def _runner(steps: list[Any], scratch: Scratch, interpret: bool) -> Callable[[],
     calls: list[Callable[[], object]] = []
     warm: tuple[Any, Callable[[], object]] | None = None
     for step in steps:
-        if isinstance(step, KernelSource) and "BLOCK_M" in step.meta:
-            run = kernel_runner(step, scratch, interpret, size_args=False)
-        elif isinstance(step, KernelSource):
-            run = kernel_runner(step, scratch, interpret)
+        if isinstance(step, KernelSource):  # a template (BLOCK_M) takes no size arguments
+            run = kernel_runner(step, scratch, interpret, size_args="BLOCK_M" not in step.meta)
         else:
             run = _extern_runner(step[1], scratch)
         calls.append(run)
