@@ -16,7 +16,6 @@ parent discards it) so that nothing a library prints can corrupt the protocol.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import pickle
 import struct
@@ -49,16 +48,54 @@ _modules: dict[str, types.ModuleType] = {}
 
 
 def _load(path: str, name: str) -> types.ModuleType:
-    """The generated module at ``path`` under the parent's module name (kernel keys use it)."""
+    """The Triton kernels of the generated module at ``path``, under the parent's module name.
+
+    Only the module's Triton imports and its ``@triton.jit`` functions run here
+    (:func:`kernel_definitions`): the rest is the wrapper, which needs torch, and importing
+    torch would make each worker take seconds to start (16 of them at once slow the parent's
+    own tracing too). The code is compiled under the file's own name with its line numbers
+    kept, so Triton reads the same kernel source and computes the same cache key as the parent.
+    """
     module = _modules.get(path)
     if module is None:
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
+        with open(path) as f:
+            source = f.read()
+        module = types.ModuleType(name)
+        module.__file__ = path
         sys.modules[name] = module
-        spec.loader.exec_module(module)
+        exec(compile(kernel_definitions(source), path, "exec"), module.__dict__)
         _modules[path] = module
     return module
+
+
+_KEPT_IMPORTS = ("import triton", "from pyjit.runtime.triton_compat import ")
+
+
+def kernel_definitions(source: str) -> str:
+    """``source`` with every line blanked but the Triton imports and the ``@triton.jit``
+    functions (decorator, signature, indented body): same line count, same kernel text."""
+    lines = source.split("\n")
+    kept = [False] * len(lines)
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith(_KEPT_IMPORTS):
+            kept[i] = True
+        elif line.startswith("@triton.jit"):
+            kept[i] = True
+            i += 1
+            while i < len(lines) and lines[i].startswith("@"):  # further decorators
+                kept[i] = True
+                i += 1
+            if i < len(lines):  # the def line, then everything indented (or blank) below it
+                kept[i] = True
+                i += 1
+            while i < len(lines) and (not lines[i].strip() or lines[i][0] in " \t)"):
+                kept[i] = True
+                i += 1
+            continue
+        i += 1
+    return "\n".join(line if keep else "" for line, keep in zip(lines, kept))
 
 
 _PREWARM_SOURCE = """import triton
@@ -155,8 +192,8 @@ def main() -> None:
     except OSError:
         pass
     requests = sys.stdin.buffer
-    # Import what every task needs while the parent is still tracing its graph.
-    import torch  # noqa: F401
+    # Import what every task needs while the parent is still tracing its graph (not torch:
+    # the kernels compile without it, see _load).
     import triton  # noqa: F401
     write_message(replies, ("ready", os.getpid()))
     serve(requests, replies)

@@ -57,8 +57,9 @@ from .fast_launch import unwrap
 
 time_log = get_logger("compile_times")
 
-# Counters for tests and the bench: modules warmed, kernels submitted, dry runs that failed.
-stats: dict[str, int] = {"modules": 0, "kernels": 0, "dry_run_failures": 0, "candidates": 0}
+# Counters for tests and the bench: modules warmed, kernels submitted, dry runs that failed,
+# autotuning candidates submitted, kernels the worker processes compiled.
+stats: dict[str, int] = {"modules": 0, "kernels": 0, "dry_run_failures": 0, "candidates": 0, "in_workers": 0}
 
 _executor: concurrent.futures.ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
@@ -331,6 +332,7 @@ class _Captured(Exception):
 def _capture(kernel: Any, warm: Callable[[], object]) -> dict[str, Any] | None:
     """The compile request ``warm()`` makes of ``kernel``, without compiling (None: it needs no
     compile, being compiled already). Raises if this Triton cannot be intercepted."""
+    _bind_for_current_device(kernel)
     if not hasattr(kernel, "compile"):  # an older Triton calling its module's compile(): not interceptable
         raise NotImplementedError("this Triton's JITFunction has no compile attribute to intercept")
 
@@ -338,7 +340,7 @@ def _capture(kernel: Any, warm: Callable[[], object]) -> dict[str, Any] | None:
         raise _Captured({"signature": src.signature, "constants": src.constants, "attrs": src.attrs,
                          "options": options, "target": target})
 
-    own = vars(kernel).get("compile", _MISSING)  # Triton 3.9 sets it per instance, 3.6 on the class
+    own = vars(kernel).get("compile", _MISSING)  # set per instance by the binder (or on the class)
     kernel.compile = stand_in
     try:
         warm()
@@ -353,6 +355,28 @@ def _capture(kernel: Any, warm: Callable[[], object]) -> dict[str, Any] | None:
 
 
 _MISSING = object()
+
+
+def _bind_for_current_device(kernel: Any) -> None:
+    """Make Triton build ``kernel``'s per-device state for the current device now.
+
+    Triton (3.6 and 3.9 checked) sets ``JITFunction.compile`` only when a kernel's first launch
+    on a device builds its binder (``device_caches`` is a defaultdict of ``create_binder``).
+    Before that the attribute does not exist, so there was nothing to intercept and every
+    kernel compiled in this process, GIL-bound; and a binder built during the intercepted
+    warm-up would overwrite the stand-in with the real compiler. Building it first (what that
+    launch does anyway) makes every kernel interceptable.
+    """
+    if hasattr(kernel, "compile"):
+        return
+    caches = getattr(kernel, "device_caches", None)
+    if caches is None:
+        return
+    try:
+        from triton.runtime import driver
+        caches[driver.active.get_current_device()]
+    except Exception:  # noqa: BLE001 - no device to bind to: _capture reports the kernel not interceptable
+        pass
 
 
 def _warm_in_processes(warmers: list[tuple[Any, Callable[[], object]]]) -> int | None:
@@ -404,6 +428,7 @@ def _warm_in_processes(warmers: list[tuple[Any, Callable[[], object]]]) -> int |
         else:
             time_log.info("parallel compile: a worker could not compile a kernel (%s); it compiles at launch",
                           detail)
+    stats["in_workers"] += ok
     time_log.info("parallel compile: %d distinct kernels compiled by %d workers (%.1f worker-seconds, longest "
                   "%.2f s)", ok, pool.size, busy, longest)
     return ok

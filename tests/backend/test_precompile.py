@@ -147,8 +147,11 @@ def test_cuda_first_call_compiles_nothing_new(name: str, fn: Any, make: Any, par
     with cfg.patch(raise_on_internal_error=True, cache_dir=str(tmp_path), parallel_compile=parallel):
         compiled = backend.compile_fx(torch.fx.symbolic_trace(fn), [t.clone() for t in inputs])
         args = [t.clone() for t in inputs]
+        in_workers = precompile.stats["in_workers"]
         submitted = precompile.warm_module(compiled.pyjit_call, args)
         assert submitted > 0
+        if parallel == "processes":  # compiled by the workers, not by this process's fallback
+            assert precompile.stats["in_workers"] > in_workers
         warmed = _compiled_kernels(triton_cache)
         assert len(warmed) >= submitted
         torch.manual_seed(0)

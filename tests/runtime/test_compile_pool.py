@@ -17,17 +17,27 @@ triton = pytest.importorskip("triton")
 from pyjit.runtime import cache, compile_pool, fast_launch  # noqa: E402
 from pyjit.runtime.launcher import load_module  # noqa: E402
 
+# Shaped like a generated module: the worker runs only its Triton imports and kernels.
 SOURCE = '''
+import torch
 import triton
 import triton.language as tl
 from pyjit.runtime.triton_compat import libdevice
 
+DEVICE = torch.device("cpu")
+
 
 @triton.jit
-def pool_test_kernel(x, y, n, BLOCK: tl.constexpr):
+def pool_test_kernel(x, y, n,
+                     BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+
     mask = offsets < n
     tl.store(y + offsets, libdevice.exp(tl.load(x + offsets, mask)) * 3, mask)
+
+
+def call(args):
+    return torch.empty_strided((4,), (1,), device=DEVICE)
 '''
 
 
@@ -71,6 +81,19 @@ def test_worker_compile_is_a_cache_hit_here(tmp_path: Any, monkeypatch: Any, poo
     compiled = triton.compile(src, target=request["target"], options=request["options"])
     assert compiled.asm.get("cubin")
     assert _entries(tmp_path) == written  # this process found the worker's result
+
+
+def test_worker_runs_only_the_kernel_definitions() -> None:
+    from pyjit.runtime.compile_worker import kernel_definitions
+
+    kept = kernel_definitions(SOURCE).split("\n")
+    lines = SOURCE.split("\n")
+    assert len(kept) == len(lines)  # line numbers are part of Triton's cache key
+    start = lines.index("@triton.jit")
+    end = lines.index("def call(args):")
+    assert kept[start:end] == lines[start:end]  # decorator, two-line signature, body with its blank line
+    assert "import triton.language as tl" in kept and "from pyjit.runtime.triton_compat import libdevice" in kept
+    assert not any("torch" in line for line in kept)  # nothing else runs in the worker
 
 
 def test_failed_compile_is_reported_and_the_worker_goes_on(tmp_path: Any, pool: Any) -> None:
