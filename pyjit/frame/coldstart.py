@@ -40,6 +40,13 @@ def ensure_initialized() -> None:
     with _lock:
         if _initialized:
             return
+        import torch
+
+        if torch.cuda.is_initialized():
+            # The program uses the GPU: start the compile workers now, so that they import
+            # torch and Triton during this initialisation instead of after it.
+            from ..runtime.precompile import prestart
+            prestart()
         t0 = time.perf_counter()
         from torch._subclasses.fake_tensor import FakeTensorMode
 

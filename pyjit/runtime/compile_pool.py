@@ -74,6 +74,7 @@ class CompilePool:
         self.workers: list[_Worker] = []
         self.lock = threading.Lock()
         self.alive = size  # serving threads whose worker started
+        self.ready = 0  # workers that finished starting (and warming up): taking tasks now
         self.threads = [threading.Thread(target=self._serve, name=f"pyjit-compile-{i}", daemon=True)
                         for i in range(size)]
         for t in self.threads:
@@ -94,6 +95,8 @@ class CompilePool:
                 worker.proc.kill()
                 self._lost(f"a compile worker died while warming up ({type(e).__name__}: {e})")
                 return
+        with self.lock:
+            self.ready += 1
         while True:
             item = self.tasks.get()
             if item is None:

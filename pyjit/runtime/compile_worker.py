@@ -51,9 +51,8 @@ def _load(path: str, name: str) -> types.ModuleType:
     """The Triton kernels of the generated module at ``path``, under the parent's module name.
 
     Only the module's Triton imports and its ``@triton.jit`` functions run here
-    (:func:`kernel_definitions`): the rest is the wrapper, which needs torch, and importing
-    torch would make each worker take seconds to start (16 of them at once slow the parent's
-    own tracing too). The code is compiled under the file's own name with its line numbers
+    (:func:`kernel_definitions`): the rest is the wrapper, whose imports (pyjit's backend,
+    sympy) would cost a worker seconds on its first task. The code is compiled under the file's own name with its line numbers
     kept, so Triton reads the same kernel source and computes the same cache key as the parent.
     """
     module = _modules.get(path)
@@ -127,7 +126,7 @@ def prewarm(target: Any) -> float:
         kernel = _load(path, f"pyjit_prewarm_{os.getpid()}").pyjit_prewarm
         options = make_backend(target).parse_options({})
         src = ASTSource(kernel, {"x": "*fp32", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 128}, {})
-        triton.compile(src, target=target, options=options.__dict__)
+        _build_launcher(triton.compile(src, target=target, options=options.__dict__))  # driver set-up too
     finally:
         os.unlink(path)
     return time.perf_counter() - start
@@ -159,12 +158,18 @@ def compile_task(task: dict[str, Any]) -> float:
 
 def _build_launcher(compiled: Any) -> None:
     """Triton versions that generate a C launcher per signature (3.6) build it with the system
-    compiler on the kernel's first launch and cache the library on disk: build it here too."""
-    try:
-        from triton.runtime import driver
+    compiler on the kernel's first launch and cache the library on disk: build it here too.
 
-        launcher_cls = driver.active.launcher_cls
-        launcher_cls(compiled.src, compiled.metadata)
+    The launcher class is taken from the NVIDIA backend module, not from ``driver.active``:
+    creating the active driver imports torch in Triton 3.6 (seconds per worker, and 16 workers
+    importing it at once slow the parent's own start-up).
+    """
+    try:
+        if getattr(compiled.metadata.target, "backend", None) != "cuda":
+            return
+        from triton.backends.nvidia.driver import CudaLauncher
+
+        CudaLauncher(compiled.src, compiled.metadata)
     except Exception:  # noqa: BLE001 - only an optimisation: the parent builds it at launch
         pass
 
@@ -192,8 +197,8 @@ def main() -> None:
     except OSError:
         pass
     requests = sys.stdin.buffer
-    # Import what every task needs while the parent is still tracing its graph (not torch:
-    # the kernels compile without it, see _load).
+    # Import what every task needs while the parent is still tracing its graph; not torch,
+    # which no task needs (see _load and _build_launcher) and which takes seconds to import.
     import triton  # noqa: F401
     write_message(replies, ("ready", os.getpid()))
     serve(requests, replies)

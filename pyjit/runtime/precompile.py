@@ -65,6 +65,9 @@ _executor: concurrent.futures.ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
 # How long the first call waits for one kernel compiled elsewhere before compiling it itself.
 _WAIT_S = 600.0
+# While no worker is ready, batches of more kernels than this wait for the workers (a kernel
+# takes ~0.3-1 s to compile here, GIL-bound; a worker is ready seconds after it starts).
+_WAIT_FOR_WORKERS_ABOVE = 8
 
 
 def _forget_after_fork() -> None:
@@ -388,6 +391,12 @@ def _warm_in_processes(warmers: list[tuple[Any, Callable[[], object]]]) -> int |
     from . import compile_pool
 
     pool = compile_pool.get(_threads())
+    if pool.ready == 0 and len(warmers) <= _WAIT_FOR_WORKERS_ABOVE:
+        # The workers are still starting (importing torch and Triton: seconds): for a few
+        # kernels, waiting for them would cost more than compiling here, in threads.
+        time_log.info("parallel compile: compile workers still starting, %d kernel(s) compiled in this "
+                      "process", len(warmers))
+        return None
     env = {k: v for k, v in os.environ.items() if k.startswith("TRITON_")}
     futures = []
     seen: set[bytes] = set()

@@ -147,6 +147,13 @@ def test_cuda_first_call_compiles_nothing_new(name: str, fn: Any, make: Any, par
     with cfg.patch(raise_on_internal_error=True, cache_dir=str(tmp_path), parallel_compile=parallel):
         compiled = backend.compile_fx(torch.fx.symbolic_trace(fn), [t.clone() for t in inputs])
         args = [t.clone() for t in inputs]
+        if parallel == "processes":  # batches this small do not wait for starting workers
+            import time
+            from pyjit.runtime import compile_pool
+            pool = compile_pool.get(precompile._threads())
+            deadline = time.monotonic() + 120
+            while pool.ready == 0 and time.monotonic() < deadline:
+                time.sleep(0.1)
         in_workers = precompile.stats["in_workers"]
         submitted = precompile.warm_module(compiled.pyjit_call, args)
         assert submitted > 0
