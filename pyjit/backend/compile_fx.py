@@ -278,7 +278,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], symbolic: list
         device = torch.device("cuda", torch.cuda.current_device())
     if device.type == "cuda":
         from ..runtime.precompile import prestart
-        prestart()  # compile workers import torch and Triton while this graph is lowered
+        prestart()  # compile workers import Triton while this graph is lowered
     gkey = graph_cache.graph_key_fields(gm, symbolic or example_inputs) if config.backend_disk_cache else None
     if gkey is not None:
         warm = _load_cached_graph(gm, gkey, device, example_inputs, symbolic is not None)

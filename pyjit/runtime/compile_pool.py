@@ -8,7 +8,8 @@ subprocess (not ``multiprocessing``: spawning through it would re-import the use
 ``__main__``), fed length-prefixed pickles over its stdin/stdout by one thread of this process.
 
 Workers are started in the background by :func:`prestart` (called when the first CUDA graph
-starts compiling, so that they import torch and Triton while the graph is traced and lowered)
+starts compiling, or when the frontend initialises in a program that already uses CUDA, so
+that they import Triton while the graph is traced and lowered)
 and live until the process exits. A worker that dies or answers garbage is dropped and its
 task reported failed; the caller then lets the kernel compile in this process, as it would have
 without the pool.
@@ -168,7 +169,7 @@ def get(size: int, prewarm: dict[str, Any] | None = None) -> CompilePool:
 
 
 def prestart(size: int, target: Any = None) -> None:
-    """Start the workers now: they import torch and Triton in the background and, given the
+    """Start the workers now: they import Triton in the background and, given the
     device's Triton ``target``, compile a tiny kernel for it (one-time set-up of the compiler)."""
     env = {k: v for k, v in os.environ.items() if k.startswith("TRITON_")}
     get(size, {"prewarm": target, "env": env} if target is not None else None)

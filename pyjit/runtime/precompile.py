@@ -95,7 +95,7 @@ def _threads() -> int:
     if n > 0:
         return n
     if config.parallel_compile == "processes":
-        # At most 16: each worker is an interpreter with torch imported (~0.4 GB). They run at
+        # At most 16: each worker is an interpreter with Triton imported (not torch). They run at
         # nice 10, so the main thread keeps tracing and lowering at full speed while they start.
         return max(2, min(16, _cpus()))
     return max(1, min(32, _cpus()))
@@ -133,8 +133,8 @@ def enabled() -> bool:
 
 
 def prestart() -> None:
-    """Start the compile workers (a CUDA graph is about to be compiled): they import torch and
-    Triton while the graph is traced and lowered."""
+    """Start the compile workers (a CUDA graph is about to be compiled, or the program uses
+    CUDA and the frontend is starting): they import Triton while the graph is traced and lowered."""
     if mode() == "processes":
         from . import compile_pool
         try:
