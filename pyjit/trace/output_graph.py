@@ -191,15 +191,27 @@ class OutputGraph:
         # With symbolic sizes, composite ops (matmul, linear...) must decompose in Python: their
         # C++ kernels read sizes(), which a fake tensor answers by specialising every symbol.
         dispatcher = enable_python_dispatcher() if self.shape_env is not None else contextlib.nullcontext()
+        pending = getattr(self.shape_env, "pending_fresh_unbacked_symbols", None)
+        pending_before = len(pending) if pending is not None else 0
         try:
             with self.fake_mode, dispatcher:
                 if kind == "call_method":
-                    return getattr(args[0], target)(*args[1:], **kwargs)
-                return target(*args, **kwargs)
+                    result = getattr(args[0], target)(*args[1:], **kwargs)
+                else:
+                    result = target(*args, **kwargs)
         except (DataDependentOutputException, DynamicOutputShapeException) as e:
             unsupported("data_dependent", f"{_target_name(target)}: {type(e).__name__}")
         except Exception as e:  # shape errors etc.: the user's code would fail eagerly too
             unsupported("tensor_op_failed", f"{_target_name(target)}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        if pending is not None and len(pending) > pending_before:
+            # An output size that depends on tensor values (nonzero, boolean-mask indexing,
+            # unique...): with symbolic sizes fake tensors give it a fresh "unbacked" symbol, which
+            # neither a branch on it nor the backend can handle (the frame or graph ran uncompiled).
+            # Break before the op instead, as static tracing does (DynamicOutputShapeException):
+            # the op runs eagerly and the code after it traces with its real size.
+            del pending[pending_before:]
+            unsupported("data_dependent", f"{_target_name(target)}: the output's size depends on tensor values")
+        return result
 
     def wrap_result(self, tx: "Translator", node: fx.Node, result: Any, args: list["VariableTracker"]) -> "VariableTracker":
         from ..variables.constant import ConstantVariable, is_constant_value

@@ -340,3 +340,37 @@ def test_min_max_abs_of_sizes_stay_symbolic(backend, caplog):
         x = torch.randn(b, 3)
         close(jf(x), min_max_abs_of_sizes(x))
     assert compiles(min_max_abs_of_sizes) == 3
+
+
+def _branch_on_nonzero(x, y):
+    a = torch.sin(x) + 1
+    idx = torch.nonzero(a > 1.5)
+    b = a[idx[:, 0]].sum() if idx.size(0) > 0 else a.sum()  # a branch on the data-dependent size
+    return torch.cos(b * y) + 2
+
+
+def _boolean_mask(x, y):
+    m = (torch.sin(x) + 1)[x > 0.5]
+    return torch.cos(m.sum() * y) + m.shape[0]
+
+
+@pytest.mark.parametrize("fn", [_branch_on_nonzero, _boolean_mask])
+def test_data_dependent_output_size_breaks_the_graph_under_symbolic_sizes(fn, caplog):
+    """With symbolic sizes a data-dependent output size (nonzero, boolean-mask indexing) got an
+    unbacked symbol: a branch on it sent the whole frame to eager, and a graph holding it ran as
+    captured (a backend error). The op now runs between graphs, as with static sizes, and
+    everything around it compiles, for every size."""
+    from pyjit import backend
+
+    backend.metrics.reset()
+    jf = pyjit.jit(fn, dynamic=True)
+    with caplog.at_level(logging.INFO, logger="pyjit"):
+        for n in (8, 9, 10, 11):
+            x, y = torch.randn(n), torch.randn(3)
+            close(jf(x, y), fn(x, y))
+    assert backend.metrics.eager_graphs == []
+    assert backend.metrics.dynamic_graphs > 0  # the graphs around the op stayed symbolic
+    fallbacks = [r.getMessage() for r in caplog.records if r.name == "pyjit.fallbacks" and "backend:" not in r.getMessage()]
+    assert not [m for m in fallbacks if "eagerly" in m or "as captured" in m], fallbacks
+    breaks = [r.getMessage() for r in caplog.records if r.name == "pyjit.graph_breaks"]
+    assert any("the output's size depends on tensor values" in m for m in breaks), breaks
