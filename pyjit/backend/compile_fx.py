@@ -67,9 +67,9 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Calla
     if torch.is_grad_enabled() and (any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
                                     or any(p.requires_grad for p in gm.parameters())):
         if symbolic is not None:
-            # No symbolic joint graph yet: static training graphs per input size (aot/__init__.py).
-            from .aot import compile_training_per_size
-            return compile_training_per_size(gm, list(example_inputs))
+            # A symbolic joint graph; static training graphs per input size if that is refused.
+            from .aot import compile_training_dynamic
+            return compile_training_dynamic(gm, list(example_inputs), symbolic)
         # Training (or inference with grad enabled): joint graph, partition, autograd.Function.
         from .aot import compile_training
         return compile_training(gm, list(example_inputs))
@@ -296,6 +296,9 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], symbolic: list
     if symbolic is not None:
         shape_env = _shape_env_of(symbolic)
         guards_before = len(shape_env.guards) if shape_env is not None else 0
+        # A graph derived from a symbolic trace done elsewhere (a training graph's forward or
+        # backward, aot/symbolic.py) also checks the guards that trace added.
+        guards_before = min(guards_before, gm.meta.get(GUARDS_SINCE, guards_before))
         replaced_before = dict(shape_env.replacements) if shape_env is not None else {}
         aten_gm, out_spec = trace_to_aten(gm, symbolic)
         if shape_env is not None:
@@ -494,6 +497,11 @@ def _load_cached_graph(gm: torch.fx.GraphModule, gkey: dict[str, str], device: t
 # skips its own per-call input check. Graphs compiled inside the backend (training forward and
 # backward, whose inputs pyjit makes) never carry it.
 INPUTS_GUARDED = "pyjit_inputs_guarded"
+# ``gm.meta`` key: the number of ``ShapeEnv`` guards that existed before the symbolic trace
+# ``gm`` came from (the joint trace of a training graph, aot/symbolic.py); the compiled module
+# checks every guard added since, not only those its own aten trace adds, since lowerings rely
+# on all of them (``_guard_facts``).
+GUARDS_SINCE = "pyjit_guards_since"
 
 
 def _inputs_guarded(gm: torch.fx.GraphModule) -> bool:

@@ -1,11 +1,14 @@
 """Training steps whose sizes vary: the dynamic frame entry's graph needs autograd, and pyjit's
-backend compiles a static training graph per input size (``aot.compile_training_per_size``, at
-most ``config.aot_static_sizes_max``; beyond that the graph runs as captured, logged). Every
-loss and gradient equals eager's."""
+backend compiles one symbolic training graph for every size (``aot/symbolic.py``: symbolic joint
+graph, partition, forward and backward compiled once). Where that is refused it compiles a
+static training graph per input size (``aot.compile_training_per_size``, at most
+``config.aot_static_sizes_max``; beyond that the graph runs as captured, logged). Every loss
+and gradient equals eager's."""
 from __future__ import annotations
 
 import copy
 import logging
+import math
 from typing import Any
 
 import pytest
@@ -38,16 +41,103 @@ def _run(sizes: list[int], cpu_backend: str) -> None:
                 torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-5, msg=name)
 
 
+def _compiled_after(sizes: list[int], cpu_backend: str) -> list[int]:
+    """``metrics.compiled_graphs`` after each size of one training run."""
+    counts = []
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 4))
+    ref = copy.deepcopy(model)
+    with pyjit.config.patch(cpu_backend=cpu_backend):
+        step = pyjit.jit(_step)
+        for n in sizes:
+            x = torch.randn(n, 8)
+            model.zero_grad()
+            ref.zero_grad()
+            torch.testing.assert_close(step(model, x), _step(ref, x), atol=1e-5, rtol=1e-5)
+            for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+                torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-5, msg=name)
+            counts.append(backend.metrics.compiled_graphs)
+    return counts
+
+
 @pytest.mark.parametrize("cpu_backend", ["cpp", "triton_interpret"])
-def test_varying_batch_training_compiles_per_size(fresh_pyjit: Any, cpu_backend: str) -> None:
+def test_varying_batch_training_compiles_one_symbolic_graph(fresh_pyjit: Any, cpu_backend: str) -> None:
     backend.metrics.reset()
-    _run([4, 5, 6, 7, 5, 4, 6], cpu_backend)
+    counts = _compiled_after([4, 5, 6, 7, 5, 4, 9, 3], cpu_backend)
     assert backend.metrics.eager_graphs == []  # nothing ran as captured
+    assert backend.metrics.dynamic_graphs >= 2  # the forward and the backward are symbolic
+    assert counts[1:] == [counts[1]] * (len(counts) - 1), counts  # nothing compiled after the 2nd size
+
+
+def _refuse_symbolic(monkeypatch: Any) -> None:
+    from pyjit.backend.aot import symbolic
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("refused by the test")
+
+    monkeypatch.setattr(symbolic, "compile_training_symbolic", refuse)
+
+
+def test_refused_symbolic_training_compiles_per_size(fresh_pyjit: Any, monkeypatch: Any, caplog: Any) -> None:
+    _refuse_symbolic(monkeypatch)
+    backend.metrics.reset()
+    with caplog.at_level(logging.INFO, logger="pyjit.fallbacks"):
+        _run([4, 5, 6, 7, 5, 4, 6], "cpp")
+    assert backend.metrics.eager_graphs == []
     assert backend.metrics.dynamic_graphs == 0  # the training graphs are static, one per size
+    assert any("no symbolic training graph (refused by the test)" in r.getMessage() for r in caplog.records)
 
 
-def test_sizes_beyond_the_cap_run_as_captured(fresh_pyjit: Any, caplog: Any) -> None:
+def test_sizes_beyond_the_cap_run_as_captured(fresh_pyjit: Any, monkeypatch: Any, caplog: Any) -> None:
+    _refuse_symbolic(monkeypatch)
     backend.metrics.reset()
     with pyjit.config.patch(aot_static_sizes_max=2), caplog.at_level(logging.INFO, logger="pyjit.fallbacks"):
         _run([4, 5, 6, 7, 8, 7], "cpp")
     assert any("further sizes run as captured" in r.getMessage() for r in caplog.records)
+
+
+class _Block(nn.Module):
+    """Attention with a causal mask, GELU MLP, layer norms: sizes vary with the sequence."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(16), nn.LayerNorm(16)
+        self.qkv, self.proj = nn.Linear(16, 48), nn.Linear(16, 16)
+        self.mlp = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=-1)
+        q, k, v = (z.view(b, t, 2, c // 2).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(c // 2)
+        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        att = att.masked_fill(~mask, float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, c)
+        x = x + self.proj(y)
+        return x + self.mlp(self.ln2(x))
+
+
+def test_block_with_varying_sequence_length_trains_with_one_symbolic_graph(fresh_pyjit: Any) -> None:
+    torch.manual_seed(0)
+    model = _Block()
+    ref = copy.deepcopy(model)
+
+    def step(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        loss = m(x).square().mean()
+        loss.backward()
+        return loss.detach()
+
+    backend.metrics.reset()
+    jstep = pyjit.jit(step)
+    counts = []
+    for t in [5, 7, 6, 9, 7, 3]:
+        x = torch.randn(2, t, 16)
+        model.zero_grad()
+        ref.zero_grad()
+        torch.testing.assert_close(jstep(model, x), step(ref, x), atol=1e-5, rtol=1e-5)
+        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-5, msg=name)
+        counts.append(backend.metrics.compiled_graphs)
+    assert backend.metrics.eager_graphs == []
+    assert backend.metrics.dynamic_graphs >= 2
+    assert counts[1:] == [counts[1]] * (len(counts) - 1), counts

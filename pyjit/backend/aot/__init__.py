@@ -8,6 +8,8 @@ graphs and example inputs, torch.compile's backend protocol), and returns a call
 them behind one ``torch.autograd.Function`` (``runtime.py``). ``compile_training`` is the
 entry pyjit's own backend uses for graphs that need autograd (grad enabled and an input
 requiring grad); it falls back to the captured graph, logged, on anything unsupported.
+``compile_training_dynamic`` is the entry for such graphs with symbolic sizes (``symbolic.py``;
+static graphs per input size where that is refused).
 """
 from __future__ import annotations
 
@@ -23,8 +25,8 @@ from .joint import JointGraph, fetch_attributes, module_state, trace_joint
 from .partition import PartitionReport, partition_joint
 from .runtime import AOTState, CompiledFunction, make_runtime
 
-__all__ = ["aot_compile", "compile_training", "compile_training_per_size", "JointGraph", "PartitionReport",
-           "CompiledFunction"]
+__all__ = ["aot_compile", "compile_training", "compile_training_dynamic", "compile_training_per_size",
+           "JointGraph", "PartitionReport", "CompiledFunction"]
 
 log = get_logger("fallbacks")
 Compiler = Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]
@@ -89,14 +91,33 @@ def compile_training(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) ->
         return _run_as_captured(gm, f"training backend error: {type(e).__name__}: {e}")
 
 
+def compile_training_dynamic(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                             symbolic: Sequence[Any]) -> Callable[..., Any]:
+    """A graph with symbolic sizes that needs autograd: one symbolic training graph for every
+    size (``symbolic.py``); when that is refused, static training graphs per size (logged)."""
+    from ..compile_fx import _data_dependent_errors, _graph_label
+    from .symbolic import compile_training_symbolic
+    try:
+        return compile_training_symbolic(gm, example_inputs, symbolic)
+    except (NotImplementedError, *_data_dependent_errors()) as e:
+        reason = f"{type(e).__name__}: {e}" if not isinstance(e, NotImplementedError) else str(e)
+    except Exception as e:  # a backend bug must never break the user's program
+        if config.raise_on_internal_error:
+            raise BackendError(f"pyjit symbolic training backend failed on graph {_label(gm)}: {e}") from e
+        reason = f"backend error: {type(e).__name__}: {e}"
+    log.info("graph %s: no symbolic training graph (%s); compiling per input size", _graph_label(gm),
+             reason.splitlines()[0] if reason else "")
+    return compile_training_per_size(gm, example_inputs)
+
+
 def compile_training_per_size(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
     """A graph with symbolic sizes that needs autograd: one static training graph per distinct
     input layout (and value of each symbolic scalar input), compiled on first sight, at most
     ``config.aot_static_sizes_max``; calls beyond that run the graph as captured (logged once).
 
-    The joint graph is traced on static sizes only (a symbolic joint graph, partition and
-    autograd runtime are not built yet), so a dynamic frame entry that trains keeps pyjit's
-    kernels for the sizes it sees again instead of running every size as captured.
+    The fallback of ``compile_training_dynamic`` when the symbolic training graph is refused:
+    a dynamic frame entry that trains keeps pyjit's kernels for the sizes it sees again instead
+    of running every size as captured.
     """
     from ..compile_fx import _graph_label
 

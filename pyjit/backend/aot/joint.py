@@ -158,11 +158,24 @@ def trace_forward(forward: Callable[..., Any], fake_mode: Any, fakes: Sequence[t
             raise NotImplementedError("non-tensor graph outputs are not supported by the training path")
         return leaves
 
-    fn = torch.func.functionalize(flat_forward, remove="mutations")
     grads = list(requires_grad) if requires_grad is not None else [False] * len(fakes)
     with fake_mode:
         inputs = [t.detach().requires_grad_(r) for t, r in zip(fakes, grads)]
     metadata_before = tensor_metadata(inputs)
+    traced: Callable[..., Any] = flat_forward
+    if fake_mode.shape_env is not None:
+        # Symbolic sizes: C++ functionalization runs composite ops through their C++ kernels,
+        # which read sizes() and so specialise every size symbol: decompose in Python first
+        # (the caller enabled the Python dispatcher), then functionalize that aten graph.
+        with fake_mode, torch.set_grad_enabled(any(grads)):
+            decomposed = make_fx(flat_forward, decomposition_table=decompositions, tracing_mode="real",
+                                 record_stack_traces=True)(*inputs)
+
+        def traced(*args: Any) -> Any:
+            with torch.fx.traceback.preserve_node_meta():
+                return torch.fx.Interpreter(decomposed).run(*args)
+
+    fn = torch.func.functionalize(traced, remove="mutations")
     with fake_mode, torch.set_grad_enabled(any(grads)):
         fw = make_fx(fn, decomposition_table=decompositions, tracing_mode="real", record_stack_traces=True)(*inputs)
     refuse_restrided_inputs(metadata_before, inputs, NotImplementedError)
@@ -191,12 +204,20 @@ def _is_alias(out: torch.Tensor, inp: torch.Tensor) -> bool:
 
 
 def trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_inputs: Sequence[Any],
-                decompositions: dict[Any, Callable[..., Any]]) -> JointGraph:
+                decompositions: dict[Any, Callable[..., Any]],
+                symbolic_fakes: Sequence[torch.Tensor] | None = None) -> JointGraph:
     """Trace the joint forward/backward graph of ``gm`` for inputs like ``example_inputs``
-    (the graph's inputs followed by its parameters and buffers ``state_names``)."""
+    (the graph's inputs followed by its parameters and buffers ``state_names``).
+
+    ``symbolic_fakes``: fake tensors of one ``ShapeEnv`` with symbolic sizes to trace with
+    instead of static fakes of ``example_inputs`` (which still give requires_grad); the caller
+    enables the Python dispatcher (aot/symbolic.py)."""
     gm = without_grad_mode_changes(gm)  # no_grad regions: detach at their edges
     check_supported(gm)
-    fake_mode, fakes = make_fake_inputs(example_inputs)
+    if symbolic_fakes is None:
+        fake_mode, fakes = make_fake_inputs(example_inputs)
+    else:
+        fake_mode, fakes = symbolic_fakes[0].fake_mode, list(symbolic_fakes)
     classes = autograd_functions(gm)
     if not classes:
         return _trace_joint(gm, state_names, example_inputs, decompositions, fake_mode, fakes)

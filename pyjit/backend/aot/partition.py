@@ -61,15 +61,21 @@ class PartitionReport:
 
 @dataclasses.dataclass
 class Partitioned:
+    """``fw_gm``: primals -> user outputs, mutated inputs' new values, saved tensors.
+    ``bw_gm``: saved tensors, saved sizes, tangents -> grads of the primals that have one."""
     fw_gm: torch.fx.GraphModule
     bw_gm: torch.fx.GraphModule
-    num_saved: int
-    saved_primals: list[int]  # per saved value: the primal index it is, or -1
+    num_saved: int  # saved tensors
+    saved_primals: list[int]  # per saved tensor: the primal index it is, or -1
     report: PartitionReport
     # The forward without saved values (user outputs and mutated inputs' new values only), for
     # calls whose backward may never come; None when the forward cannot be replayed in the
     # backward (random ops: the replay would draw other numbers).
     inference_gm: torch.fx.GraphModule | None = None
+    # Symbolic graphs: the size scalars the backward reads (SymInt/SymFloat values of forward
+    # nodes), passed to it after the saved tensors; the runtime evaluates them from the
+    # primals' sizes (aot/symbolic.py). Empty for static graphs.
+    saved_sizes: list[Any] = dataclasses.field(default_factory=list)
 
 
 last_report: PartitionReport | None = None
@@ -92,10 +98,28 @@ def recomputable(node: torch.fx.Node) -> bool:
 
 
 def node_bytes(node: torch.fx.Node) -> float:
+    """Bytes of the value ``node`` computes: a tensor's at its sizes' example values when they
+    are symbolic (never a guard on them); 0 for a size scalar (``sym_size``: saved for free, the
+    runtime computes it from the inputs' sizes); infinite for anything else."""
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor):
-        return float(val.numel() * val.element_size())
+        return float(_example_int(val.numel()) * val.element_size())
+    if is_size_value(node):
+        return 0.0
     return math.inf
+
+
+def _example_int(value: Any) -> int:
+    """A size's example value: no guard is added (``int()`` of a SymInt would specialise it)."""
+    if isinstance(value, torch.SymInt):
+        node = value.node
+        return int(node.hint if node.hint is not None else node.shape_env.size_hint(node.expr))
+    return int(value)
+
+
+def is_size_value(node: torch.fx.Node) -> bool:
+    """``node`` computes a symbolic size scalar (``sym_size``, ``sym_numel``, arithmetic on them)."""
+    return isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
 class _Roles:
@@ -249,8 +273,11 @@ def partition_joint(joint: JointGraph, partition: str = "min_cut") -> Partitione
     # The forward's error checks (``linalg.cholesky``'s info check) run in the forward graphs,
     # which compute what they read; they raise there as eager raises in its forward.
     checks = [n for n in roles.forward_nodes() if n.op == "call_function" and is_error_check(n.target)]
+    # Size scalars (symbolic graphs) are not forward outputs: the backward gets them as inputs.
+    sizes = [n for n in saved if is_size_value(n)]
+    saved = [n for n in saved if not is_size_value(n)]
     fw_gm, fw_nodes = _extract(joint.gm, roles, roles.primals, roles.fw_outputs + saved, "pyjit_forward", checks)
-    bw_gm, bw_nodes = _extract(joint.gm, roles, saved + roles.tangents, roles.bw_outputs, "pyjit_backward")
+    bw_gm, bw_nodes = _extract(joint.gm, roles, saved + sizes + roles.tangents, roles.bw_outputs, "pyjit_backward")
     recomputed = [n for n in bw_nodes if n not in roles.backward]
     report = PartitionReport(partition, int(sum(node_bytes(n) for n in saved)),
                              int(sum(node_bytes(n) for n in reference)), int(sum(node_bytes(n) for n in cut)),
@@ -267,7 +294,8 @@ def partition_joint(joint: JointGraph, partition: str = "min_cut") -> Partitione
     if not any(_is_random(n) for n in fw_nodes):
         inference_gm, _ = _extract(joint.gm, roles, roles.primals, roles.fw_outputs, "pyjit_forward_inference",
                                    checks)
-    return Partitioned(fw_gm, bw_gm, len(saved), saved_primals, report, inference_gm)
+    return Partitioned(fw_gm, bw_gm, len(saved), saved_primals, report, inference_gm,
+                       [n.meta["val"] for n in sizes])
 
 
 def _is_random(node: torch.fx.Node) -> bool:

@@ -43,9 +43,11 @@ class AOTState:
 
     def __init__(self, label: str, joint: JointGraph, part: Partitioned, fw: Callable[..., Any] | None,
                  bw_compiler: Compiler, fw_compiler: Compiler | None = None,
-                 inference_fw: Callable[..., Any] | None = None) -> None:
+                 inference_fw: Callable[..., Any] | None = None,
+                 sizes_of: Callable[[Sequence[torch.Tensor]], list[Any]] | None = None) -> None:
         """``fw`` is the compiled saving forward, or None to compile it with ``fw_compiler`` on
-        first use; ``inference_fw`` (deferred saving) runs until the first backward."""
+        first use; ``inference_fw`` (deferred saving) runs until the first backward.
+        ``sizes_of(primals)``: the values of ``part.saved_sizes`` for a call (symbolic graphs)."""
         self.label = label
         self.joint = joint
         self.part = part
@@ -58,6 +60,9 @@ class AOTState:
         self.tangent_outputs = joint.tangent_outputs
         self.non_diff = [i for i, r in enumerate(joint.fw_requires_grad) if not r]
         self.mutated_saved = [j for j, p in enumerate(part.saved_primals) if p in joint.mutated_inputs]
+        self.sizes_of = sizes_of
+        if part.saved_sizes and sizes_of is None:
+            raise ValueError("a partition that saves sizes needs sizes_of")
 
     def saving_fw(self, example: Sequence[torch.Tensor]) -> Callable[..., Any]:
         """The forward that saves for the backward (compiled on first use under deferred saving)."""
@@ -116,6 +121,8 @@ class CompiledFunction(torch.autograd.Function):
     def forward(ctx: Any, state: AOTState, *primals: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
         joint = state.joint
         ctx.state = state
+        # Sizes the backward reads (symbolic graphs), from this call's input sizes.
+        ctx.sizes = state.sizes_of(primals) if state.sizes_of is not None else []
         inference_fw = state.inference_fw
         ctx.replay = inference_fw is not None
         if inference_fw is not None:  # deferred saving: the backward replays the forward
@@ -151,7 +158,7 @@ class CompiledFunction(torch.autograd.Function):
         previous = _set_callback(None)
         try:
             saved = state.replay_saved(ctx.saved_tensors) if ctx.replay else list(ctx.saved_tensors)
-            present = list(state.run_backward(saved + tangents))
+            present = list(state.run_backward(saved + ctx.sizes + tangents))
         finally:
             _set_callback(previous)
         it = iter(present)

@@ -300,12 +300,15 @@ class WrapperCodegen:
         lines = ["def check(args):"]
         body = [f"{', '.join(self.input_names)}, = args"] if self.input_names else []
         conds_pre: list[str] = []
+        # A scalar input that is not its own symbol (a training graph's saved ``numel``, an
+        # expression over sizes) must equal its expression, evaluated once the symbols are bound.
+        conds_scalars: list[str] = []
         for name, p in zip(graph.input_names, graph.placeholders):
             if isinstance(p, sympy.Basic):
                 kind = "int" if p.is_integer else "float"
                 conds_pre.append(f"type({name}) is {kind}")
-                if p.name != name:
-                    conds_pre.append(f"{name} == {pexpr(p)}")
+                if not isinstance(p, sympy.Symbol) or p.name != name:
+                    conds_scalars.append(f"{name} == {pexpr(p)}")
                 continue
             lay = p.layout
             conds_pre.append(f"isinstance({name}, torch.Tensor) and {name}.dim() == {len(lay.size)} and "
@@ -313,7 +316,7 @@ class WrapperCodegen:
         body.append(f"if not ({' and '.join(conds_pre) or 'True'}):")
         body.append("    return False")
         body += self.bindings
-        conds: list[str] = []
+        conds: list[str] = list(conds_scalars)
         for buf in graph.graph_inputs:
             lay = buf.layout
             conds.append(f"{buf.name}.shape == ({''.join(pexpr(s) + ', ' for s in lay.size)})")

@@ -1,0 +1,126 @@
+"""Training graphs with symbolic sizes: one joint graph, partition and compiled pair for all sizes.
+
+A dynamic frame entry (``pyjit.jit(..., dynamic=True)``, or automatic dynamic after a second
+size) hands the backend a graph whose placeholders are fake tensors with size symbols of the
+tracer's ``ShapeEnv``. When that graph needs autograd, :func:`compile_training_symbolic`:
+
+1. traces the joint graph on those fakes (``joint.trace_joint`` with ``symbolic_fakes``) under
+   the Python dispatcher, so composite ops decompose without reading concrete sizes;
+2. refuses (``NotImplementedError``) when that trace fixed a size symbol to its example value,
+   when a user output aliases an input (its view is rebuilt from concrete sizes), or when an
+   input is a symbolic scalar rather than a tensor;
+3. partitions it (min-cut, sizes weighed at their example values): size scalars the backward
+   reads (``sym_size`` of an input, arithmetic on sizes) are not forward outputs, they are
+   evaluated at run time from the primals' sizes (:func:`size_evaluator`) and passed to the
+   backward after the saved tensors;
+4. compiles the forward now with pyjit's symbolic path (``compile_fx._compile``: a refusal
+   there also refuses here) and the backward on first use (``compile_fx``: a refusal there runs
+   that backward as captured, logged). Every compiled graph checks, per call, the guards the
+   joint trace added (``GUARDS_SINCE``), since lowerings rely on them.
+
+The caller (``aot.compile_training_dynamic``) falls back to one static training graph per
+input size (``compile_training_per_size``) on any refusal, logged on ``fallbacks``.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import sympy
+import torch
+import torch.fx
+
+from ...config import config
+from .joint import AliasedOutput, trace_joint
+from .partition import partition_joint
+from .runtime import AOTState, make_runtime
+
+
+def compile_training_symbolic(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                              symbolic: Sequence[Any]) -> Callable[..., Any]:
+    """The training callable of ``gm`` for every size its symbolic inputs ``symbolic`` allow
+    (``example_inputs``: this call's real inputs). Raises ``NotImplementedError`` when the
+    graph cannot be compiled symbolically."""
+    from torch._dispatch.python import enable_python_dispatcher
+
+    from ..compile_fx import (GUARDS_SINCE, _compile, _refuse_specialisation, _shape_env_of, compile_fx,
+                              symbolic_inputs)
+    from . import _label
+    from .decompositions import training_decomposition_table
+
+    if any(not isinstance(v, torch.Tensor) for v in symbolic):
+        raise NotImplementedError("a symbolic scalar input (only tensor inputs are supported)")
+    if any(True for _ in gm.parameters()) or any(True for _ in gm.buffers()):
+        raise NotImplementedError("parameters or buffers held by the graph module (not graph inputs)")
+    shape_env = _shape_env_of(list(symbolic))
+    if shape_env is None:
+        raise NotImplementedError("symbolic inputs without a ShapeEnv")
+    replaced_before = dict(shape_env.replacements)
+    guards_before = len(shape_env.guards)
+    with enable_python_dispatcher():
+        joint = trace_joint(gm, [], list(example_inputs), training_decomposition_table(),
+                            symbolic_fakes=list(symbolic))
+    if any(isinstance(u, AliasedOutput) for u in joint.user_outputs):
+        raise NotImplementedError("an output aliasing an input")
+    _refuse_specialisation(shape_env, replaced_before, len(shape_env.guards))
+    part = partition_joint(joint, "min_cut")
+    for graph in (part.fw_gm, part.bw_gm, part.inference_gm):
+        if graph is not None:
+            graph.meta[GUARDS_SINCE] = guards_before
+    primals = [n.meta["val"] for n in joint.gm.graph.nodes if n.op == "placeholder"][:joint.num_primals]
+    sizes_of = size_evaluator(part.saved_sizes, primals, shape_env)
+
+    def compile_now(graph: torch.fx.GraphModule, inputs: list[Any]) -> Callable[..., Any]:
+        # Refusals propagate (the caller then compiles per size) instead of running as captured.
+        return _compile(graph, list(inputs), symbolic_inputs(graph))
+
+    label = _label(gm)
+    examples = [t.detach() for t in example_inputs]
+    with torch.no_grad():
+        if part.inference_gm is not None and not joint.mutated_inputs and config.aot_defer_saving:
+            state = AOTState(label, joint, part, None, compile_fx, compile_fx,
+                             compile_now(part.inference_gm, examples), sizes_of)
+        else:
+            state = AOTState(label, joint, part, compile_now(part.fw_gm, examples), compile_fx,
+                             sizes_of=sizes_of)
+    _refuse_specialisation(shape_env, replaced_before, len(shape_env.guards))
+    return make_runtime(state, gm, [], gm.forward)
+
+
+def size_evaluator(sizes: Sequence[Any], primals: Sequence[Any], shape_env: Any
+                   ) -> Callable[[Sequence[torch.Tensor]], list[Any]] | None:
+    """``primals -> values of sizes`` for one call, or None when ``sizes`` is empty.
+
+    Each size is an expression over the symbols that are plain sizes of the primals (a dimension
+    whose size is a bare symbol binds it); one over any other symbol raises
+    ``NotImplementedError``. A bare symbol is read directly (the common case: a batch or
+    sequence length); other expressions are evaluated with sympy.
+    """
+    if not sizes:
+        return None
+    where: dict[Any, tuple[int, int]] = {}
+    for i, value in enumerate(primals):
+        if isinstance(value, torch.Tensor):
+            for d, size in enumerate(value.shape):
+                if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol):
+                    where.setdefault(size.node.expr, (i, d))
+    plan: list[tuple[Any, type]] = []
+    for size in sizes:
+        expr = shape_env.simplify(size.node.expr)
+        missing = expr.free_symbols - where.keys()
+        if missing:
+            raise NotImplementedError(f"the backward reads the size {expr}, whose symbols "
+                                      f"{sorted(map(str, missing))} are no input's size")
+        kind = int if isinstance(size, torch.SymInt) else float if isinstance(size, torch.SymFloat) else bool
+        plan.append((expr if not expr.is_Symbol else where[expr], kind))
+
+    def evaluate(args: Sequence[torch.Tensor]) -> list[Any]:
+        out: list[Any] = []
+        for spec, kind in plan:
+            if isinstance(spec, tuple):
+                out.append(args[spec[0]].shape[spec[1]])
+            else:
+                values = {s: sympy.Integer(args[i].shape[d]) for s, (i, d) in where.items() if s in spec.free_symbols}
+                out.append(kind(spec.xreplace(values)))
+        return out
+
+    return evaluate
