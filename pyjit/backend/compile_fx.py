@@ -578,5 +578,6 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
         return pytree.tree_unflatten(list(outs), out_spec)
 
     compiled_fn.pyjit_call = call  # type: ignore[attr-defined]
+    compiled_fn.pyjit_check = check  # type: ignore[attr-defined] # symbolic layouts and guards, or None
     compiled_fn.pyjit_source = inspect.getsource(inspect.getmodule(call))  # type: ignore[attr-defined]
     return compiled_fn

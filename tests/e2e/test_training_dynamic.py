@@ -141,3 +141,51 @@ def test_block_with_varying_sequence_length_trains_with_one_symbolic_graph(fresh
     assert backend.metrics.eager_graphs == []
     assert backend.metrics.dynamic_graphs >= 2
     assert counts[1:] == [counts[1]] * (len(counts) - 1), counts
+
+
+def test_guards_of_the_joint_trace_are_checked_by_the_compiled_graphs(fresh_pyjit: Any) -> None:
+    """The joint trace's decompositions add size guards of their own (here ``unflatten``'s
+    ``2*(s//2) == s`` and relations of its backward); lowerings rely on every guard, so the
+    compiled forward checks them per call (``compile_fx.GUARDS_SINCE``), not only those its own
+    aten trace adds (none: its graph is already aten). Called directly, without the frontend's
+    guards, the compiled graph gives eager's results."""
+    from pyjit.backend.compile_fx import GUARDS_SINCE, compile_fx
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        y = torch.nn.functional.pad(x, (1, 2)) @ w
+        z = y.unflatten(0, (2, -1)).sum(1)
+        return (z.softmax(-1) * y[:2]).sum()
+
+    compiled: list[Any] = []
+
+    def keep(gm: torch.fx.GraphModule, inputs: list[Any]) -> Any:
+        compiled.append(compile_fx(gm, inputs))
+        return compiled[-1]
+
+    keep.pyjit_dynamic = True  # type: ignore[attr-defined]
+    w = torch.randn(11, 5, requires_grad=True)
+    jf = pyjit.jit(f, backend=keep, dynamic=True)
+    for n in (4, 6, 8):
+        x = torch.randn(n, 8, requires_grad=True)
+        jf(x, w).backward()
+    symbolic = [c for c in compiled if getattr(c, "pyjit_state", None) is not None
+                and c.pyjit_state.part.fw_gm.meta.get(GUARDS_SINCE) is not None]
+    assert symbolic, "no symbolic training graph was compiled"
+    state = symbolic[0].pyjit_state
+    forward = state.inference_fw or state.fw
+    assert forward.pyjit_check([torch.randn(6, 8), w.detach()])
+    assert not forward.pyjit_check([torch.randn(7, 8), w.detach()])  # an odd size: the joint trace's guard
+    w.grad = None
+    for n in (4, 10):
+        x = torch.randn(n, 8, requires_grad=True)
+        res = symbolic[0](x, w)  # the graph's inputs are (x, w); it returns its outputs flat
+        out = res[0] if isinstance(res, (tuple, list)) else res
+        out.backward()
+        got = (out.detach(), x.grad.clone(), w.grad.clone())
+        x.grad = w.grad = None
+        ref = f(x, w)
+        ref.backward()
+        torch.testing.assert_close(got[0], ref.detach())
+        torch.testing.assert_close(got[1], x.grad)
+        torch.testing.assert_close(got[2], w.grad)
+        x.grad = w.grad = None

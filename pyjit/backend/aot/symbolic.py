@@ -31,7 +31,7 @@ import torch.fx
 
 from ...config import config
 from .joint import AliasedOutput, trace_joint
-from .partition import partition_joint
+from .partition import Partitioned, partition_joint
 from .runtime import AOTState, make_runtime
 
 
@@ -67,6 +67,7 @@ def compile_training_symbolic(gm: torch.fx.GraphModule, example_inputs: Sequence
         if graph is not None:
             graph.meta[GUARDS_SINCE] = guards_before
     primals = [n.meta["val"] for n in joint.gm.graph.nodes if n.op == "placeholder"][:joint.num_primals]
+    pass_unbound_symbols(part, primals, len(joint.tangent_outputs))
     sizes_of = size_evaluator(part.saved_sizes, primals, shape_env)
 
     def compile_now(graph: torch.fx.GraphModule, inputs: list[Any]) -> Callable[..., Any]:
@@ -84,6 +85,42 @@ def compile_training_symbolic(gm: torch.fx.GraphModule, example_inputs: Sequence
                              sizes_of=sizes_of)
     _refuse_specialisation(shape_env, replaced_before, len(shape_env.guards))
     return make_runtime(state, gm, [], gm.forward)
+
+
+def _size_symbols(values: Sequence[Any]) -> dict[Any, Any]:
+    """symbol -> a SymInt that is exactly it, for every size of ``values`` that is a bare
+    symbol (tensors' sizes; scalars that are a symbol)."""
+    out: dict[Any, Any] = {}
+    for value in values:
+        sizes = value.shape if isinstance(value, torch.Tensor) else [value]
+        for size in sizes:
+            if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol):
+                out.setdefault(size.node.expr, size)
+    return out
+
+
+def pass_unbound_symbols(part: Partitioned, primals: Sequence[Any], num_tangents: int) -> None:
+    """Give the backward every size symbol of the primals that none of its inputs has as a
+    size (a weight's size only in a grad's shape, a guard of the joint trace): one more size
+    input each, named after the symbol (which binds it), after the saved sizes."""
+    graph = part.bw_gm.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    bound = _size_symbols([n.meta["val"] for n in placeholders])
+    missing = [(sym, value) for sym, value in _size_symbols(primals).items() if sym not in bound]
+    if not missing:
+        return
+    first_tangent = placeholders[len(placeholders) - num_tangents] if num_tangents else None
+    for sym, value in sorted(missing, key=lambda item: str(item[0])):
+        if first_tangent is not None:
+            with graph.inserting_before(first_tangent):
+                node = graph.placeholder(str(sym))
+        else:
+            with graph.inserting_after(placeholders[-1]):
+                node = graph.placeholder(str(sym))
+            placeholders.append(node)
+        node.meta["val"] = value
+        part.saved_sizes.append(value)
+    part.bw_gm.recompile()
 
 
 def size_evaluator(sizes: Sequence[Any], primals: Sequence[Any], shape_env: Any
