@@ -559,7 +559,9 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
             grad = torch.is_grad_enabled()
             if check is not None:
                 # Symbolic sizes: the module checks the inputs against its symbolic layouts.
-                if not check(args) or (grad and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)):
+                # (The module's constants are inputs of ``check`` too, as of ``call``.)
+                if not check([*args, *constants] if constants else args) or (
+                        grad and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)):
                     return gm.forward(*args)
             for a, (shape, stride, dtype, dev) in zip(args, expected):
                 if not isinstance(a, torch.Tensor) or a.shape != shape or a.stride() != stride or a.dtype != dtype \
@@ -578,6 +580,8 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
         return pytree.tree_unflatten(list(outs), out_spec)
 
     compiled_fn.pyjit_call = call  # type: ignore[attr-defined]
-    compiled_fn.pyjit_check = check  # type: ignore[attr-defined] # symbolic layouts and guards, or None
+    # The module's check of the inputs against its symbolic layouts and guards (None: static).
+    compiled_fn.pyjit_check = (lambda a: check([*a, *constants])) if check is not None and constants \
+        else check  # type: ignore[attr-defined]
     compiled_fn.pyjit_source = inspect.getsource(inspect.getmodule(call))  # type: ignore[attr-defined]
     return compiled_fn

@@ -374,3 +374,23 @@ def test_data_dependent_output_size_breaks_the_graph_under_symbolic_sizes(fn, ca
     assert not [m for m in fallbacks if "eagerly" in m or "as captured" in m], fallbacks
     breaks = [r.getMessage() for r in caplog.records if r.name == "pyjit.graph_breaks"]
     assert any("the output's size depends on tensor values" in m for m in breaks), breaks
+
+
+def test_symbolic_graph_with_a_tensor_constant_keeps_its_compiled_module(caplog):
+    """A tensor built inside the graph (``torch.tensor([...])``) is a constant of the generated
+    module, passed after the inputs to ``call`` -- and to the symbolic input ``check``, which
+    once got the inputs alone and raised, so the graph ran as captured from then on."""
+    from pyjit import backend
+
+    def f(x):
+        return torch.sin(x * torch.tensor([1.0, 2.0])) + 1
+
+    backend.metrics.reset()
+    jf = pyjit.jit(f, dynamic=True)
+    with caplog.at_level(logging.INFO, logger="pyjit.fallbacks"):
+        for n in (3, 4, 5, 7):
+            x = torch.randn(n, 2)
+            close(jf(x), f(x))
+    assert backend.metrics.dynamic_graphs == 1
+    captured = [r.getMessage() for r in caplog.records if "captured" in r.getMessage()]
+    assert not captured, captured

@@ -9,6 +9,7 @@ builds a ``DynamicCache`` and returns it (blockers that remain are marked there)
 Skipped when ``transformers`` is not installed (``pip install -r requirements-dev.txt``)."""
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable
 
 import pytest
@@ -173,3 +174,50 @@ def test_pyjit_backend_across_sequence_lengths(name: str, request: pytest.Fixtur
             kw = {k: torch.ones_like(ids) for k in kwargs}  # bert's attention_mask
             _assert_close(model(ids, **kw), jitted(ids, **kw))
     assert max(s.compiles for s in policy._targets.values()) <= 2
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_training_across_sequence_lengths_compiles_one_symbolic_graph(name: str, request: pytest.FixtureRequest) -> None:
+    """A training step (loss, ``backward``) over several sequence lengths: once the length turns
+    dynamic, pyjit's backend compiles one symbolic training graph (forward, backward) and
+    nothing more; losses and every parameter's grad equal eager's. (GPT-2's and Llama's
+    forward graphs hold constants, which the symbolic module's input check once missed.)"""
+    request.getfixturevalue("fresh_pyjit")
+    import copy
+
+    from pyjit import backend
+
+    torch.manual_seed(0)
+    base, _, _ = MODELS[name](False)
+    lm_class = transformers.GPT2LMHeadModel if name == "gpt2" else transformers.LlamaForCausalLM
+    model = lm_class(base.config)
+    model.train()
+    ref = copy.deepcopy(model)
+
+    def step(m: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+        loss = m(input_ids=ids, labels=ids).loss  # the language-model head and its loss
+        loss.backward()
+        return loss.detach()
+
+    backend.metrics.reset()
+    jitted = pyjit.jit(step)
+    counts = []
+    caplog = request.getfixturevalue("caplog")
+    caplog.set_level(logging.INFO, logger="pyjit.fallbacks")
+    for t in [8, 12, 5, 16, 9]:
+        ids = torch.randint(0, 100, (2, t))
+        torch.manual_seed(t)  # GPT-2's dropout: the same random stream as eager
+        got = jitted(model, ids)
+        torch.manual_seed(t)
+        torch.testing.assert_close(got, step(ref, ids), rtol=1e-4, atol=1e-5)
+        for (pname, p), q in zip(model.named_parameters(), ref.parameters()):
+            if p.grad is not None or q.grad is not None:
+                torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=pname)
+        model.zero_grad()
+        ref.zero_grad()
+        counts.append(backend.metrics.compiled_graphs)
+    assert backend.metrics.eager_graphs == []
+    assert backend.metrics.dynamic_graphs >= 2
+    assert counts[1:] == [counts[1]] * (len(counts) - 1), counts
+    captured = [r.getMessage() for r in caplog.records if "captured" in r.getMessage()]
+    assert not captured, captured  # no compiled graph gave up (a raising check, a refused graph)
