@@ -88,7 +88,9 @@ def graph_key_fields(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Te
               "backend settings": _sha(repr(settings)), "backend source": _backend_source_hash()}
     state = _shape_env_state(example_inputs)
     if state is not None:
-        fields["shape environment"] = _sha(state)
+        # Which of those guards the module checks itself (GUARDS_SINCE) is part of it.
+        from .compile_fx import GUARDS_SINCE
+        fields["shape environment"] = _sha(f"{state} checked from {gm.meta.get(GUARDS_SINCE)}")
     return fields
 
 

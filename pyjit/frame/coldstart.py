@@ -44,7 +44,7 @@ def ensure_initialized() -> None:
 
         if torch.cuda.is_initialized():
             # The program uses the GPU: start the compile workers now, so that they import
-            # torch and Triton during this initialisation instead of after it.
+            # Triton and compile their warm-up kernel during this initialisation, not after it.
             from ..runtime.precompile import prestart
             prestart()
         t0 = time.perf_counter()

@@ -51,9 +51,10 @@ def _load(path: str, name: str) -> types.ModuleType:
     """The Triton kernels of the generated module at ``path``, under the parent's module name.
 
     Only the module's Triton imports and its ``@triton.jit`` functions run here
-    (:func:`kernel_definitions`): the rest is the wrapper, whose imports (pyjit's backend,
-    sympy) would cost a worker seconds on its first task. The code is compiled under the file's own name with its line numbers
-    kept, so Triton reads the same kernel source and computes the same cache key as the parent.
+    (:func:`kernel_definitions`): the rest is the wrapper, which imports torch (and may import
+    pyjit's backend and sympy), costing a worker seconds on its first task. The code is
+    compiled under the file's own name with its line numbers kept, so Triton reads the same
+    kernel source and computes the same cache key as the parent.
     """
     module = _modules.get(path)
     if module is None:
