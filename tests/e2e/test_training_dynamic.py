@@ -26,44 +26,33 @@ def _step(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return loss.detach()
 
 
-def _run(sizes: list[int], cpu_backend: str) -> None:
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 4))
-    ref = copy.deepcopy(model)
-    with pyjit.config.patch(cpu_backend=cpu_backend):
-        step = pyjit.jit(_step)
-        for n in sizes:
-            x = torch.randn(n, 8)
-            model.zero_grad()
-            ref.zero_grad()
-            torch.testing.assert_close(step(model, x), _step(ref, x), atol=1e-5, rtol=1e-5)
-            for (name, p), q in zip(model.named_parameters(), ref.parameters()):
-                torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-5, msg=name)
-
-
-def _compiled_after(sizes: list[int], cpu_backend: str) -> list[int]:
-    """``metrics.compiled_graphs`` after each size of one training run."""
+def _train(model: nn.Module, step: Any, inputs: list[torch.Tensor], cpu_backend: str = "cpp") -> list[int]:
+    """Jitted ``step(model, x)`` for each input against eager on a copy (loss and every grad);
+    returns ``metrics.compiled_graphs`` after each step."""
     counts = []
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 4))
     ref = copy.deepcopy(model)
     with pyjit.config.patch(cpu_backend=cpu_backend):
-        step = pyjit.jit(_step)
-        for n in sizes:
-            x = torch.randn(n, 8)
+        jitted = pyjit.jit(step)
+        for x in inputs:
             model.zero_grad()
             ref.zero_grad()
-            torch.testing.assert_close(step(model, x), _step(ref, x), atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(jitted(model, x), step(ref, x), atol=1e-5, rtol=1e-5)
             for (name, p), q in zip(model.named_parameters(), ref.parameters()):
                 torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-5, msg=name)
             counts.append(backend.metrics.compiled_graphs)
     return counts
 
 
+def _run(sizes: list[int], cpu_backend: str) -> list[int]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.LayerNorm(16), nn.Linear(16, 4))
+    return _train(model, _step, [torch.randn(n, 8) for n in sizes], cpu_backend)
+
+
 @pytest.mark.parametrize("cpu_backend", ["cpp", "triton_interpret"])
 def test_varying_batch_training_compiles_one_symbolic_graph(fresh_pyjit: Any, cpu_backend: str) -> None:
     backend.metrics.reset()
-    counts = _compiled_after([4, 5, 6, 7, 5, 4, 9, 3], cpu_backend)
+    counts = _run([4, 5, 6, 7, 5, 4, 9, 3], cpu_backend)
     assert backend.metrics.eager_graphs == []  # nothing ran as captured
     assert backend.metrics.dynamic_graphs >= 2  # the forward and the backward are symbolic
     assert counts[1:] == [counts[1]] * (len(counts) - 1), counts  # nothing compiled after the 2nd size
@@ -118,26 +107,14 @@ class _Block(nn.Module):
 
 
 def test_block_with_varying_sequence_length_trains_with_one_symbolic_graph(fresh_pyjit: Any) -> None:
-    torch.manual_seed(0)
-    model = _Block()
-    ref = copy.deepcopy(model)
-
     def step(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
         loss = m(x).square().mean()
         loss.backward()
         return loss.detach()
 
+    torch.manual_seed(0)
     backend.metrics.reset()
-    jstep = pyjit.jit(step)
-    counts = []
-    for t in [5, 7, 6, 9, 7, 3]:
-        x = torch.randn(2, t, 16)
-        model.zero_grad()
-        ref.zero_grad()
-        torch.testing.assert_close(jstep(model, x), step(ref, x), atol=1e-5, rtol=1e-5)
-        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
-            torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-5, msg=name)
-        counts.append(backend.metrics.compiled_graphs)
+    counts = _train(_Block(), step, [torch.randn(2, t, 16) for t in [5, 7, 6, 9, 7, 3]])
     assert backend.metrics.eager_graphs == []
     assert backend.metrics.dynamic_graphs >= 2
     assert counts[1:] == [counts[1]] * (len(counts) - 1), counts
