@@ -166,3 +166,33 @@ def test_guards_of_the_joint_trace_are_checked_by_the_compiled_graphs(fresh_pyji
         torch.testing.assert_close(got[1], x.grad)
         torch.testing.assert_close(got[2], w.grad)
         x.grad = w.grad = None
+
+
+def test_varying_python_numbers_stay_inputs_of_one_symbolic_training_graph(fresh_pyjit: Any) -> None:
+    """A loss weight (float) and a slice bound (int) that change every step become symbolic
+    inputs of the training graph (automatic dynamic): one symbolic training graph serves every
+    value instead of a compile per value; they reach the backward (the weight scales the
+    gradient) and the deferred-saving replay as numbers."""
+    def step(m: nn.Module, x: torch.Tensor, beta: float, k: int) -> torch.Tensor:
+        out = m(x)
+        loss = out.square().mean() * beta + out[:, :k].sum()
+        loss.backward()
+        return loss.detach()
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
+    ref = copy.deepcopy(model)
+    jitted = pyjit.jit(step)
+    backend.metrics.reset()
+    counts = []
+    for n, beta, k in [(4, 0.1, 1), (5, 0.2, 2), (6, 0.3, 3), (4, 0.45, 2), (7, 1.5, 4), (5, 0.2, 1)]:
+        x = torch.randn(n, 8)
+        torch.testing.assert_close(jitted(model, x, beta, k), step(ref, x, beta, k))
+        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, msg=name)
+        model.zero_grad()
+        ref.zero_grad()
+        counts.append(backend.metrics.compiled_graphs)
+    assert backend.metrics.eager_graphs == []
+    assert backend.metrics.dynamic_graphs >= 2
+    assert counts[1:] == [counts[1]] * (len(counts) - 1), counts

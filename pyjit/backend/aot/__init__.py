@@ -112,7 +112,7 @@ def compile_training_dynamic(gm: torch.fx.GraphModule, example_inputs: Sequence[
 
 def compile_training_per_size(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
     """A graph with symbolic sizes that needs autograd: one static training graph per distinct
-    input layout (and value of each symbolic scalar input), compiled on first sight, at most
+    input layout (and value of each symbolic number input), compiled on first sight, at most
     ``config.aot_static_sizes_max``; calls beyond that run the graph as captured (logged once).
 
     The fallback of ``compile_training_dynamic`` when the symbolic training graph is refused:

@@ -160,7 +160,7 @@ def trace_forward(forward: Callable[..., Any], fake_mode: Any, fakes: Sequence[t
 
     grads = list(requires_grad) if requires_grad is not None else [False] * len(fakes)
     with fake_mode:
-        inputs = [t.detach().requires_grad_(r) for t, r in zip(fakes, grads)]
+        inputs = [_as_primal(t, r) for t, r in zip(fakes, grads)]
     metadata_before = tensor_metadata(inputs)
     traced: Callable[..., Any] = flat_forward
     if fake_mode.shape_env is not None:
@@ -198,7 +198,14 @@ def trace_forward(forward: Callable[..., Any], fake_mode: Any, fakes: Sequence[t
     return fw, spec_box[-1], mutated
 
 
-def _is_alias(out: torch.Tensor, inp: torch.Tensor) -> bool:
+def _as_primal(value: Any, requires_grad: bool) -> Any:
+    """A fresh leaf of a tensor input requiring grad as given; a symbolic scalar as it is."""
+    return value.detach().requires_grad_(requires_grad) if isinstance(value, torch.Tensor) else value
+
+
+def _is_alias(out: torch.Tensor, inp: Any) -> bool:
+    if not isinstance(inp, torch.Tensor):
+        return False
     from torch.multiprocessing.reductions import StorageWeakRef
     return StorageWeakRef(out.untyped_storage()) == StorageWeakRef(inp.untyped_storage())
 
@@ -241,7 +248,7 @@ def _trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_i
     from torch.fx.experimental.proxy_tensor import make_fx
 
     grad = torch.is_grad_enabled()
-    requires_grad = [grad and bool(t.requires_grad) for t in example_inputs]
+    requires_grad = [grad and bool(getattr(t, "requires_grad", False)) for t in example_inputs]
     from .decompositions import forward_table
     fw, out_spec, mutated = trace_forward(as_function(gm, state_names), fake_mode, fakes,
                                           forward_table(decompositions), requires_grad)
@@ -253,7 +260,7 @@ def _trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_i
 
     # Which user outputs require grad: one autograd-enabled replay on fake tensors.
     with fake_mode:
-        probe_inputs = [t.detach().requires_grad_(r) for t, r in zip(fakes, requires_grad)]
+        probe_inputs = [_as_primal(t, r) for t, r in zip(fakes, requires_grad)]
         with torch.enable_grad():
             probe = FunctionInterpreter(fw).run(*probe_inputs)
     user_requires_grad = [bool(t.requires_grad) for t in probe[:n_user]]
@@ -283,10 +290,10 @@ def _trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_i
     grad_box: list[list[bool]] = []
 
     def joint(primals: list[torch.Tensor], tangents: list[torch.Tensor]) -> list[Any]:
-        primals = [p.detach().requires_grad_(r) for p, r in zip(primals, requires_grad)]
+        primals = [_as_primal(p, r) for p, r in zip(primals, requires_grad)]
         with torch.enable_grad():
             outs = FunctionInterpreter(fw).run(*primals)
-        wrt = [p for p in primals if p.requires_grad]
+        wrt = [p for p in primals if isinstance(p, torch.Tensor) and p.requires_grad]
         diff = [outs[i] for i in tangent_outputs]
         grads: Sequence[Any] = ()
         if wrt and diff:
@@ -297,7 +304,7 @@ def _trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_i
         return [o.detach() for o in outs] + [g for g in all_grads if g is not None]
 
     with fake_mode:
-        primal_fakes = [t.detach() for t in fakes]
+        primal_fakes = [_as_primal(t, False) for t in fakes]
         tangent_fakes = [torch.empty_like(kept[i].meta["val"], memory_format=torch.contiguous_format)
                          for i in tangent_outputs]
         joint_gm = make_fx(joint, decomposition_table=decompositions, tracing_mode="real",

@@ -71,7 +71,8 @@ class AOTState:
                 if self.fw is None:
                     assert self.fw_compiler is not None
                     with torch.no_grad():
-                        self.fw = self.fw_compiler(self.part.fw_gm, [t.detach() for t in example])
+                        self.fw = self.fw_compiler(self.part.fw_gm, [t.detach() if isinstance(t, torch.Tensor) else t
+                                                                     for t in example])
         return self.fw
 
     def replay_saved(self, primals: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -127,7 +128,10 @@ class CompiledFunction(torch.autograd.Function):
         ctx.replay = inference_fw is not None
         if inference_fw is not None:  # deferred saving: the backward replays the forward
             user = tuple(inference_fw(*primals))
-            ctx.save_for_backward(*primals)
+            # Tensors through save_for_backward (autograd checks them for in-place changes);
+            # the numbers of a symbolic graph kept as they are.
+            ctx.save_for_backward(*[p for p in primals if isinstance(p, torch.Tensor)])
+            ctx.numbers = {i: p for i, p in enumerate(primals) if not isinstance(p, torch.Tensor)}
             if state.non_diff:
                 ctx.mark_non_differentiable(*[user[i] for i in state.non_diff])
             return user
@@ -157,12 +161,19 @@ class CompiledFunction(torch.autograd.Function):
         tangents = [grads[i].contiguous() for i in state.tangent_outputs]  # grads are materialized
         previous = _set_callback(None)
         try:
-            saved = state.replay_saved(ctx.saved_tensors) if ctx.replay else list(ctx.saved_tensors)
+            saved = state.replay_saved(_with_numbers(ctx.saved_tensors, ctx.numbers)) if ctx.replay \
+                else list(ctx.saved_tensors)
             present = list(state.run_backward(saved + ctx.sizes + tangents))
         finally:
             _set_callback(previous)
         it = iter(present)
         return (None, *[next(it) if has else None for has in state.joint.has_grad])
+
+
+def _with_numbers(tensors: Sequence[torch.Tensor], numbers: dict[int, Any]) -> list[Any]:
+    """The primals of a deferred-saving call: its saved tensors with its numbers put back."""
+    it = iter(tensors)
+    return [numbers[i] if i in numbers else next(it) for i in range(len(tensors) + len(numbers))]
 
 
 # The compiled graphs (and Triton's launcher, compiling a kernel on its first launch) must not be
@@ -185,7 +196,11 @@ def make_runtime(state: AOTState, gm: torch.nn.Module, attr_names: Sequence[str]
             return fallback(*args)
         for p, r in zip(primals, requires_grad):
             # The joint graph was traced for this requires_grad pattern; another runs as captured.
-            if not isinstance(p, torch.Tensor) or (grad and bool(p.requires_grad) != r):
+            # (Numbers are inputs of symbolic graphs: a varying Python int or float.)
+            if not isinstance(p, torch.Tensor):
+                if not isinstance(p, (int, float)) or isinstance(p, bool):
+                    return fallback(*args)
+            elif grad and bool(p.requires_grad) != r:
                 return fallback(*args)
         previous = _set_callback(None)
         try:

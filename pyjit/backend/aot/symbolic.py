@@ -7,8 +7,8 @@ tracer's ``ShapeEnv``. When that graph needs autograd, :func:`compile_training_s
 1. traces the joint graph on those fakes (``joint.trace_joint`` with ``symbolic_fakes``) under
    the Python dispatcher, so composite ops decompose without reading concrete sizes;
 2. refuses (``NotImplementedError``) when that trace fixed a size symbol to its example value,
-   when a user output aliases an input (its view is rebuilt from concrete sizes), or when an
-   input is a symbolic scalar rather than a tensor;
+   or when a user output aliases an input (its view is rebuilt from concrete sizes); inputs
+   may be tensors or symbolic numbers (a Python int or float that varies between calls);
 3. partitions it (min-cut, sizes weighed at their example values): size scalars the backward
    reads (``sym_size`` of an input, arithmetic on sizes) are not forward outputs, they are
    evaluated at run time from the primals' sizes (:func:`size_evaluator`) and passed to the
@@ -47,8 +47,8 @@ def compile_training_symbolic(gm: torch.fx.GraphModule, example_inputs: Sequence
     from . import _label
     from .decompositions import training_decomposition_table
 
-    if any(not isinstance(v, torch.Tensor) for v in symbolic):
-        raise NotImplementedError("a symbolic scalar input (only tensor inputs are supported)")
+    if any(not isinstance(v, (torch.Tensor, torch.SymInt, torch.SymFloat)) for v in symbolic):
+        raise NotImplementedError("a graph input that is neither a tensor nor a symbolic number")
     if any(True for _ in gm.parameters()) or any(True for _ in gm.buffers()):
         raise NotImplementedError("parameters or buffers held by the graph module (not graph inputs)")
     shape_env = _shape_env_of(list(symbolic))
@@ -75,7 +75,7 @@ def compile_training_symbolic(gm: torch.fx.GraphModule, example_inputs: Sequence
         return _compile(graph, list(inputs), symbolic_inputs(graph))
 
     label = _label(gm)
-    examples = [t.detach() for t in example_inputs]
+    examples = [t.detach() if isinstance(t, torch.Tensor) else t for t in example_inputs]
     with torch.no_grad():
         if part.inference_gm is not None and not joint.mutated_inputs and config.aot_defer_saving:
             state = AOTState(label, joint, part, None, compile_fx, compile_fx,
@@ -128,18 +128,21 @@ def size_evaluator(sizes: Sequence[Any], primals: Sequence[Any], shape_env: Any
     """``primals -> values of sizes`` for one call, or None when ``sizes`` is empty.
 
     Each size is an expression over the symbols that are plain sizes of the primals (a dimension
-    whose size is a bare symbol binds it); one over any other symbol raises
+    whose size is a bare symbol binds it) or scalar primals; one over any other symbol raises
     ``NotImplementedError``. A bare symbol is read directly (the common case: a batch or
     sequence length); other expressions are evaluated with sympy.
     """
     if not sizes:
         return None
-    where: dict[Any, tuple[int, int]] = {}
+    # symbol -> (primal index, dimension), or (primal index, None) for a scalar primal.
+    where: dict[Any, tuple[int, int | None]] = {}
     for i, value in enumerate(primals):
         if isinstance(value, torch.Tensor):
             for d, size in enumerate(value.shape):
                 if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol):
                     where.setdefault(size.node.expr, (i, d))
+        elif isinstance(value, (torch.SymInt, torch.SymFloat)) and isinstance(value.node.expr, sympy.Symbol):
+            where.setdefault(value.node.expr, (i, None))
     plan: list[tuple[Any, type]] = []
     for size in sizes:
         expr = shape_env.simplify(size.node.expr)
@@ -150,13 +153,17 @@ def size_evaluator(sizes: Sequence[Any], primals: Sequence[Any], shape_env: Any
         kind = int if isinstance(size, torch.SymInt) else float if isinstance(size, torch.SymFloat) else bool
         plan.append((expr if not expr.is_Symbol else where[expr], kind))
 
-    def evaluate(args: Sequence[torch.Tensor]) -> list[Any]:
+    def value_of(args: Sequence[Any], i: int, d: int | None) -> Any:
+        return args[i] if d is None else args[i].shape[d]
+
+    def evaluate(args: Sequence[Any]) -> list[Any]:
         out: list[Any] = []
         for spec, kind in plan:
             if isinstance(spec, tuple):
-                out.append(args[spec[0]].shape[spec[1]])
+                out.append(kind(value_of(args, *spec)))
             else:
-                values = {s: sympy.Integer(args[i].shape[d]) for s, (i, d) in where.items() if s in spec.free_symbols}
+                values = {s: sympy.sympify(value_of(args, i, d)) for s, (i, d) in where.items()
+                          if s in spec.free_symbols}
                 out.append(kind(spec.xreplace(values)))
         return out
 
