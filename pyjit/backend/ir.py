@@ -21,7 +21,7 @@ import sympy
 import torch
 
 from .ops_handler import OpsHandler, ReductionType
-from .passes.graph_utils import is_error_check
+from .passes.graph_utils import is_error_check, is_random
 from .symbolic import as_size, contiguous_strides, prod, strided_index
 
 Index = Sequence[sympy.Expr]
@@ -290,6 +290,9 @@ class ExternKernel(Buffer):
         self.kwargs = dict(kwargs)
         # Runs only to raise on bad input (``_linalg_check_errors``): kept although unread.
         self.error_check = is_error_check(kernel)
+        # Draws from torch's generator: kept although unread, and run in program order among
+        # the other random externs (scheduler), so every draw matches eager's.
+        self.random = is_random(kernel)
         self.reason = reason
 
     def tensor_inputs(self) -> list[IRNode]:

@@ -269,8 +269,10 @@ class Scheduler:
     def _eliminate_dead(self, by_name: dict[str, SchedulerNode]) -> None:
         live: set[str] = set()
         stack = [n for n in self.output_names if n in by_name]
-        # Externs run for their effect (an error check that raises as eager does) stay.
-        stack += [n.name for n in self.nodes if isinstance(n.buf, ExternKernel) and n.buf.error_check]
+        # Externs run for their effect (an error check that raises as eager does; a random op,
+        # whose draw moves torch's generator for every later one) stay.
+        stack += [n.name for n in self.nodes
+                  if isinstance(n.buf, ExternKernel) and (n.buf.error_check or n.buf.random)]
         while stack:
             name = stack.pop()
             if name in live:
@@ -439,6 +441,12 @@ class Scheduler:
         owner = {n.name: g for g in groups for n in g.nodes}
         order: list[FusedGroup] = []
         state: dict[int, int] = {}
+        # Random externs keep their program order (each runs after the previous one), so the
+        # generator hands out the same numbers as in eager: without this, a dropout independent
+        # of earlier ones (a decoder's embedding) was pulled ahead of them with its first reader.
+        randoms = sorted((n for g in groups for n in g.nodes if isinstance(n.buf, ExternKernel) and n.buf.random),
+                         key=lambda n: n.index)
+        after = {b.name: a.name for a, b in zip(randoms, randoms[1:])}
 
         def visit(g: FusedGroup) -> None:
             if state.get(id(g)) == 2:
@@ -449,6 +457,10 @@ class Scheduler:
                 dep = owner.get(r)
                 if dep is not None and dep is not g:
                     visit(dep)
+            for n in g.nodes:
+                previous = owner.get(after.get(n.name, ""))
+                if previous is not None and state.get(id(previous)) != 1:  # (1: would be a cycle)
+                    visit(previous)
             state[id(g)] = 2
             order.append(g)
 

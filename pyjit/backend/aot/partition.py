@@ -31,7 +31,7 @@ import torch
 import torch.fx
 
 from ...logs import get_logger
-from ..passes.graph_utils import is_error_check
+from ..passes.graph_utils import is_error_check, is_random
 from .joint import JointGraph
 
 aten = torch.ops.aten
@@ -271,8 +271,10 @@ def partition_joint(joint: JointGraph, partition: str = "min_cut") -> Partitione
     saved = cut if partition == "min_cut" else reference
     saved.sort(key=roles.order.__getitem__)
     # The forward's error checks (``linalg.cholesky``'s info check) run in the forward graphs,
-    # which compute what they read; they raise there as eager raises in its forward.
-    checks = [n for n in roles.forward_nodes() if n.op == "call_function" and is_error_check(n.target)]
+    # which compute what they read; they raise there as eager raises in its forward. So do its
+    # random ops that nothing reads (their draws move the generator as in eager).
+    checks = [n for n in roles.forward_nodes()
+              if n.op == "call_function" and (is_error_check(n.target) or is_random(n.target))]
     # Size scalars (symbolic graphs) are not forward outputs: the backward gets them as inputs.
     sizes = [n for n in saved if is_size_value(n)]
     saved = [n for n in saved if not is_size_value(n)]
@@ -291,13 +293,8 @@ def partition_joint(joint: JointGraph, partition: str = "min_cut") -> Partitione
              report.saved_bytes, report.reference_bytes, report.min_cut_bytes, len(recomputed))
     saved_primals = [roles.primals.index(n) if n in roles.primals else -1 for n in saved]
     inference_gm = None
-    if not any(_is_random(n) for n in fw_nodes):
+    if not any(is_random(n.target) for n in fw_nodes):
         inference_gm, _ = _extract(joint.gm, roles, roles.primals, roles.fw_outputs, "pyjit_forward_inference",
                                    checks)
     return Partitioned(fw_gm, bw_gm, len(saved), saved_primals, report, inference_gm,
                        [n.meta["val"] for n in sizes])
-
-
-def _is_random(node: torch.fx.Node) -> bool:
-    target = node.target
-    return isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags

@@ -251,9 +251,16 @@ def is_error_check(target: Any) -> bool:
     return target in _ERROR_CHECKS
 
 
+def is_random(target: Any) -> bool:
+    """``target`` draws from torch's generator (dropout, rand...): it must run, in program
+    order, even when nothing reads it, or every later draw would differ from eager's."""
+    return isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags
+
+
 def has_effect(node: Node) -> bool:
     """``node`` must stay in the graph although nothing reads it."""
-    return node.is_impure() or (node.op == "call_function" and is_error_check(node.target))
+    return node.is_impure() or (node.op == "call_function" and (is_error_check(node.target)
+                                                                 or is_random(node.target)))
 
 
 def eliminate_dead_code(graph: torch.fx.Graph) -> None:
