@@ -438,20 +438,36 @@ class Scheduler:
 
     @staticmethod
     def _topological(groups: list[FusedGroup]) -> list[FusedGroup]:
-        owner = {n.name: g for g in groups for n in g.nodes}
-        order: list[FusedGroup] = []
-        state: dict[int, int] = {}
-        # Random externs keep their program order (each runs after the previous one), so the
-        # generator hands out the same numbers as in eager: without this, a dropout independent
-        # of earlier ones (a decoder's embedding) was pulled ahead of them with its first reader.
+        """Groups in dependency order, random externs in their program order where fusion allows.
+
+        Random externs keep their program order (each runs after the previous one), so the
+        generator hands out the same numbers as in eager: without this, a dropout independent of
+        earlier ones (a decoder's embedding) was pulled ahead of them with its first reader. A
+        fused group that feeds an earlier random op and reads a later one makes that order
+        impossible (a cycle): then only the data dependencies order the groups.
+        """
         randoms = sorted((n for g in groups for n in g.nodes if isinstance(n.buf, ExternKernel) and n.buf.random),
                          key=lambda n: n.index)
         after = {b.name: a.name for a, b in zip(randoms, randoms[1:])}
+        try:
+            return Scheduler._dependency_order(groups, after)
+        except _Cycle:
+            return Scheduler._dependency_order(groups, {})
+
+    @staticmethod
+    def _dependency_order(groups: list[FusedGroup], after: dict[str, str]) -> list[FusedGroup]:
+        """Depth-first order by the buffers groups read, and ``after`` (node -> node it follows)."""
+        owner = {n.name: g for g in groups for n in g.nodes}
+        order: list[FusedGroup] = []
+        state: dict[int, int] = {}
 
         def visit(g: FusedGroup) -> None:
             if state.get(id(g)) == 2:
                 return
-            assert state.get(id(g)) != 1, "fusion created a cycle"
+            if state.get(id(g)) == 1:
+                if after:
+                    raise _Cycle()
+                raise AssertionError("fusion created a cycle")
             state[id(g)] = 1
             for r in sorted(set().union(*[n.read_names for n in g.nodes])):
                 dep = owner.get(r)
@@ -459,7 +475,7 @@ class Scheduler:
                     visit(dep)
             for n in g.nodes:
                 previous = owner.get(after.get(n.name, ""))
-                if previous is not None and state.get(id(previous)) != 1:  # (1: would be a cycle)
+                if previous is not None and previous is not g:
                     visit(previous)
             state[id(g)] = 2
             order.append(g)
@@ -467,6 +483,10 @@ class Scheduler:
         for g in sorted(groups, key=lambda g: min(n.index for n in g.nodes)):
             visit(g)
         return order
+
+
+class _Cycle(Exception):
+    """The random-op order cannot be kept together with the data dependencies."""
 
 
 def iter_nodes(groups: Iterable[FusedGroup]) -> Iterable[SchedulerNode]:
