@@ -26,17 +26,18 @@ def _step(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return loss.detach()
 
 
-def _train(model: nn.Module, step: Any, inputs: list[torch.Tensor], cpu_backend: str = "cpp") -> list[int]:
-    """Jitted ``step(model, x)`` for each input against eager on a copy (loss and every grad);
-    returns ``metrics.compiled_graphs`` after each step."""
+def _train(model: nn.Module, step: Any, inputs: list[Any], cpu_backend: str = "cpp") -> list[int]:
+    """Jitted ``step(model, x)`` (``step(model, *x)`` for a tuple) for each input against eager
+    on a copy (loss and every grad); returns ``metrics.compiled_graphs`` after each step."""
     counts = []
     ref = copy.deepcopy(model)
     with pyjit.config.patch(cpu_backend=cpu_backend):
         jitted = pyjit.jit(step)
         for x in inputs:
+            args = x if isinstance(x, tuple) else (x,)
             model.zero_grad()
             ref.zero_grad()
-            torch.testing.assert_close(jitted(model, x), step(ref, x), atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(jitted(model, *args), step(ref, *args), atol=1e-5, rtol=1e-5)
             for (name, p), q in zip(model.named_parameters(), ref.parameters()):
                 torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-5, msg=name)
             counts.append(backend.metrics.compiled_graphs)
@@ -181,18 +182,9 @@ def test_varying_python_numbers_stay_inputs_of_one_symbolic_training_graph(fresh
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
-    ref = copy.deepcopy(model)
-    jitted = pyjit.jit(step)
     backend.metrics.reset()
-    counts = []
-    for n, beta, k in [(4, 0.1, 1), (5, 0.2, 2), (6, 0.3, 3), (4, 0.45, 2), (7, 1.5, 4), (5, 0.2, 1)]:
-        x = torch.randn(n, 8)
-        torch.testing.assert_close(jitted(model, x, beta, k), step(ref, x, beta, k))
-        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
-            torch.testing.assert_close(p.grad, q.grad, msg=name)
-        model.zero_grad()
-        ref.zero_grad()
-        counts.append(backend.metrics.compiled_graphs)
+    counts = _train(model, step, [(torch.randn(n, 8), beta, k) for n, beta, k in
+                                  [(4, 0.1, 1), (5, 0.2, 2), (6, 0.3, 3), (4, 0.45, 2), (7, 1.5, 4), (5, 0.2, 1)]])
     assert backend.metrics.eager_graphs == []
     assert backend.metrics.dynamic_graphs >= 2
     assert counts[1:] == [counts[1]] * (len(counts) - 1), counts
