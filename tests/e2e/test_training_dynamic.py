@@ -26,7 +26,8 @@ def _step(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return loss.detach()
 
 
-def _train(model: nn.Module, step: Any, inputs: list[Any], cpu_backend: str = "cpp") -> list[int]:
+def _train(model: nn.Module, step: Any, inputs: list[Any], cpu_backend: str = "cpp", tol: float = 1e-5
+           ) -> list[int]:
     """Jitted ``step(model, x)`` (``step(model, *x)`` for a tuple) for each input against eager
     on a copy (loss and every grad); returns ``metrics.compiled_graphs`` after each step."""
     counts = []
@@ -37,9 +38,9 @@ def _train(model: nn.Module, step: Any, inputs: list[Any], cpu_backend: str = "c
             args = x if isinstance(x, tuple) else (x,)
             model.zero_grad()
             ref.zero_grad()
-            torch.testing.assert_close(jitted(model, *args), step(ref, *args), atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(jitted(model, *args), step(ref, *args), atol=tol, rtol=tol)
             for (name, p), q in zip(model.named_parameters(), ref.parameters()):
-                torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-5, msg=name)
+                torch.testing.assert_close(p.grad, q.grad, atol=tol, rtol=tol, msg=name)
             counts.append(backend.metrics.compiled_graphs)
     return counts
 
@@ -100,7 +101,7 @@ class _Block(nn.Module):
         q, k, v = self.qkv(self.ln1(x)).split(c, dim=-1)
         q, k, v = (z.view(b, t, 2, c // 2).transpose(1, 2) for z in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(c // 2)
-        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
         att = att.masked_fill(~mask, float("-inf")).softmax(-1)
         y = (att @ v).transpose(1, 2).reshape(b, t, c)
         x = x + self.proj(y)
@@ -118,6 +119,33 @@ def test_block_with_varying_sequence_length_trains_with_one_symbolic_graph(fresh
     counts = _train(_Block(), step, [torch.randn(2, t, 16) for t in [5, 7, 6, 9, 7, 3]])
     assert backend.metrics.eager_graphs == []
     assert backend.metrics.dynamic_graphs >= 2
+    assert counts[1:] == [counts[1]] * (len(counts) - 1), counts
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_symbolic_training_graphs_on_cuda(fresh_pyjit: Any) -> None:
+    """The symbolic training path on the GPU backend (Triton kernels, cuBLAS externs, autotuned
+    templates): the attention block over varying sequence lengths, then a step whose batch
+    size, loss weight and slice bound vary; one symbolic training graph each, grads as eager's."""
+    def step(m: nn.Module, x: torch.Tensor, beta: float, k: int) -> torch.Tensor:
+        out = m(x)
+        loss = out.square().mean() * beta + out[..., :k].sum()
+        loss.backward()
+        return loss.detach()
+
+    cuda = torch.device("cuda")
+    torch.manual_seed(0)
+    backend.metrics.reset()
+    counts = _train(_Block().to(cuda), step, [(torch.randn(2, t, 16, device=cuda), 0.5 + t / 10, t % 3 + 1)
+                                              for t in [5, 7, 6, 9, 7, 3]], tol=1e-4)
+    assert backend.metrics.eager_graphs == []
+    assert backend.metrics.dynamic_graphs >= 2
+    assert counts[1:] == [counts[1]] * (len(counts) - 1), counts
+    mlp = nn.Sequential(nn.Linear(8, 64), nn.GELU(), nn.LayerNorm(64), nn.Linear(64, 4)).to(cuda)
+    backend.metrics.reset()
+    counts = _train(mlp, step, [(torch.randn(n, 8, device=cuda), n / 7, n % 4 + 1) for n in [4, 5, 6, 33, 5, 130]],
+                    tol=1e-4)
+    assert backend.metrics.eager_graphs == []
     assert counts[1:] == [counts[1]] * (len(counts) - 1), counts
 
 

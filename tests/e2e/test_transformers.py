@@ -176,8 +176,13 @@ def test_pyjit_backend_across_sequence_lengths(name: str, request: pytest.Fixtur
     assert max(s.compiles for s in policy._targets.values()) <= 2
 
 
+_CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"))
+
+
+@pytest.mark.parametrize("device", ["cpu", _CUDA])
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
-def test_training_across_sequence_lengths_compiles_one_symbolic_graph(name: str, request: pytest.FixtureRequest) -> None:
+def test_training_across_sequence_lengths_compiles_one_symbolic_graph(name: str, device: str,
+                                                                      request: pytest.FixtureRequest) -> None:
     """A training step (loss, ``backward``) over several sequence lengths: once the length turns
     dynamic, pyjit's backend compiles one symbolic training graph (forward, backward) and
     nothing more; losses and every parameter's grad equal eager's. (GPT-2's and Llama's
@@ -190,9 +195,10 @@ def test_training_across_sequence_lengths_compiles_one_symbolic_graph(name: str,
     torch.manual_seed(0)
     base, _, _ = MODELS[name](False)
     lm_class = transformers.GPT2LMHeadModel if name == "gpt2" else transformers.LlamaForCausalLM
-    model = lm_class(base.config)
+    model = lm_class(base.config).to(device)
     model.train()
     ref = copy.deepcopy(model)
+    tol = {"rtol": 1e-4, "atol": 1e-5} if device == "cpu" else {"rtol": 1e-3, "atol": 1e-4}
 
     def step(m: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
         loss = m(input_ids=ids, labels=ids).loss  # the language-model head and its loss
@@ -205,14 +211,14 @@ def test_training_across_sequence_lengths_compiles_one_symbolic_graph(name: str,
     caplog = request.getfixturevalue("caplog")
     caplog.set_level(logging.INFO, logger="pyjit.fallbacks")
     for t in [8, 12, 5, 16, 9]:
-        ids = torch.randint(0, 100, (2, t))
+        ids = torch.randint(0, 100, (2, t), device=device)
         torch.manual_seed(t)  # GPT-2's dropout: the same random stream as eager
         got = jitted(model, ids)
         torch.manual_seed(t)
-        torch.testing.assert_close(got, step(ref, ids), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(got, step(ref, ids), **tol)
         for (pname, p), q in zip(model.named_parameters(), ref.parameters()):
             if p.grad is not None or q.grad is not None:
-                torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=pname)
+                torch.testing.assert_close(p.grad, q.grad, msg=pname, **tol)
         model.zero_grad()
         ref.zero_grad()
         counts.append(backend.metrics.compiled_graphs)
