@@ -361,6 +361,7 @@ def _lower_and_generate(aten_gm: torch.fx.GraphModule, device: torch.device, ext
     from .ir import Buffer, ReinterpretView
     from .scheduler import Scheduler
 
+    _prefetch_tuning(aten_gm, device, extra_guards)
     lowering = GraphLowering(aten_gm, device)
     lowering.extra_guards = extra_guards
     lowering.run(*[None] * sum(1 for n in aten_gm.graph.nodes if n.op == "placeholder"))
@@ -373,6 +374,45 @@ def _lower_and_generate(aten_gm: torch.fx.GraphModule, device: torch.device, ext
             output_names.add(value.name)
     scheduler = Scheduler(lowering.buffers, lowering.graph_inputs, output_names, rmax)
     return WrapperCodegen(lowering, scheduler, device, rmax).generate(), lowering
+
+
+_TUNED_MATMULS = ("mm.default", "addmm.default", "bmm.default")
+
+
+def _prefetch_tuning(aten_gm: torch.fx.GraphModule, device: torch.device, extra_guards: list[Any]) -> None:
+    """Compile the autotuning candidates of every matmul of the graph in one parallel round.
+
+    The lowering tunes matmuls one at a time, and each tuning first compiles its candidates:
+    one round of Triton compiles per matmul, each as long as its slowest kernel while most
+    compile workers idle (the first call of a GPT-2 bf16 block waited for four such rounds).
+    So a graph with several matmuls is lowered once with ``autotune.prefetching()`` (no
+    benchmarks; choices stand in as the stored or first candidate), every kernel gathered is
+    compiled in one round, and the real lowering that follows tunes against compiled kernels.
+    A candidate the first pass did not foresee (an operand that became a prologue only under
+    another choice) is compiled where it is tuned, as before. Costs one extra lowering."""
+    from ..runtime import autotune, precompile
+    from .graph import GraphLowering
+
+    if device.type != "cuda" or not config.autotune or not precompile.enabled():
+        return
+    matmuls = sum(1 for n in aten_gm.graph.nodes
+                  if n.op == "call_function" and str(getattr(n.target, "__name__", "")) in _TUNED_MATMULS)
+    if matmuls < 2:
+        return
+    start = time.perf_counter()
+    try:
+        with autotune.prefetching() as warmers:
+            probe = GraphLowering(aten_gm, device, prefetch=True)
+            probe.extra_guards = extra_guards
+            probe.run(*[None] * sum(1 for n in aten_gm.graph.nodes if n.op == "placeholder"))
+    except Exception as e:  # noqa: BLE001 - the real lowering reports its own errors
+        time_log.info("tuning prefetch: the first lowering failed (%s: %s); matmuls compile as tuned",
+                      type(e).__name__, e)
+        return
+    if warmers:
+        precompile.warm_launches(warmers)
+        time_log.info("tuning prefetch: %d candidate kernel(s) of %d matmul(s) compiled in one round in %.1f ms",
+                      len(warmers), matmuls, (time.perf_counter() - start) * 1e3)
 
 
 def _shape_env_of(values: list[Any]) -> Any:

@@ -112,9 +112,12 @@ def _same_strides(layout: Layout, stride: tuple[int, ...]) -> bool:
 
 
 class GraphLowering(torch.fx.Interpreter):
-    def __init__(self, gm: torch.fx.GraphModule, device: torch.device):
+    def __init__(self, gm: torch.fx.GraphModule, device: torch.device, prefetch: bool = False):
         super().__init__(gm, garbage_collect_values=False)
         self.device = device
+        # A throw-away lowering run only to gather the autotuning compiles of the graph
+        # (``compile_fx._prefetch_tuning``): it reports nothing (fallback metrics and logs).
+        self.prefetch = prefetch
         self.graph_inputs: list[InputBuffer] = []
         # Every placeholder in order: an input buffer, or the sympy expression of a symbolic
         # int/float input (its name in the wrapper is ``input_names``).

@@ -14,15 +14,22 @@ are accepted too (timed with ``time.perf_counter``), which tests use to exercise
 ``counters`` counts benchmarks run, tunings done and cache hits in this process, and the
 milliseconds spent tuning (``tuning_ms``). Tests may set :data:`timer` to replace the
 measurement (a fake timer that still runs the candidate, so its results can be checked).
+
+:func:`prefetching` serves the first call's compile time: inside it, ``choose`` benchmarks
+nothing, only builds each candidate and collects the Triton compiles it would need, and
+answers the stored choice or its first candidate. The backend lowers a graph once that way,
+compiles every matmul's candidates in one parallel round, and then lowers it for real, where
+each ``choose`` finds its kernels compiled (``compile_fx._prefetch_tuning``).
 """
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import json
 import math
 import time
-from typing import Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 
@@ -37,6 +44,20 @@ _memo: dict[str, dict] = {}  # key -> stored record (this process)
 # Test hook: ``timer(candidate_name, run, device) -> ms`` replaces :func:`benchmark` when set.
 # It may raise (the candidate then counts as failed, as a real failure would).
 timer: Callable[[str, Callable[[], object], torch.device], float] | None = None
+# While :func:`prefetching`: the (kernel, warm) compiles the candidates built so far need.
+_prefetch: list[tuple[Any, Callable[[], object]]] | None = None
+
+
+@contextlib.contextmanager
+def prefetching() -> Iterator[list[tuple[Any, Callable[[], object]]]]:
+    """Within: :func:`choose` builds candidates without benchmarking them and answers the stored
+    choice or the first candidate; yields the list of ``(kernel, warm)`` compiles they need."""
+    global _prefetch
+    previous, _prefetch = _prefetch, []
+    try:
+        yield _prefetch
+    finally:
+        _prefetch = previous
 
 FORMAT = 1
 
@@ -94,8 +115,18 @@ def choose(kind: str, key_fields: Mapping[str, str], candidates: Mapping[str, Ca
     """
     record = lookup(kind, key_fields)
     if record is not None and record["choice"] in candidates:
-        counters["cache_hits"] += 1
+        if _prefetch is None:
+            counters["cache_hits"] += 1
         return record["choice"]
+    if _prefetch is not None:
+        for build in candidates.values():
+            try:
+                warm = getattr(build(), "warm_launch", None)
+            except Exception:  # noqa: BLE001 - it fails again, and is reported, when tuned for real
+                continue
+            if warm is not None:
+                _prefetch.append(warm)
+        return next(iter(candidates))
     start = time.perf_counter()
     timings: dict[str, float] = {}
     runners: dict[str, Callable[[], object]] = {}

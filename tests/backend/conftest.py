@@ -5,6 +5,7 @@ on CUDA (when available) the same tests run compiled kernels.
 """
 from __future__ import annotations
 
+import zlib
 from typing import Any, Callable, Sequence
 
 import pytest
@@ -14,6 +15,14 @@ import pyjit.backend as backend
 from pyjit import config as cfg
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(autouse=True)
+def _seeded_inputs(request: Any) -> None:
+    """Each test draws its random inputs from a seed of its own id: the inputs no longer depend
+    on which tests ran before it in the same worker (under pytest-xdist, an accident of timing),
+    so a tolerance failure on unlucky inputs repeats instead of coming and going."""
+    torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))
 
 
 @pytest.fixture(params=DEVICES)

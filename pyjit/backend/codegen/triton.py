@@ -722,14 +722,18 @@ class TritonKernel:
 
     def _launch_meta(self) -> dict[str, int]:
         X, R = hint(self.xnumel), hint(self.rnumel)  # symbolic sizes: tuned for the example sizes
+        itemsize = min((self.dtypes[n].itemsize for n in [*self.inputs, *self.outputs]), default=4)
         if self.tiling is not None:
             # Rows of >= 128 bytes of the narrowest element the kernel moves (codegen/tiling.py).
-            itemsize = min((self.dtypes[n].itemsize for n in [*self.inputs, *self.outputs]), default=4)
             yblock, xblock, warps = tile_blocks(self.tiling, itemsize)
             return {"YBLOCK": yblock, "XBLOCK": xblock, "num_warps": warps}
         if not self.is_reduction:
             xblock = min(1024, next_power_of_2(X))
-            return {"XBLOCK": xblock, "num_warps": max(1, min(8, xblock // 128))}
+            # 16 bytes per thread of the narrowest element moved, so its loads and stores are
+            # 128-bit: 4 fp32 or 8 bf16 values. With 4 bf16 values per thread (8 warps for 1024)
+            # a bf16 GELU over [4096,16384] ran 114 us against eager's 94 on an H100.
+            per_thread = min(8, max(4, 16 // itemsize))
+            return {"XBLOCK": xblock, "num_warps": max(1, min(8, xblock // (32 * per_thread)))}
         if self.column_bytes is not None:
             return column_meta(X, R, self.persistent, self.column_bytes)
         if self.persistent:

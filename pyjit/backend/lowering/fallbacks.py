@@ -213,7 +213,7 @@ def _dense(size: tuple, stride: tuple) -> bool:
 
 def make_extern(ctx: "GraphLowering", target: Any, args: tuple, kwargs: dict, reason: str = "") -> Any:
     """An :class:`ExternKernel` calling ``target``; returns IR nodes shaped like its outputs."""
-    if target not in EXTERN_BY_DESIGN:
+    if target not in EXTERN_BY_DESIGN and not getattr(ctx, "prefetch", False):
         name = str(target)
         metrics.fallback_ops[name] += 1
         if name not in _logged:

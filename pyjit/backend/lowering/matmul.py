@@ -434,7 +434,7 @@ def _matmul(ctx: "GraphLowering", target: Any, args: tuple, kwargs: dict, a: IRN
     """The template (plus ``epilogue``) when it is wanted and wins, else ``target(*args, **kwargs)`` extern."""
     mode = _template_mode(ctx, a, b)
     if mode is None:
-        return make_extern(ctx, target, args, kwargs)
+        return _extern(ctx, target, args, kwargs, a, b, epilogue)
     size = [*a.get_size()[:-1], b.get_size()[-1]]
     layout = Layout.contiguous(a.get_device(), a.get_dtype(), [int(s) for s in size])
     allow_tf32 = _allow_tf32() if a.get_dtype() == torch.float32 else False
@@ -451,7 +451,7 @@ def _matmul(ctx: "GraphLowering", target: Any, args: tuple, kwargs: dict, a: IRN
         else:
             plain[key] = ctx.realize(node, allow_view=True, read_only=True)
             if _static_layout(plain[key]) is None:
-                return make_extern(ctx, target, args, kwargs)
+                return _extern(ctx, target, args, kwargs, a, b, epilogue)
     cands = {"plain": MatmulTemplate("template_candidate", layout, plain["a"], plain["b"], INTERPRET_CONFIG,
                                      allow_tf32, origins)}
     if prologue["a"] is not None or prologue["b"] is not None:
@@ -459,7 +459,7 @@ def _matmul(ctx: "GraphLowering", target: Any, args: tuple, kwargs: dict, a: IRN
         cands["prologue"] = MatmulTemplate("template_candidate", layout, pa, pb, INTERPRET_CONFIG, allow_tf32, origins)
     choice = _choose_config(ctx, target, cands, mode)
     if choice is None:
-        return make_extern(ctx, target, args, kwargs)
+        return _extern(ctx, target, args, kwargs, a, b, epilogue)
     variant, cfg = choice
     if variant == "prologue":
         operands = [cands["prologue"].a, cands["prologue"].b]
@@ -469,10 +469,91 @@ def _matmul(ctx: "GraphLowering", target: Any, args: tuple, kwargs: dict, a: IRN
         operands = [ctx.realize(x, allow_view=True, read_only=True) if prologue[k] is not None else plain[k]
                     for k, x in (("a", a), ("b", b))]
         if not all(_static_layout(x) is not None for x in operands):
-            return make_extern(ctx, target, args, kwargs)
+            return _extern(ctx, target, args, kwargs, a, b, epilogue)
     tmpl = MatmulTemplate(ctx.new_buffer_name(), layout, operands[0], operands[1], cfg, allow_tf32, origins)
     ctx.register_buffer(tmpl)
     return epilogue(tmpl) if epilogue is not None else tmpl
+
+
+def _extern(ctx: "GraphLowering", target: Any, args: tuple, kwargs: dict, a: IRNode, b: IRNode,
+            epilogue: Callable[[IRNode], IRNode] | None) -> Any:
+    """The extern product. For ``addmm`` on CUDA, autotuning picks between cuBLASLt's ``addmm``
+    (bias in the GEMM's epilogue) and ``mm`` with the bias added by the pointwise kernel that
+    reads the product (``epilogue``): the fused-bias GEMM is not always the faster one. On an
+    H100, fp32 ``addmm`` over ``[4096,3072]x[3072,768]`` got 64x64 tiles and 494 us where ``mm``
+    of the same operands got 128x128 and 414 us (GPT-2's MLP output projection, four per step)."""
+    if target is aten.addmm.default and epilogue is not None and _split_addmm_wins(ctx, args, kwargs, a, b):
+        return epilogue(make_extern(ctx, aten.mm.default, (a, b), {}))
+    return make_extern(ctx, target, args, kwargs)
+
+
+def _readers(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The nodes that read ``node``'s value, looking through views of it (a view is no kernel)."""
+    out: list[torch.fx.Node] = []
+    for user in node.users:
+        target = user.target
+        schema = getattr(target, "_schema", None)
+        is_view = target is aten._unsafe_view.default or (
+            schema is not None and any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns))
+        if user.op == "call_function" and is_view:
+            out += _readers(user)
+        else:
+            out.append(user)
+    return out
+
+
+def _split_tunable(device: torch.device) -> bool:
+    if device.type == "cuda":
+        return config.autotune
+    return device.type == "cpu" and config.cpu_backend == "triton_interpret" and config.autotune_launch == "force"
+
+
+def _split_addmm_wins(ctx: "GraphLowering", args: tuple, kwargs: dict, a: IRNode, b: IRNode) -> bool:
+    """Whether ``mm`` plus the bias in the product's pointwise reader times faster than ``addmm``.
+
+    The ``mm`` candidate is charged what moving the bias out of the GEMM costs: nothing when
+    every reader of the product is a pointwise kernel (the add fuses into it), one write of
+    the product when it is also stored (a graph output, saved for the backward, read by an
+    extern: the reader then stores product + bias besides its own result), and a whole bias
+    kernel (read and write of the product) when no pointwise kernel reads it."""
+    from ...runtime import autotune
+    from .fallbacks import EXTERN_BY_DESIGN
+
+    bias = args[0]
+    device = a.get_device()
+    if not _split_tunable(device) or _symbolic_graph(ctx) or not isinstance(bias, IRNode):
+        return False
+    operands = [ctx.realize(x, allow_view=True, read_only=True) for x in (bias, a, b)]
+    layouts = [_static_layout(x) for x in operands]
+    if any(lay is None for lay in layouts):
+        return False
+    users = _readers(ctx.current_node) if ctx.current_node is not None else []
+    fused = [u for u in users if u.op == "call_function" and u.target not in EXTERN_BY_DESIGN]
+    charge = "none" if fused and len(fused) == len(users) else "store" if fused else "bias_kernel"
+    fields = {"device": autotune.device_name(device), "torch": torch.__version__,
+              "allow_tf32": str(_allow_tf32()), "kwargs": repr(sorted(kwargs.items())), "charge": charge,
+              "operands": ",".join(_layout_text(lay) for lay in layouts if lay is not None)}
+    gen = torch.Generator(device=device)
+    gen.manual_seed(0)  # a private generator: compiling must not advance the program's stream
+    dummies = [torch.as_strided(_random(int(lay.storage_span()), lay.dtype, device, gen),
+                                [int(s) for s in lay.size], [int(s) for s in lay.stride], int(lay.offset))
+               for lay in layouts if lay is not None]
+    d_bias, d_a, d_b = dummies
+    out = torch.empty([int(s) for s in (*a.get_size()[:-1], b.get_size()[-1])], device=device, dtype=a.get_dtype())
+
+    def fused_bias() -> Callable[[], object]:
+        return lambda: aten.addmm.default(d_bias, d_a, d_b, **kwargs)
+
+    def split() -> Callable[[], object]:
+        if charge == "none":
+            return lambda: aten.mm.default(d_a, d_b)
+        if charge == "store":
+            return lambda: (aten.mm.default(d_a, d_b), out.zero_())
+        return lambda: torch.add(aten.mm.default(d_a, d_b), d_bias, out=out)
+
+    label = f"{ctx.current_target_name()} {list(a.get_size())}x{list(b.get_size())} {a.get_dtype()} ({charge})"
+    choice = autotune.choose("addmm_extern", fields, {"addmm": fused_bias, "mm_then_bias": split}, device, label)
+    return choice == "mm_then_bias"
 
 
 @register_lowering(aten.mm.default)
