@@ -31,6 +31,9 @@ class FloorDiv(sympy.Function):
     is_integer = True
     nargs = (2,)
 
+    def _eval_is_nonnegative(self) -> bool | None:
+        return self.args[0].is_nonnegative
+
     @classmethod
     def eval(cls, base: Expr, divisor: Expr) -> Expr | None:
         if divisor == 1:
@@ -55,7 +58,7 @@ class FloorDiv(sympy.Function):
                         out.append(sympy.Integer(int(coeff) // d) * rest)
                     else:
                         keep.append(term)
-                if out:
+                if out and _nonnegative(keep):
                     return sympy.Add(*out) + FloorDiv(sympy.Add(*keep), divisor)
             elif base.is_Mul:
                 coeff, rest = base.as_coeff_Mul()
@@ -64,9 +67,18 @@ class FloorDiv(sympy.Function):
         elif divisor.free_symbols:
             # A symbolic divisor (a dynamic size): pull out the terms it divides exactly.
             out, keep = _split_multiples(base, divisor)
-            if out:
+            if out and _nonnegative(keep):
                 return sympy.Add(*out) + FloorDiv(sympy.Add(*keep), divisor)
         return None
+
+
+def _nonnegative(terms: list[Expr]) -> bool:
+    """Whether the sum of ``terms`` is provably >= 0. Taking multiples of the divisor out of a
+    floor division or a modulus is exact in Python's floor semantics for any remainder, but the
+    generated C++ and Triton divide and take remainders truncating toward zero, which agrees
+    only for a non-negative base: ``(8 - s % 8) % 8`` simplified to ``(-(s % 8)) % 8`` printed
+    as ``-5 % 8 == -5`` in C++ (a symbolic pad's size came out 1 instead of 9)."""
+    return bool(sympy.Add(*terms).is_nonnegative)
 
 
 def _split_multiples(base: Expr, divisor: Expr) -> tuple[list[Expr], list[Expr]]:
@@ -105,6 +117,9 @@ class ModularIndexing(sympy.Function):
     is_integer = True
     nargs = (3,)
 
+    def _eval_is_nonnegative(self) -> bool:
+        return True  # the base is kept non-negative (FloorDiv.eval, ModularIndexing.eval)
+
     @classmethod
     def eval(cls, base: Expr, divisor: Expr, modulus: Expr) -> Expr | None:
         if modulus == 1 or base == 0:
@@ -128,12 +143,12 @@ class ModularIndexing(sympy.Function):
                     changed = True
                 else:
                     keep.append(term)
-            if changed:
+            if changed and _nonnegative(keep):
                 return ModularIndexing(sympy.Add(*keep), divisor, modulus)
         if (divisor.free_symbols or modulus.free_symbols) and not base.is_Integer:
             # Symbolic sizes: drop the terms that are multiples of divisor*modulus.
             dropped, keep = _split_multiples(base, divisor * modulus)
-            if dropped:
+            if dropped and _nonnegative(keep):
                 return ModularIndexing(sympy.Add(*keep), divisor, modulus)
         return None
 

@@ -394,3 +394,24 @@ def test_symbolic_graph_with_a_tensor_constant_keeps_its_compiled_module(caplog)
     assert backend.metrics.dynamic_graphs == 1
     captured = [r.getMessage() for r in caplog.records if "captured" in r.getMessage()]
     assert not captured, captured
+
+
+@pytest.mark.parametrize("cpu_backend", ["cpp", "triton_interpret"])
+def test_symbolic_pad_to_a_multiple(cpu_backend):
+    """A pad whose width depends on a symbolic size (eager's attention pads its mask's rows to a
+    multiple of 8: ``(8 - s % 8) % 8`` columns) lowers with symbolic bounds; before, the
+    lowering called ``int()`` on the pad and the graph ran as captured."""
+    from pyjit import backend
+
+    def f(x):
+        pad = (8 - x.shape[-1] % 8) % 8
+        return torch.nn.functional.pad(x * 2, (1, pad), value=-1.0).sum(0) + 1
+
+    backend.metrics.reset()
+    with pyjit.config.patch(cpu_backend=cpu_backend, raise_on_internal_error=True):
+        jf = pyjit.jit(f, dynamic=True)
+        for n in (5, 8, 11, 17):
+            x = torch.randn(3, n)
+            close(jf(x), f(x))
+    assert backend.metrics.eager_graphs == []
+    assert backend.metrics.dynamic_graphs == 1

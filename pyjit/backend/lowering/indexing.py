@@ -31,10 +31,13 @@ def _clamp(expr: sympy.Expr, hi: int) -> sympy.Expr:
     return sympy.Min(sympy.Max(expr, 0), max(hi - 1, 0) if is_static(hi) else hi - 1)
 
 
-def _in_range(ops: Any, expr: sympy.Expr, lo: int, hi: int) -> Any:
+def _in_range(ops: Any, expr: sympy.Expr, lo: Any, hi: Any) -> Any:
     v = ops.index_expr(expr, torch.int64)
-    return ops.binary("logical_and", ops.binary("ge", v, ops.constant(lo, torch.int64)),
-                      ops.binary("lt", v, ops.constant(hi, torch.int64)))
+
+    def bound(b: Any) -> Any:
+        return ops.constant(int(b), torch.int64) if is_static(b) else ops.index_expr(b, torch.int64)
+
+    return ops.binary("logical_and", ops.binary("ge", v, bound(lo)), ops.binary("lt", v, bound(hi)))
 
 
 def _box(ctx: Any, inputs: Sequence[IRNode], dtype: torch.dtype, size: Sequence[int], inner_fn: Any) -> StorageBox:
@@ -186,10 +189,12 @@ def _constant_pad_nd(ctx: Any, x: IRNode, pad: Sequence[int], value: Any = 0) ->
     size = x.get_size()
     nd = len(size)
     out_size = list(size)
-    lows: dict[int, int] = {}
+    lows: dict[int, Any] = {}
     for k in range(len(pad) // 2):
         d = nd - 1 - k
-        lo, hi = int(pad[2 * k]), int(pad[2 * k + 1])
+        # Pads may be symbolic: eager's attention pads its mask's rows to a multiple of 8
+        # elements, ``(8 - s % 8) % 8`` columns under a dynamic sequence length.
+        lo, hi = (int(p) if is_static(p) else as_size(p) for p in (pad[2 * k], pad[2 * k + 1]))
         lows[d] = lo
         out_size[d] = size[d] + lo + hi
     dtype = x.get_dtype()
