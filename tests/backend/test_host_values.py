@@ -116,3 +116,21 @@ def test_host_tensor_of_several_elements_read_on_device_is_refused() -> None:
 def test_cpu_graph_is_left_alone() -> None:
     gm = _trace(lambda a, s: a * s, ((4,), "cpu", torch.float32), ((), "cpu", torch.float32))
     assert move_host_values(gm, torch.device("cpu")) == 0
+
+
+def test_an_op_run_as_an_aten_call_keeps_reading_the_host_value() -> None:
+    """An op without a lowering is an aten call from the wrapper and takes the 0-d CPU tensor as
+    eager does (the attention backward kernels require theirs on the host: given the device
+    copy they read a device pointer on the host and crashed). Only lowered readers (``mul``)
+    read the transfer."""
+    def fn(a: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.special.zeta(a, s), a * s
+
+    gm = _trace(fn, ((4,), "cuda", torch.float32), ((), "cpu", torch.float32))
+    assert move_host_values(gm, CUDA) == 1
+    s = next(n for n in gm.graph.nodes if n.op == "placeholder" and n.meta["val"].device.type == "cpu")
+    readers = {n.target for n in s.users}
+    assert aten.special_zeta.default in readers and aten.mul.Tensor not in readers
+    args = [torch.rand(4) + 1.5, torch.tensor(2.5)]
+    for e, g in zip(fn(*args), _on_cpu(gm)(*args)):
+        torch.testing.assert_close(g, e, rtol=0, atol=0)

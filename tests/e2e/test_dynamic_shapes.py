@@ -415,3 +415,25 @@ def test_symbolic_pad_to_a_multiple(cpu_backend):
             close(jf(x), f(x))
     assert backend.metrics.eager_graphs == []
     assert backend.metrics.dynamic_graphs == 1
+
+
+def test_extern_argument_traced_as_a_slice_of_a_padded_buffer():
+    """An aten call (no lowering: ``cumsum``) whose argument the trace laid out with gaps (a slice
+    of a buffer padded to a multiple of 8 columns, as eager's attention pads its bias) under
+    symbolic sizes: the argument is realized with those strides. Before, such strides were
+    refused and the graph ran as captured (Llama's training graph on CUDA compiled per size)."""
+    from pyjit import backend
+
+    def f(x):
+        n = x.shape[-1]
+        y = torch.nn.functional.pad(x * 2, (0, (8 - n % 8) % 8))[:, :n]
+        return torch.cumsum(y, 1) + 1
+
+    backend.metrics.reset()
+    with pyjit.config.patch(raise_on_internal_error=True):
+        jf = pyjit.jit(f, dynamic=True)
+        for n in (5, 8, 11, 17):
+            x = torch.randn(3, n)
+            close(jf(x), f(x))
+    assert backend.metrics.eager_graphs == []
+    assert backend.metrics.dynamic_graphs == 1

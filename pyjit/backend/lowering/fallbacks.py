@@ -187,12 +187,27 @@ def _with_traced_layouts(ctx: "GraphLowering", args: tuple, kwargs: dict) -> tup
             if len(have.size) != len(want.size) or any(not _equal(a, b) for a, b in zip(have.size, want.size)):
                 raise NotImplementedError(f"extern argument of size {have.size}, traced {want.size}")
             if any(not _equal(a, b) for a, b in zip(have.stride, want.stride)):
-                if not _dense(want.size, want.stride):
+                if not (_dense(want.size, want.stride) or _gapped(want.size, want.stride)):
                     raise NotImplementedError(f"extern argument traced with strides {want.stride} that a "
                                               "buffer cannot have (symbolic sizes)")
                 arg = ctx.realize(ctx._copy_of(arg), tuple(want.stride))
         out.append(arg)
     return tree_unflatten(out, spec)
+
+
+def _gapped(size: tuple, stride: tuple) -> bool:
+    """Whether ``stride`` lays ``size`` out without overlap but with gaps, at the example sizes:
+    a slice of a dense buffer, like eager's attention bias whose rows are padded to a multiple
+    of 16 bytes (row stride ``s + 8 - s % 8`` for ``s`` columns). Such a buffer is allocated
+    with its gaps (``empty_strided``). The strides are the aten trace's, symbolic, so they hold
+    for every size the graph's guards admit; the hints only order the dimensions."""
+    dims = sorted((d for d in range(len(size)) if not _equal(size[d], 1)), key=lambda d: hint(stride[d]))
+    span = 1
+    for d in dims:
+        if hint(stride[d]) < span:
+            return False
+        span = hint(stride[d]) * hint(size[d])
+    return True
 
 
 def _equal(a: Any, b: Any) -> bool:

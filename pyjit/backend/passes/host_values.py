@@ -22,6 +22,11 @@ lowering):
   before any device node reads it; they read only host values and inputs, so moving them
   keeps every dependency. Writes into graph inputs (``copy_``, the functional graph's
   epilogue) stay where they are, so values read before the write are the old ones.
+- **Extern readers keep the host value.** An op pyjit has no lowering for runs as an aten call
+  from the wrapper, which takes a 0-d CPU tensor exactly as eager does; some require one: the
+  attention backward kernels read their philox seed and offset on the host, and given the
+  device copy they dereferenced a device pointer (a segfault in a GPT-2 training step with
+  attention dropout on the GPU).
 - **Refusals** (:class:`~pyjit.errors.GraphRefusal`, the graph then runs as captured, logged):
   a host value computed from device values (a device-to-host copy: ``.cpu()``, ``.item()``),
   a host value of more than one element read by a device op, a node with outputs on both.
@@ -66,6 +71,16 @@ def _classify(gm: torch.fx.GraphModule, device: str) -> dict[torch.fx.Node, str]
     return kind
 
 
+def _runs_as_aten_call(node: torch.fx.Node) -> bool:
+    """Whether the lowering calls aten for ``node``: a functional op with no lowering registered
+    (in-place variants, which functionalization removes before lowering, count as lowered)."""
+    from ..lowering import LOWERINGS
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+        return False
+    return node.target not in LOWERINGS
+
+
 def move_host_values(gm: torch.fx.GraphModule, device: torch.device) -> int:
     """Rewrite ``gm`` (a graph for ``device``, not CPU) as described above; returns the number of
     host values now read on the device (0: the graph is unchanged)."""
@@ -91,7 +106,7 @@ def move_host_values(gm: torch.fx.GraphModule, device: torch.device) -> int:
                 kind[node] = "host"  # a getitem of a host tuple, a size query of a host value
             continue
         for a in inputs:
-            if kind[a] != "host":
+            if kind[a] != "host" or _runs_as_aten_call(node):
                 continue
             val = a.meta.get("val")
             if not isinstance(val, torch.Tensor) or val.dim() != 0:
