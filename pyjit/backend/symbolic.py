@@ -189,13 +189,20 @@ def from_torch_expr(expr: Expr) -> Expr:
     """A ShapeEnv expression rewritten with this module's index functions.
 
     Sizes are non-negative, so torch's ``FloorDiv``/``CleanDiv``/``Mod``/``PythonMod`` map to
-    :class:`FloorDiv` / :class:`ModularIndexing`; a function we do not know raises
+    :class:`FloorDiv` / :class:`ModularIndexing`, and ``CeilToInt``/``FloorToInt`` of an
+    ``IntTrueDiv`` of sizes to a :class:`FloorDiv`; a function we do not know raises
     ``NotImplementedError`` (the graph then runs as captured).
     """
     if not expr.args or expr.is_Symbol or expr.is_Number:
         return expr
-    args = [from_torch_expr(a) for a in expr.args]
     name = type(expr).__name__
+    if name in ("CeilToInt", "FloorToInt", "TruncToInt") and type(expr.args[0]).__name__ == "IntTrueDiv":
+        # math.ceil(n / 32), as in the memory-efficient attention's log-sum-exp rows
+        # (ceil(s / 32) * 32): exact integer division when both sides are sizes.
+        num, den = (from_torch_expr(a) for a in expr.args[0].args)
+        if num.is_nonnegative and den.is_positive:
+            return FloorDiv(num + den - 1, den) if name == "CeilToInt" else FloorDiv(num, den)
+    args = [from_torch_expr(a) for a in expr.args]
     if name in ("FloorDiv", "CleanDiv"):
         return FloorDiv(*args)
     if name in ("Mod", "PythonMod"):

@@ -104,3 +104,33 @@ def test_modulus_of_a_modulus_needs_divisibility() -> None:
     for sv in (2, 3):
         for x in range(100):
             assert _eval(kept, xindex=x, s=sv) == ((x % (5 * sv)) // 2) % 3
+
+
+def test_multiples_are_taken_out_only_when_the_rest_stays_non_negative() -> None:
+    """Generated C++ and Triton divide and take remainders truncating toward zero, which agrees
+    with floor semantics only for a non-negative base: ``(8 - s % 8) % 8`` must not become
+    ``(-(s % 8)) % 8`` (a symbolic pad's size came out 1 instead of 9 in generated C++)."""
+    s = sympy.Symbol("s", integer=True, positive=True)
+    pad = ModularIndexing(8 - ModularIndexing(s, 1, 8), 1, 8)
+    assert pad.args[0] == 8 - ModularIndexing(s, 1, 8)  # the 8 stays: the base is >= 1
+    for sv in range(1, 40):
+        base = int(pad.args[0].subs(s, sv).replace(ModularIndexing, lambda b, d, m: (b // d) % m))
+        assert base >= 0 and base % 8 == (8 - sv % 8) % 8
+    # A negative multiple next to a non-negative rest is still taken out.
+    assert FloorDiv(X + 16 * s - 8, 8) == 2 * s - 1 + FloorDiv(X, 8)
+    assert ModularIndexing(X - 8, 1, 8) == ModularIndexing(X, 1, 8)
+
+
+def test_ceil_and_floor_of_a_size_quotient_become_floor_divisions() -> None:
+    """torch writes ``math.ceil(s / 32)`` (the memory-efficient attention's log-sum-exp rows) as
+    ``CeilToInt(IntTrueDiv(s, 32))``; as ``FloorDiv(s + 31, 32)`` a symbolic graph compiles."""
+    from torch.utils._sympy.functions import CeilToInt, FloorToInt, IntTrueDiv
+
+    from pyjit.backend.symbolic import from_torch_expr
+
+    s = sympy.Symbol("s", integer=True, positive=True)
+    ceil32 = from_torch_expr(32 * CeilToInt(IntTrueDiv(s, 32)))
+    floor4 = from_torch_expr(FloorToInt(IntTrueDiv(s + 3, 4)))
+    assert ceil32 == 32 * FloorDiv(s + 31, 32) and floor4 == FloorDiv(s + 3, 4)
+    for sv in range(1, 100):
+        assert int(ceil32.subs(s, sv).replace(FloorDiv, lambda a, b: a // b)) == -(-sv // 32) * 32
