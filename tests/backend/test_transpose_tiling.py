@@ -91,6 +91,17 @@ def test_per_channel_bias_keeps_1d_blocks(device: str) -> None:
     assert not _tiled(src)
 
 
+def test_cat_with_a_transposed_input_is_tiled(device: str) -> None:
+    """A cat whose middle input is read transposed (GPT-2's q/k/v gradients: the key's arrives
+    as ``[B, D, T]``): the cat's masked loads clamp their index, which once hid the transposed
+    input's movement from the tiling decision (probed where that load is masked off)."""
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return torch.cat([q, k.transpose(1, 2), v], dim=-1) * 2
+
+    src = _check_layout(fn, make([2, 48, 32], device), make([2, 32, 48], device), make([2, 48, 32], device))
+    assert len(_tiled(src)) == 1 and backend.metrics.generated_kernel_count == 1
+
+
 # --------------------------------------------------------------------------- fusion choice
 def test_qkv_head_split_copies_are_separate_kernels(device: str) -> None:
     """q, k^T, v of one projection read disjoint slices: three kernels, k^T (the transposed

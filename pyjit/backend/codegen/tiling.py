@@ -95,6 +95,22 @@ def tiled_index(tiling: Tiling, node: SchedulerNode) -> list[sympy.Expr]:
     return [simplify_with_ranges(i, ranges) for i in node_index(node.sizes, t.dims, dim_vars)]
 
 
+def _unclamped(index: sympy.Expr) -> sympy.Expr:
+    """``index`` with each clamp of a variable expression to a constant bound dropped.
+
+    A concatenation's masked loads clamp their index into the input (``min(max(c - 128, 0),
+    127)`` for the second of three inputs of 128 columns): probed at the origin, where that
+    load is masked off, the clamp hid its movement, so a transposed input of a cat (GPT-2's
+    q/k/v gradients, the key's read along the sequence) was taken for a broadcast and the
+    kernel stayed 1-D, its key loads strided. Unclamped, each access moves as it does where
+    it is live."""
+    def strip(e: sympy.Expr) -> sympy.Expr:
+        moving = [a for a in e.args if not a.is_Number]
+        return moving[0] if len(moving) == 1 else e
+
+    return index.replace(lambda e: isinstance(e, (sympy.Min, sympy.Max)), strip)
+
+
 def _strides(index: sympy.Expr, dim_vars: Sequence[sympy.Symbol]) -> list[int] | None:
     """How far ``index`` moves for one step along each dim, at the origin.
 
@@ -102,6 +118,7 @@ def _strides(index: sympy.Expr, dim_vars: Sequence[sympy.Symbol]) -> list[int] |
     view of merged dims indexes ``(16*i0 + i1) % 64``, contiguous in ``i1`` but not linear.
     A stride at one point is a layout hint; correctness never depends on it.
     """
+    index = _unclamped(index)
     zero = {v: sympy.Integer(0) for v in dim_vars}
     base = index.xreplace(zero)
     if not base.is_Integer:
