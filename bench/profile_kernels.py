@@ -12,7 +12,8 @@ the tool behind "where does the gap to torch.compile come from" notes in ``docs/
 compiler internals, only kernel names and times, so the peers are profiled the same way.
 
 ``--gemms`` also attributes every library GEMM/convolution kernel to the aten call that launched
-it (op name, operand shapes and strides, from the profiler's CPU events), one row per distinct
+it (op name, operand shapes, and strides where the profiler records them: torch 2.11 left
+them empty), from the profiler's CPU events, one row per distinct
 (call, kernel): the tool for "the same product got a different cuBLAS kernel" questions.
 """
 from __future__ import annotations
