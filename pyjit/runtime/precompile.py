@@ -392,7 +392,7 @@ def _warm_in_processes(warmers: list[tuple[Any, Callable[[], object]]]) -> int |
 
     pool = compile_pool.get(_threads())
     if pool.ready == 0 and len(warmers) <= _WAIT_FOR_WORKERS_ABOVE:
-        # The workers are still starting (importing torch and Triton: seconds): for a few
+        # The workers are still starting (importing Triton: a second or more): for a few
         # kernels, waiting for them would cost more than compiling here, in threads.
         time_log.info("parallel compile: compile workers still starting, %d kernel(s) compiled in this "
                       "process", len(warmers))

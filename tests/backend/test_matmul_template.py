@@ -22,7 +22,7 @@ import pyjit.backend as backend
 from pyjit import config as cfg
 from pyjit.backend.metrics import metrics
 
-from .conftest import DEVICES, check, compile_graph, make
+from .conftest import DEVICES, check, make
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

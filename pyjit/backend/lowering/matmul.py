@@ -539,7 +539,6 @@ def _split_addmm_wins(ctx: "GraphLowering", args: tuple, kwargs: dict, a: IRNode
                                 [int(s) for s in lay.size], [int(s) for s in lay.stride], int(lay.offset))
                for lay in layouts if lay is not None]
     d_bias, d_a, d_b = dummies
-    out = torch.empty([int(s) for s in (*a.get_size()[:-1], b.get_size()[-1])], device=device, dtype=a.get_dtype())
 
     def fused_bias() -> Callable[[], object]:
         return lambda: aten.addmm.default(d_bias, d_a, d_b, **kwargs)
@@ -547,6 +546,8 @@ def _split_addmm_wins(ctx: "GraphLowering", args: tuple, kwargs: dict, a: IRNode
     def split() -> Callable[[], object]:
         if charge == "none":
             return lambda: aten.mm.default(d_a, d_b)
+        out = torch.empty([int(s) for s in (*a.get_size()[:-1], b.get_size()[-1])], device=device,
+                          dtype=a.get_dtype())
         if charge == "store":
             return lambda: (aten.mm.default(d_a, d_b), out.zero_())
         return lambda: torch.add(aten.mm.default(d_a, d_b), d_bias, out=out)
