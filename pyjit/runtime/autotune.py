@@ -28,6 +28,7 @@ import contextlib
 import hashlib
 import json
 import math
+import threading
 import time
 from typing import Any, Callable, Iterator, Mapping
 
@@ -44,20 +45,21 @@ _memo: dict[str, dict] = {}  # key -> stored record (this process)
 # Test hook: ``timer(candidate_name, run, device) -> ms`` replaces :func:`benchmark` when set.
 # It may raise (the candidate then counts as failed, as a real failure would).
 timer: Callable[[str, Callable[[], object], torch.device], float] | None = None
-# While :func:`prefetching`: the (kernel, warm) compiles the candidates built so far need.
-_prefetch: list[tuple[Any, Callable[[], object]]] | None = None
+# While :func:`prefetching` (per thread: a backward compiling on autograd's thread is tuned as
+# usual): the (kernel, warm) compiles the candidates built so far need.
+_state = threading.local()
 
 
 @contextlib.contextmanager
 def prefetching() -> Iterator[list[tuple[Any, Callable[[], object]]]]:
     """Within: :func:`choose` builds candidates without benchmarking them and answers the stored
     choice or the first candidate; yields the list of ``(kernel, warm)`` compiles they need."""
-    global _prefetch
-    previous, _prefetch = _prefetch, []
+    previous = getattr(_state, "prefetch", None)
+    _state.prefetch = gathered = []
     try:
-        yield _prefetch
+        yield gathered
     finally:
-        _prefetch = previous
+        _state.prefetch = previous
 
 FORMAT = 1
 
@@ -113,19 +115,20 @@ def choose(kind: str, key_fields: Mapping[str, str], candidates: Mapping[str, Ca
     A stored choice for the same key (this process or an earlier one) is returned without
     benchmarking, as long as it still names a candidate.
     """
+    prefetch = getattr(_state, "prefetch", None)
     record = lookup(kind, key_fields)
     if record is not None and record["choice"] in candidates:
-        if _prefetch is None:
+        if prefetch is None:
             counters["cache_hits"] += 1
         return record["choice"]
-    if _prefetch is not None:
+    if prefetch is not None:
         for build in candidates.values():
             try:
                 warm = getattr(build(), "warm_launch", None)
             except Exception:  # noqa: BLE001 - it fails again, and is reported, when tuned for real
                 continue
             if warm is not None:
-                _prefetch.append(warm)
+                prefetch.append(warm)
         return next(iter(candidates))
     start = time.perf_counter()
     timings: dict[str, float] = {}
