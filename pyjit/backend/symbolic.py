@@ -153,6 +153,22 @@ class ModularIndexing(sympy.Function):
         return None
 
 
+class TrueDiv(sympy.Function):
+    """``a / b`` as Python divides two sizes: a float, never an index. Batch norm's ``numel / C``
+    and its unbiased-variance factor ``n / (n - 1)`` are such values; they reach kernels only as
+    scalar operands of pointwise ops (``ops.constant``), computed from the size arguments, and
+    the host (the wrapper, a backward's saved sizes) evaluates them in Python."""
+
+    is_real = True
+    nargs = (2,)
+
+    @classmethod
+    def eval(cls, a: Expr, b: Expr) -> Expr | None:
+        if a.is_Number and b.is_Number and b != 0:
+            return sympy.Float(float(a) / float(b))
+        return None
+
+
 def sym(name: str) -> sympy.Symbol:
     """An index variable (non-negative integer)."""
     return sympy.Symbol(name, integer=True, nonnegative=True)
@@ -189,8 +205,9 @@ def from_torch_expr(expr: Expr) -> Expr:
     """A ShapeEnv expression rewritten with this module's index functions.
 
     Sizes are non-negative, so torch's ``FloorDiv``/``CleanDiv``/``Mod``/``PythonMod`` map to
-    :class:`FloorDiv` / :class:`ModularIndexing`, and ``CeilToInt``/``FloorToInt`` of an
-    ``IntTrueDiv`` of sizes to a :class:`FloorDiv`; a function we do not know raises
+    :class:`FloorDiv` / :class:`ModularIndexing`, ``CeilToInt``/``FloorToInt`` of an
+    ``IntTrueDiv`` of sizes to a :class:`FloorDiv`, and other true divisions (float values) to
+    :class:`TrueDiv`; a function we do not know raises
     ``NotImplementedError`` (the graph then runs as captured).
     """
     if not expr.args or expr.is_Symbol or expr.is_Number:
@@ -203,6 +220,10 @@ def from_torch_expr(expr: Expr) -> Expr:
         if num.is_nonnegative and den.is_positive:
             return FloorDiv(num + den - 1, den) if name == "CeilToInt" else FloorDiv(num, den)
     args = [from_torch_expr(a) for a in expr.args]
+    if name in ("IntTrueDiv", "FloatTrueDiv"):
+        return TrueDiv(*args)
+    if name == "ToFloat":
+        return TrueDiv(args[0], sympy.Integer(1))  # a size used as a float
     if name in ("FloorDiv", "CleanDiv"):
         return FloorDiv(*args)
     if name in ("Mod", "PythonMod"):
@@ -558,6 +579,10 @@ class _Printer(sympy.printing.str.StrPrinter):
         base, d, m = e.args
         inner = self._paren(base) if d == 1 else f"({self._paren(base)} // {self._atom(d)})"
         return f"({inner} % {self._atom(m)})"
+
+    def _print_TrueDiv(self, e: TrueDiv) -> str:
+        # Python and Triton: ``/`` of integers is a true (float) division.
+        return f"({self._paren(e.args[0])} / {self._atom(e.args[1])})"
 
     def _atom(self, e: Expr) -> str:
         """``e`` as the right operand of ``//`` or ``%`` (a symbolic size like ``8*s0`` needs parentheses)."""

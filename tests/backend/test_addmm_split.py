@@ -8,7 +8,7 @@ bias out of the GEMM (nothing / one store of the product / a bias kernel of its 
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -18,20 +18,11 @@ from pyjit import config as cfg
 from pyjit.backend.metrics import metrics
 from pyjit.runtime import autotune
 
+from . import test_epilogue_tuning
 from .conftest import check, make
 from .test_launch_autotune import FakeTimer
 
-
-@pytest.fixture
-def timer(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeTimer]:
-    t = FakeTimer()
-    monkeypatch.setattr(autotune, "timer", t)
-    autotune.clear_memo()
-    with cfg.patch(cpu_backend="triton_interpret", raise_on_internal_error=True, cache_dir=str(tmp_path / "cache"),
-                   autotune_launch="force", autotune_launch_min_bytes=1 << 40):
-        metrics.reset()
-        yield t
-    autotune.clear_memo()
+timer = test_epilogue_tuning.timer  # the fixture: interpreter, forced tuning, the fake timer
 
 
 @pytest.fixture

@@ -396,25 +396,30 @@ def test_symbolic_graph_with_a_tensor_constant_keeps_its_compiled_module(caplog)
     assert not captured, captured
 
 
-@pytest.mark.parametrize("cpu_backend", ["cpp", "triton_interpret"])
-def test_symbolic_pad_to_a_multiple(cpu_backend):
-    """A pad whose width depends on a symbolic size (eager's attention pads its mask's rows to a
-    multiple of 8: ``(8 - s % 8) % 8`` columns) lowers with symbolic bounds; before, the
-    lowering called ``int()`` on the pad and the graph ran as captured."""
+def _one_symbolic_graph(f, **config):
+    """``f`` over inputs of 3 rows and 5, 8, 11, 17 columns, as eager; one symbolic graph."""
     from pyjit import backend
 
-    def f(x):
-        pad = (8 - x.shape[-1] % 8) % 8
-        return torch.nn.functional.pad(x * 2, (1, pad), value=-1.0).sum(0) + 1
-
     backend.metrics.reset()
-    with pyjit.config.patch(cpu_backend=cpu_backend, raise_on_internal_error=True):
+    with pyjit.config.patch(raise_on_internal_error=True, **config):
         jf = pyjit.jit(f, dynamic=True)
         for n in (5, 8, 11, 17):
             x = torch.randn(3, n)
             close(jf(x), f(x))
     assert backend.metrics.eager_graphs == []
     assert backend.metrics.dynamic_graphs == 1
+
+
+@pytest.mark.parametrize("cpu_backend", ["cpp", "triton_interpret"])
+def test_symbolic_pad_to_a_multiple(cpu_backend):
+    """A pad whose width depends on a symbolic size (eager's attention pads its mask's rows to a
+    multiple of 8: ``(8 - s % 8) % 8`` columns) lowers with symbolic bounds; before, the
+    lowering called ``int()`` on the pad and the graph ran as captured."""
+    def f(x):
+        pad = (8 - x.shape[-1] % 8) % 8
+        return torch.nn.functional.pad(x * 2, (1, pad), value=-1.0).sum(0) + 1
+
+    _one_symbolic_graph(f, cpu_backend=cpu_backend)
 
 
 def test_extern_argument_traced_as_a_slice_of_a_padded_buffer():
@@ -422,18 +427,9 @@ def test_extern_argument_traced_as_a_slice_of_a_padded_buffer():
     of a buffer padded to a multiple of 8 columns, as eager's attention pads its bias) under
     symbolic sizes: the argument is realized with those strides. Before, such strides were
     refused and the graph ran as captured (Llama's training graph on CUDA compiled per size)."""
-    from pyjit import backend
-
     def f(x):
         n = x.shape[-1]
         y = torch.nn.functional.pad(x * 2, (0, (8 - n % 8) % 8))[:, :n]
         return torch.cumsum(y, 1) + 1
 
-    backend.metrics.reset()
-    with pyjit.config.patch(raise_on_internal_error=True):
-        jf = pyjit.jit(f, dynamic=True)
-        for n in (5, 8, 11, 17):
-            x = torch.randn(3, n)
-            close(jf(x), f(x))
-    assert backend.metrics.eager_graphs == []
-    assert backend.metrics.dynamic_graphs == 1
+    _one_symbolic_graph(f)

@@ -216,3 +216,38 @@ def test_varying_python_numbers_stay_inputs_of_one_symbolic_training_graph(fresh
     assert backend.metrics.eager_graphs == []
     assert backend.metrics.dynamic_graphs >= 2
     assert counts[1:] == [counts[1]] * (len(counts) - 1), counts
+
+
+@pytest.mark.parametrize("cpu_backend", ["cpp", "triton_interpret"])
+def test_batch_norm_training_over_batch_sizes_compiles_one_symbolic_graph(fresh_pyjit: Any, cpu_backend: str) -> None:
+    """Batch norm in training mode divides sizes as floats (``numel / C`` and the unbiased
+    variance's ``n / (n - 1)`` for the running variance): such float size expressions are
+    computed from the size arguments (``symbolic.TrueDiv``) instead of refusing the symbolic
+    graph, which compiled a training graph per batch size. Losses, grads and running
+    statistics equal eager's."""
+    def step(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        loss = m(x).square().mean()
+        loss.backward()
+        return loss.detach()
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(144, 2),
+                          nn.BatchNorm1d(2))
+    ref = copy.deepcopy(model)
+    backend.metrics.reset()
+    counts = []
+    with pyjit.config.patch(cpu_backend=cpu_backend):
+        jitted = pyjit.jit(step)
+        for n in [2, 3, 4, 5, 7, 3]:
+            x = torch.randn(n, 3, 8, 8)
+            model.zero_grad()
+            ref.zero_grad()
+            torch.testing.assert_close(jitted(model, x), step(ref, x), atol=1e-4, rtol=1e-4)
+            for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+                torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=name)
+            for (name, b), c in zip(model.named_buffers(), ref.buffers()):
+                torch.testing.assert_close(b, c, atol=1e-5, rtol=1e-5, msg=name)
+            counts.append(backend.metrics.compiled_graphs)
+    assert backend.metrics.eager_graphs == []
+    assert backend.metrics.dynamic_graphs >= 2
+    assert counts[1:] == [counts[1]] * (len(counts) - 1), counts

@@ -39,7 +39,7 @@ import torch
 from ...config import config
 from ..ops_handler import BinaryOp, ReductionType, UnaryOp
 from ..scheduler import FusedGroup
-from ..symbolic import FloorDiv, ModularIndexing, _Printer, hint, is_static, simplify_with_ranges, sym
+from ..symbolic import FloorDiv, ModularIndexing, _Printer, is_static, simplify_with_ranges, sym
 from .common import IndentedBuffer, compute_dtype, drop_dead_loop_temporaries
 from .cpp_prelude import HEADER
 from .triton import XINDEX, YINDEX, CSEVar, TritonKernel
@@ -80,6 +80,9 @@ class _CppPrinter(_Printer):
         base, d, m = e.args
         inner = self._paren(base) if d == 1 else f"({self._paren(base)} / {self._atom(d)})"
         return f"({inner} % {self._atom(m)})"
+
+    def _print_TrueDiv(self, e: Any) -> str:
+        return f"(static_cast<double>({self._print(e.args[0])}) / static_cast<double>({self._print(e.args[1])}))"
 
     def _print_Min(self, e: sympy.Min) -> str:
         args = [self._print(a) for a in e.args]
