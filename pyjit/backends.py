@@ -59,10 +59,10 @@ def lookup(backend: str | Backend) -> Backend:
         return _REGISTRY[backend]
     except KeyError:
         if backend == "inductor":
-            raise ValueError("pyjit has no built-in 'inductor' backend: pyjit never imports torch's own compiler "
-                             "(DESIGN.md). To compare, register it yourself: `from torch._inductor import "
-                             "compile_fx; pyjit.backends.register('inductor', compile_fx.compile_fx)`, or pass "
-                             "that function as backend=.") from None
+            raise ValueError("pyjit has no built-in 'inductor' backend: pyjit never uses torch's own compiler "
+                             "(DESIGN.md). To compare, register it yourself from your code with "
+                             "pyjit.backends.register('inductor', fn), fn being torch's graph compiler "
+                             "(docs/training.md, Backends API), or pass fn as backend=.") from None
         raise ValueError(f"unknown pyjit backend {backend!r}; registered: {', '.join(list())}. "
                          f"Register one with pyjit.backends.register(name, fn).") from None
 
