@@ -376,7 +376,7 @@ def _lower_and_generate(aten_gm: torch.fx.GraphModule, device: torch.device, ext
     return WrapperCodegen(lowering, scheduler, device, rmax).generate(), lowering
 
 
-_TUNED_MATMULS = ("mm.default", "addmm.default", "bmm.default")
+_TUNED_MATMULS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default)
 
 
 def _prefetch_tuning(aten_gm: torch.fx.GraphModule, device: torch.device, extra_guards: list[Any]) -> None:
@@ -395,8 +395,7 @@ def _prefetch_tuning(aten_gm: torch.fx.GraphModule, device: torch.device, extra_
 
     if device.type != "cuda" or not config.autotune or not precompile.enabled():
         return
-    matmuls = sum(1 for n in aten_gm.graph.nodes
-                  if n.op == "call_function" and str(getattr(n.target, "__name__", "")) in _TUNED_MATMULS)
+    matmuls = sum(1 for n in aten_gm.graph.nodes if n.op == "call_function" and n.target in _TUNED_MATMULS)
     if matmuls < 2:
         return
     start = time.perf_counter()
