@@ -236,7 +236,7 @@ def with_cudagraphs(inner: str | Backend, *, dynamic: bool = False) -> Backend:
 
         return wrap_compiled(inner(gm, example_inputs), gm, example_inputs)
 
-    pyjit_cudagraphs.pyjit_dynamic = dynamic and getattr(inner, "pyjit_dynamic", False)  # type: ignore[attr-defined]
+    pyjit_cudagraphs.pyjit_dynamic = dynamic and accepts_symbolic(inner)  # type: ignore[attr-defined]
     _cudagraph_wrappers[key] = (pyjit_cudagraphs, inner)
     return pyjit_cudagraphs
 
@@ -254,9 +254,19 @@ def _run_aten_graph(gm: Any, example_inputs: builtins.list[Any]) -> Callable[...
     return gm.forward
 
 
-# Backends that accept graphs with symbolic sizes (dynamic shapes): their result must be valid
-# for every size the shape guards admit. Others get static graphs (a recompile per new size);
-# a user backend opts in by setting ``fn.pyjit_dynamic = True``.
+def accepts_symbolic(backend: Any) -> bool:
+    """Whether ``backend`` is handed graphs with symbolic sizes once a size has changed.
+
+    As under torch.compile, every backend does unless it declares ``pyjit_dynamic = False``
+    (then each new size is a static trace and a new backend call, up to the entry limit). A
+    symbolic graph reads its sizes from its tensor inputs (``x.size()[0]`` nodes) and takes
+    Python numbers that changed as int/float placeholders; its example inputs are the real
+    values of the call that compiled it, so a backend can run the graph on them. A backend that
+    specialises on its example inputs' sizes (it traces or records them) must declare
+    ``pyjit_dynamic = False``."""
+    return bool(getattr(backend, "pyjit_dynamic", True))
+
+
 eager.pyjit_dynamic = True  # type: ignore[attr-defined]
 pyjit_backend.pyjit_dynamic = True  # type: ignore[attr-defined]
 

@@ -73,7 +73,9 @@ class CodeState:
     def dynamic_policy(self) -> Any:
         """How the next trace chooses symbols (a ``DynamicPolicy``); None for backends that
         need static graphs (they specialise on the example inputs' sizes)."""
-        if not getattr(self.options.backend, "pyjit_dynamic", False):
+        from ..backends import accepts_symbolic
+
+        if not accepts_symbolic(self.options.backend):
             return None
         from ..trace.dynamic import DynamicPolicy
 
