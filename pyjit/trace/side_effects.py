@@ -26,10 +26,13 @@ so every holder (and the return value) gets one object.
 
 Replay protocol (see :meth:`OutputCodegen.capture_side_effects
 <pyjit.trace.output_graph.OutputCodegen.capture_side_effects>`): one helper call per place, its
-arguments expressions of the reconstruct protocol. Arguments that read the caller's state through
-a source other than an argument slot (``L['t'].y``, a global, a cell) are evaluated into locals
-*before* the first mutation: they stand for the state before the call, so ``t.x, t.y = t.y, t.x``
-swaps. The replay calls the generic store the trace modelled (``object.__setattr__`` or
+arguments expressions of the reconstruct protocol. Every read of the caller's state through a
+source other than an argument slot (``L['t'].y``, a global, a cell), by the replay or by any other
+rebuilt value (the return value, a graph break's stack and locals), is evaluated into a local
+*before* the first mutation (:meth:`OutputCodegen._source_token
+<pyjit.trace.output_graph.OutputCodegen._source_token>`): such a tracker stands for the state the
+trace read before its own mutations, so ``t.x, t.y = t.y, t.x`` swaps and ``p = xs.pop()``
+returns the popped item. The replay calls the generic store the trace modelled (``object.__setattr__`` or
 ``Module.__setattr__``): a Python ``__setattr__`` of the class already ran symbolically.
 
 Aliasing: lists, dicts and objects reached from the frame are remembered by identity (the builder
@@ -441,20 +444,10 @@ class SideEffects:
             else:
                 call = f"{cg.ref(new_object, 'new_object')}({cls_text})"
             replay.blanks.append((object_local(self, obj), parse(call)))
-        # Every argument that reads the caller's state is evaluated before the first mutation (see
-        # module docstring); constants, graph outputs and argument slots are read where used.
-        keys = {token: key for key, token in cg._token_by_key.items()}
+        # Arguments that read the caller's state load what OutputCodegen read before the first
+        # mutation (OutputCodegen._source_token).
         for helper, args in states + steps:
-            names = []
-            for a in args:
-                expr = parse(a)
-                if not _reads_state(expr, keys):
-                    names.append(a)
-                    continue
-                local = f"___se_arg_{len(replay.values)}"
-                replay.values.append((local, expr))
-                names.append(cg._token(("se_arg", local), _loader(local), "se_arg"))
-            replay.calls.append(parse(f"{cg.ref(helper, helper.__name__)}({', '.join(names)})"))
+            replay.calls.append(parse(f"{cg.ref(helper, helper.__name__)}({', '.join(args)})"))
         replay.objects = list(self.new_objects)
         return replay
 
@@ -476,11 +469,10 @@ class SideEffects:
 
 class Replay:
     """What :meth:`OutputCodegen.emit_side_effects` emits, in order: ``local = expr`` for each
-    blank new object and each argument, then each call (its result popped)."""
+    blank new object, then each call (its result popped)."""
 
     def __init__(self) -> None:
         self.blanks: list[tuple[str, ast.expr]] = []
-        self.values: list[tuple[str, ast.expr]] = []
         self.calls: list[ast.expr] = []
         self.objects: list[Any] = []
 
@@ -489,19 +481,6 @@ class Replay:
         captured after the replay would read a local nobody set)."""
         if len(se.new_objects) != len(self.objects):
             raise AssertionError("an object built by the trace was referenced after capture_side_effects()")
-
-
-def _reads_state(expr: ast.expr, keys: dict[str, Any]) -> bool:
-    """The expression reads a value through a source the replay could change (an attribute, an
-    item, a global, a cell's contents); an argument slot itself cannot change."""
-    from ..guards.source import LocalSource
-
-    for node in ast.walk(expr):
-        if isinstance(node, ast.Name):
-            key = keys.get(node.id)
-            if key is not None and key[0] == "source" and not isinstance(key[1], LocalSource):
-                return True
-    return False
 
 
 def _loader(local: str) -> Any:
