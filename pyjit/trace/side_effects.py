@@ -165,6 +165,7 @@ class SideEffects:
         self._attrs: dict[int, dict[str, "VariableTracker"]] = {}  # id(real obj) -> name -> value
         self._globals: dict[tuple[int, str], "VariableTracker"] = {}
         self._known: dict[int, tuple[Any, "VariableTracker"]] = {}  # id(real obj) -> (obj, tracker)
+        self._cells: dict[int, Any] = {}  # id(real cell) -> its one CellVariable
         self._mutated_outside: list["VariableTracker"] = []
         self.new_objects: list[Any] = []  # ObjectVariables referenced by reconstruct, in order
         self.created: list[Any] = []  # every ObjectVariable the trace constructed
@@ -283,6 +284,19 @@ class SideEffects:
         self._entries[("global",) + key] = _Entry(store_global, target, (name, ("global",) + key))
 
     # -- closure cells ------------------------------------------------------------------------
+    def cell_variable(self, real_cell: Any, source: Source | None) -> Any:
+        """The one tracker of a closure cell that lives outside the trace. A closure called
+        twice (or two closures sharing a variable) reaches the same cell each time: its second
+        call must read what the first one stored, and the replay store it once."""
+        hit = self._cells.get(id(real_cell))
+        if hit is None:
+            from ..variables.functions import CellVariable
+
+            hit = CellVariable(real_cell=real_cell, source=source)
+            self._cells[id(real_cell)] = hit
+            self._keep.append(real_cell)
+        return hit
+
     def store_cell(self, tx: "Translator", cell: Any, value: "VariableTracker", name: str) -> None:
         """``nonlocal name; name = value`` on a cell of an outside function (a CellVariable)."""
         self.effects += 1
