@@ -378,6 +378,7 @@ class OutputCodegen:
         # Caller state read by the rebuild (see _source_token): local name -> source, in order.
         self._pre_reads: dict[str, Source] = {}
         self._pre_reads_emitted = False
+        self._keep_alive: list[Any] = []
 
     # -- the reconstruct protocol of variable trackers --------------------------------------
     def _token(self, key: Any, emit: Callable[[PyCodegen], None], hint: str) -> str:
@@ -387,6 +388,34 @@ class OutputCodegen:
             self._leaves[token] = emit
             self._token_by_key[key] = token
         return token
+
+    def built_once(self, tracker: "VariableTracker", text: str, hint: str) -> str:
+        """The name of a mutable value the trace built (a list or dict) and that the rebuild may
+        use in several places (returned twice, a graph break's local and a bound method of it
+        on the stack): built where it is first used and stored in a local, which every later
+        use loads, so all places hold one object as in eager. Rebuilds are emitted in
+        execution order with no branch before them, so the first use runs first."""
+        key = ("once", id(tracker))
+        token = self._token_by_key.get(key)
+        if token is not None:
+            return token
+        from ..bytecode import create_instruction
+
+        local = f"___built_{len(self._leaves)}"
+        expr = ast.parse(text, mode="eval").body
+        built: list[bool] = []
+
+        def emit(cg: PyCodegen) -> None:
+            if built:
+                cg.load_local(local)
+                return
+            built.append(True)
+            self._emit_expression(cg, expr)
+            cg.append(create_instruction("COPY", arg=1))
+            cg.store_local(local)
+
+        self._keep_alive.append(tracker)  # its id keys the token
+        return self._token(key, emit, hint)
 
     def ref(self, obj: Any, hint: str = "c") -> str:
         # The emit closure keeps ``obj`` alive, so its id is not reused while this codegen lives.
