@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import types
 from typing import TYPE_CHECKING, Any
 
 from ..guards.guards import GuardKind
@@ -122,11 +123,19 @@ def build_module(cls: type, args: tuple, kwargs: dict) -> Any:
 
 
 def set_object_state(obj: Any, attrs: dict, items: dict | None) -> None:
-    """The state of an object built by the traced code: its ``__dict__`` and, for a dict
-    subclass, its items (set with the base type's methods, like the trace did)."""
+    """The state of an object built by the traced code: its ``__dict__`` and ``__slots__``
+    and, for a dict subclass, its items (set with the base type's methods, like the trace did)."""
     if items is not None:
         replace_dict(obj, items)
-    obj.__dict__.update(attrs)
+    cls = type(obj)
+    plain = {}
+    for name, value in attrs.items():
+        if isinstance(getattr(cls, name, None), types.MemberDescriptorType):
+            object.__setattr__(obj, name, value)  # a slot: its descriptor holds the value
+        else:
+            plain[name] = value
+    if plain:
+        obj.__dict__.update(plain)
 
 
 class TokenBox:
