@@ -266,30 +266,40 @@ class SideEffects:
         self._outside_mutated(obj)
 
     # -- globals ------------------------------------------------------------------------------
-    def pending_global(self, tx: "Translator", name: str) -> "VariableTracker | None":
+    def pending_global(self, tx: "Translator", name: str, namespace: dict | None = None) -> "VariableTracker | None":
+        """The value the trace stored into global ``name`` of ``namespace`` (the current frame's
+        globals by default; a module's ``__dict__`` for ``module.name``), or None."""
         if not self._globals:
             return None
-        value = self._globals.get((id(tx.f_globals), name))
+        ns = tx.f_globals if namespace is None else namespace
+        value = self._globals.get((id(ns), name))
         if value is DELETED:
+            if namespace is not None:
+                unsupported("exception", f"AttributeError: module {ns.get('__name__')!r} has no attribute {name!r}")
             unsupported("exception", f"NameError: name {name!r} is not defined")
         return value
 
-    def store_global(self, tx: "Translator", name: str, value: Any) -> None:
+    def store_global(self, tx: "Translator", name: str, value: Any, namespace: dict | None = None) -> None:
+        """``global name; name = value`` (``namespace`` None: the frame's globals), or
+        ``module.name = value`` (``namespace``: the module's ``__dict__``, the module's identity
+        guarded where it was read): one place either way, so ``global`` stores in a module's
+        function and attribute reads of that module see each other."""
         self.effects += 1
-        namespace = tx.f_globals
-        key = (id(namespace), name)
+        ns = tx.f_globals if namespace is None else namespace
+        key = (id(ns), name)
         self._globals[key] = value
+        self._keep.append(ns)
         if ("global",) + key in self._entries:
             return
-        if namespace is tx.root_globals:
+        if namespace is None and ns is tx.root_globals:
             # The replacement code runs with the frame's globals: ``globals()`` called there.
             def target(cg: "OutputCodegen") -> str:
                 return f"{cg.ref(globals, 'globals')}()"
         else:
             # An inlined function's module: its __globals__ dict is fixed for the function
-            # object, whose identity the trace guarded where it was read.
+            # object, whose identity the trace guarded where it was read (a module's likewise).
             def target(cg: "OutputCodegen") -> str:
-                return cg.ref(namespace, "globals")
+                return cg.ref(ns, "globals")
         self._entries[("global",) + key] = _Entry(store_global, target, (name, ("global",) + key))
 
     # -- closure cells ------------------------------------------------------------------------

@@ -66,6 +66,11 @@ def store_attribute(tx: "Translator", obj: VariableTracker, name: str, value: An
     if isinstance(obj, ObjectVariable):
         obj.store_attr(tx, name, value, generic=generic)
         return
+    from .misc import PythonModuleVariable
+
+    if isinstance(obj, PythonModuleVariable):
+        obj.store_attr(tx, name, value)
+        return
     if not isinstance(obj, (UserDefinedObjectVariable, NNModuleVariable)):
         what = "deleting" if value is DELETED else "assigning"
         unsupported("side_effect", f"{what} the attribute {name!r} of a {_type_name(obj)}")

@@ -426,3 +426,28 @@ def test_global_value_returned_after_its_update(mode):
         COUNTER = 0
 
     _run(_global_returned_program(mode), lambda i: (_rand(i, 3),), reset, lambda args: COUNTER)
+
+
+# -- a module's globals, through `global` in its function and as module attributes --------------
+def _module_global_program(mode: str) -> Callable[..., Any]:
+    from . import replay_once_counter as counter
+
+    def f(x):
+        before = counter.VALUE
+        a = counter.bump()            # `global VALUE` in the module's own function
+        _brk(mode)
+        counter.VALUE = counter.VALUE + 5  # an attribute store on the module
+        b = counter.bump()
+        return x + a, before, a, b, counter.VALUE
+
+    return f
+
+
+@pytest.mark.parametrize("mode", ["plain", "break"])
+def test_module_global_through_function_and_attribute(mode):
+    from . import replay_once_counter as counter
+
+    def reset():
+        counter.VALUE = 0
+
+    _run(_module_global_program(mode), lambda i: (_rand(i, 3),), reset, lambda args: counter.VALUE)
