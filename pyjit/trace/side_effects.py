@@ -7,8 +7,10 @@ mutation:
 
 - the contents of a list or dict that came from outside (``xs.append(v)``, ``d[k] = v``);
 - an attribute of an outside object or ``nn.Module`` (``self.x = v``, ``setattr``, ``del``);
-- a global (``global g; g = v``) of the root frame's module or of an inlined function's module;
-- a closure cell of an outside function (``nonlocal n; n += 1``);
+- a global (``global g; g = v``) of the root frame's module or of an inlined function's module,
+  also stored as a module attribute (``mod.g = v``, read back by ``mod.g``: one place);
+- a closure cell of an outside function (``nonlocal n; n += 1``); each real cell has one tracker
+  for the whole trace (:meth:`SideEffects.cell_variable`), however many calls reach it;
 - a replayed step (:meth:`SideEffects.record_step`): ``ContextVar.set``/``reset`` run natively
   in program order (``set`` and ``reset`` of the same token inside the trace cancel out);
 - a deferred call (:meth:`SideEffects.defer_call`): a ``logging.Logger`` method call (and an

@@ -1,4 +1,5 @@
-"""Small trackers that fit no family: Python modules (``torch``, ``math``, ``F``), ``super()``, and
+"""Small trackers that fit no family: Python modules (``torch``, ``math``, ``F``; ``mod.name = v`` on
+a user module is a replayed store into its globals), ``super()``, and
 functions pyjit must not trace (``pyjit.disable``d functions, ``pyjit.graph_break``)."""
 from __future__ import annotations
 
