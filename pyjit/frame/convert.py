@@ -96,7 +96,7 @@ def root_translator(func: types.FunctionType, args: tuple[Any, ...], output: Out
         if name not in cells:
             cells[name] = CellVariable(f_locals.pop(name) if name in f_locals else None)
     for i, name in enumerate(code.co_freevars):
-        cells[name] = CellVariable(real_cell=func.__closure__[i], source=ClosureSource(name, i))  # type: ignore[index]
+        cells[name] = output.side_effects.cell_variable(func.__closure__[i], ClosureSource(name, i))  # type: ignore[index]
     tx.locals = f_locals
     tx.cells = cells
     return tx

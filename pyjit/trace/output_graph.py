@@ -30,7 +30,7 @@ from ..variables.symbolic import SYM_TYPES, SymNodeVariable, SymSliceVariable
 from .dynamic import DynamicPolicy, new_shape_env, record_origins, symbolic_context, torch_source
 
 from ..guards.guards import GuardKind, GuardSet, TensorSpec
-from ..guards.source import Source, sources_as_tokens
+from ..guards.source import LocalSource, Source, sources_as_tokens
 from .graph_breaks import unsupported
 from .pycodegen import PyCodegen
 from .side_effects import SideEffects
@@ -375,6 +375,10 @@ class OutputCodegen:
         self._return: ast.expr | None = None
         self._return_text = ""
         self._out_local = "___graph_out"
+        # Caller state read by the rebuild (see _source_token): local name -> source, in order.
+        self._pre_reads: dict[str, Source] = {}
+        self._pre_reads_emitted = False
+        self._keep_alive: list[Any] = []
 
     # -- the reconstruct protocol of variable trackers --------------------------------------
     def _token(self, key: Any, emit: Callable[[PyCodegen], None], hint: str) -> str:
@@ -384,6 +388,34 @@ class OutputCodegen:
             self._leaves[token] = emit
             self._token_by_key[key] = token
         return token
+
+    def built_once(self, tracker: "VariableTracker", text: str, hint: str) -> str:
+        """The name of a mutable value the trace built (a list or dict) and that the rebuild may
+        use in several places (returned twice, a graph break's local and a bound method of it
+        on the stack): built where it is first used and stored in a local, which every later
+        use loads, so all places hold one object as in eager. Rebuilds are emitted in
+        execution order with no branch before them, so the first use runs first."""
+        key = ("once", id(tracker))
+        token = self._token_by_key.get(key)
+        if token is not None:
+            return token
+        from ..bytecode import create_instruction
+
+        local = f"___built_{len(self._leaves)}"
+        expr = ast.parse(text, mode="eval").body
+        built: list[bool] = []
+
+        def emit(cg: PyCodegen) -> None:
+            if built:
+                cg.load_local(local)
+                return
+            built.append(True)
+            self._emit_expression(cg, expr)
+            cg.append(create_instruction("COPY", arg=1))
+            cg.store_local(local)
+
+        self._keep_alive.append(tracker)  # its id keys the token
+        return self._token(key, emit, hint)
 
     def ref(self, obj: Any, hint: str = "c") -> str:
         # The emit closure keeps ``obj`` alive, so its id is not reused while this codegen lives.
@@ -406,7 +438,24 @@ class OutputCodegen:
         return self._token(("out", idx), emit, f"out{idx}")
 
     def _source_token(self, source: Source) -> str:
-        return self._token(("source", source), source.reconstruct, source_to_node_name(source))
+        """The name of a value read from the frame. An argument slot is read where it is used:
+        it is the replacement's own parameter, which nothing rebinds. Any other source (an
+        attribute, an item, a global, a cell's contents) reads the caller's state, which the
+        side-effect replay may change: a tracker with such a source stands for the value the
+        trace read *before* its own mutations (later reads in the trace see the tracked new
+        value instead), so it is read once, after the graph call and before the first replayed
+        mutation (:meth:`emit_side_effects`), and every use loads that local. So ``p = lst.pop()``
+        returns the popped item, and ``n = G; G += 1; return n`` the old value."""
+        key = ("source", source)
+        token = self._token_by_key.get(key)
+        if token is not None:
+            return token
+        if isinstance(source, LocalSource):
+            return self._token(key, source.reconstruct, source_to_node_name(source))
+        assert not self._pre_reads_emitted, f"{source.name()} captured after the replacement read the caller's state"
+        local = f"___pre_{len(self._pre_reads)}"
+        self._pre_reads[local] = source
+        return self._token(key, lambda cg: cg.load_local(local), source_to_node_name(source))
 
     def capture(self, value: "VariableTracker") -> ast.expr:
         """How to rebuild ``value`` after the graph ran, as an expression for :meth:`emit_value`
@@ -449,16 +498,20 @@ class OutputCodegen:
         self.output.side_effects.replay = self.output.side_effects.capture(self)
 
     def emit_side_effects(self, cg: PyCodegen) -> None:
-        """Append the replay captured by :meth:`capture_side_effects`: new objects and every
-        argument into locals first (values as of before the first mutation), then each call,
-        in program order, its result popped."""
+        """Append the reads of the caller's state every rebuild uses (see :meth:`_source_token`),
+        then the replay captured by :meth:`capture_side_effects`: new objects and every
+        argument into locals first, then each call, in program order, its result popped."""
         from ..bytecode import create_instruction
 
+        for local, source in self._pre_reads.items():
+            source.reconstruct(cg)
+            cg.store_local(local)
+        self._pre_reads_emitted = True
         replay = self.output.side_effects.replay
         if replay is None:
             return
         replay.check_complete(self.output.side_effects)
-        for local, expr in replay.blanks + replay.values:
+        for local, expr in replay.blanks:
             self._emit_expression(cg, expr)
             cg.store_local(local)
         for expr in replay.calls:

@@ -7,8 +7,10 @@ mutation:
 
 - the contents of a list or dict that came from outside (``xs.append(v)``, ``d[k] = v``);
 - an attribute of an outside object or ``nn.Module`` (``self.x = v``, ``setattr``, ``del``);
-- a global (``global g; g = v``) of the root frame's module or of an inlined function's module;
-- a closure cell of an outside function (``nonlocal n; n += 1``);
+- a global (``global g; g = v``) of the root frame's module or of an inlined function's module,
+  also stored as a module attribute (``mod.g = v``, read back by ``mod.g``: one place);
+- a closure cell of an outside function (``nonlocal n; n += 1``); each real cell has one tracker
+  for the whole trace (:meth:`SideEffects.cell_variable`), however many calls reach it;
 - a replayed step (:meth:`SideEffects.record_step`): ``ContextVar.set``/``reset`` run natively
   in program order (``set`` and ``reset`` of the same token inside the trace cancel out);
 - a deferred call (:meth:`SideEffects.defer_call`): a ``logging.Logger`` method call (and an
@@ -26,10 +28,13 @@ so every holder (and the return value) gets one object.
 
 Replay protocol (see :meth:`OutputCodegen.capture_side_effects
 <pyjit.trace.output_graph.OutputCodegen.capture_side_effects>`): one helper call per place, its
-arguments expressions of the reconstruct protocol. Arguments that read the caller's state through
-a source other than an argument slot (``L['t'].y``, a global, a cell) are evaluated into locals
-*before* the first mutation: they stand for the state before the call, so ``t.x, t.y = t.y, t.x``
-swaps. The replay calls the generic store the trace modelled (``object.__setattr__`` or
+arguments expressions of the reconstruct protocol. Every read of the caller's state through a
+source other than an argument slot (``L['t'].y``, a global, a cell), by the replay or by any other
+rebuilt value (the return value, a graph break's stack and locals), is evaluated into a local
+*before* the first mutation (:meth:`OutputCodegen._source_token
+<pyjit.trace.output_graph.OutputCodegen._source_token>`): such a tracker stands for the state the
+trace read before its own mutations, so ``t.x, t.y = t.y, t.x`` swaps and ``p = xs.pop()``
+returns the popped item. The replay calls the generic store the trace modelled (``object.__setattr__`` or
 ``Module.__setattr__``): a Python ``__setattr__`` of the class already ran symbolically.
 
 Aliasing: lists, dicts and objects reached from the frame are remembered by identity (the builder
@@ -44,6 +49,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import types
 from typing import TYPE_CHECKING, Any
 
 from ..guards.guards import GuardKind
@@ -119,11 +125,19 @@ def build_module(cls: type, args: tuple, kwargs: dict) -> Any:
 
 
 def set_object_state(obj: Any, attrs: dict, items: dict | None) -> None:
-    """The state of an object built by the traced code: its ``__dict__`` and, for a dict
-    subclass, its items (set with the base type's methods, like the trace did)."""
+    """The state of an object built by the traced code: its ``__dict__`` and ``__slots__``
+    and, for a dict subclass, its items (set with the base type's methods, like the trace did)."""
     if items is not None:
         replace_dict(obj, items)
-    obj.__dict__.update(attrs)
+    cls = type(obj)
+    plain = {}
+    for name, value in attrs.items():
+        if isinstance(getattr(cls, name, None), types.MemberDescriptorType):
+            object.__setattr__(obj, name, value)  # a slot: its descriptor holds the value
+        else:
+            plain[name] = value
+    if plain:
+        obj.__dict__.update(plain)
 
 
 class TokenBox:
@@ -162,6 +176,7 @@ class SideEffects:
         self._attrs: dict[int, dict[str, "VariableTracker"]] = {}  # id(real obj) -> name -> value
         self._globals: dict[tuple[int, str], "VariableTracker"] = {}
         self._known: dict[int, tuple[Any, "VariableTracker"]] = {}  # id(real obj) -> (obj, tracker)
+        self._cells: dict[int, Any] = {}  # id(real cell) -> its one CellVariable
         self._mutated_outside: list["VariableTracker"] = []
         self.new_objects: list[Any] = []  # ObjectVariables referenced by reconstruct, in order
         self.created: list[Any] = []  # every ObjectVariable the trace constructed
@@ -253,33 +268,56 @@ class SideEffects:
         self._outside_mutated(obj)
 
     # -- globals ------------------------------------------------------------------------------
-    def pending_global(self, tx: "Translator", name: str) -> "VariableTracker | None":
+    def pending_global(self, tx: "Translator", name: str, namespace: dict | None = None) -> "VariableTracker | None":
+        """The value the trace stored into global ``name`` of ``namespace`` (the current frame's
+        globals by default; a module's ``__dict__`` for ``module.name``), or None."""
         if not self._globals:
             return None
-        value = self._globals.get((id(tx.f_globals), name))
+        ns = tx.f_globals if namespace is None else namespace
+        value = self._globals.get((id(ns), name))
         if value is DELETED:
+            if namespace is not None:
+                unsupported("exception", f"AttributeError: module {ns.get('__name__')!r} has no attribute {name!r}")
             unsupported("exception", f"NameError: name {name!r} is not defined")
         return value
 
-    def store_global(self, tx: "Translator", name: str, value: Any) -> None:
+    def store_global(self, tx: "Translator", name: str, value: Any, namespace: dict | None = None) -> None:
+        """``global name; name = value`` (``namespace`` None: the frame's globals), or
+        ``module.name = value`` (``namespace``: the module's ``__dict__``, the module's identity
+        guarded where it was read): one place either way, so ``global`` stores in a module's
+        function and attribute reads of that module see each other."""
         self.effects += 1
-        namespace = tx.f_globals
-        key = (id(namespace), name)
+        ns = tx.f_globals if namespace is None else namespace
+        key = (id(ns), name)
         self._globals[key] = value
+        self._keep.append(ns)
         if ("global",) + key in self._entries:
             return
-        if namespace is tx.root_globals:
+        if namespace is None and ns is tx.root_globals:
             # The replacement code runs with the frame's globals: ``globals()`` called there.
             def target(cg: "OutputCodegen") -> str:
                 return f"{cg.ref(globals, 'globals')}()"
         else:
             # An inlined function's module: its __globals__ dict is fixed for the function
-            # object, whose identity the trace guarded where it was read.
+            # object, whose identity the trace guarded where it was read (a module's likewise).
             def target(cg: "OutputCodegen") -> str:
-                return cg.ref(namespace, "globals")
+                return cg.ref(ns, "globals")
         self._entries[("global",) + key] = _Entry(store_global, target, (name, ("global",) + key))
 
     # -- closure cells ------------------------------------------------------------------------
+    def cell_variable(self, real_cell: Any, source: Source | None) -> Any:
+        """The one tracker of a closure cell that lives outside the trace. A closure called
+        twice (or two closures sharing a variable) reaches the same cell each time: its second
+        call must read what the first one stored, and the replay store it once."""
+        hit = self._cells.get(id(real_cell))
+        if hit is None:
+            from ..variables.functions import CellVariable
+
+            hit = CellVariable(real_cell=real_cell, source=source)
+            self._cells[id(real_cell)] = hit
+            self._keep.append(real_cell)
+        return hit
+
     def store_cell(self, tx: "Translator", cell: Any, value: "VariableTracker", name: str) -> None:
         """``nonlocal name; name = value`` on a cell of an outside function (a CellVariable)."""
         self.effects += 1
@@ -441,20 +479,10 @@ class SideEffects:
             else:
                 call = f"{cg.ref(new_object, 'new_object')}({cls_text})"
             replay.blanks.append((object_local(self, obj), parse(call)))
-        # Every argument that reads the caller's state is evaluated before the first mutation (see
-        # module docstring); constants, graph outputs and argument slots are read where used.
-        keys = {token: key for key, token in cg._token_by_key.items()}
+        # Arguments that read the caller's state load what OutputCodegen read before the first
+        # mutation (OutputCodegen._source_token).
         for helper, args in states + steps:
-            names = []
-            for a in args:
-                expr = parse(a)
-                if not _reads_state(expr, keys):
-                    names.append(a)
-                    continue
-                local = f"___se_arg_{len(replay.values)}"
-                replay.values.append((local, expr))
-                names.append(cg._token(("se_arg", local), _loader(local), "se_arg"))
-            replay.calls.append(parse(f"{cg.ref(helper, helper.__name__)}({', '.join(names)})"))
+            replay.calls.append(parse(f"{cg.ref(helper, helper.__name__)}({', '.join(args)})"))
         replay.objects = list(self.new_objects)
         return replay
 
@@ -476,11 +504,10 @@ class SideEffects:
 
 class Replay:
     """What :meth:`OutputCodegen.emit_side_effects` emits, in order: ``local = expr`` for each
-    blank new object and each argument, then each call (its result popped)."""
+    blank new object, then each call (its result popped)."""
 
     def __init__(self) -> None:
         self.blanks: list[tuple[str, ast.expr]] = []
-        self.values: list[tuple[str, ast.expr]] = []
         self.calls: list[ast.expr] = []
         self.objects: list[Any] = []
 
@@ -489,19 +516,6 @@ class Replay:
         captured after the replay would read a local nobody set)."""
         if len(se.new_objects) != len(self.objects):
             raise AssertionError("an object built by the trace was referenced after capture_side_effects()")
-
-
-def _reads_state(expr: ast.expr, keys: dict[str, Any]) -> bool:
-    """The expression reads a value through a source the replay could change (an attribute, an
-    item, a global, a cell's contents); an argument slot itself cannot change."""
-    from ..guards.source import LocalSource
-
-    for node in ast.walk(expr):
-        if isinstance(node, ast.Name):
-            key = keys.get(node.id)
-            if key is not None and key[0] == "source" and not isinstance(key[1], LocalSource):
-                return True
-    return False
 
 
 def _loader(local: str) -> Any:

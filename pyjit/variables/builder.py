@@ -204,6 +204,16 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
         if value in _TORCH_CALLABLE_CLASSES:
             return TorchFunctionVariable(value, source)
         return UserDefinedClassVariable(value, source)
+    if isinstance(value, types.BuiltinMethodType) and type(getattr(value, "__self__", None)) in (list, dict) \
+            and source is not None:
+        # ``xs.append`` of a list or dict (a bound method live at a graph break): the container
+        # tracked through ``__self__`` (mutations recorded on it, aliasing with other reads of
+        # it kept) and the method bound again; an identity guard would fail on every call.
+        from .base import BoundMethodVariable
+
+        guards.add(GuardKind.TYPE_MATCH, source, type(value))
+        guards.add(GuardKind.EQUALS_MATCH, AttrSource(source, "__name__"), value.__name__)
+        return BoundMethodVariable(wrap(tx, value.__self__, AttrSource(source, "__self__")), value.__name__)
     if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
         if source is not None:
             guards.add(GuardKind.ID_MATCH, source, value)

@@ -17,6 +17,7 @@ from .lists import BaseListVariable, ListIteratorVariable, ListVariable, TupleVa
 from .symbolic import SymNodeVariable, contains_symbolic, symbolic_binary, symbolic_call
 
 if TYPE_CHECKING:
+    from ..guards.source import Source
     from ..trace.translator import Translator
 
 Handler = Callable[["Translator", list[VariableTracker], dict[str, VariableTracker]], VariableTracker]
@@ -428,7 +429,25 @@ def _type(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, Varia
 
     if len(args) != 1:
         unsupported("unsupported_call", "type() with 3 arguments (class creation)")
-    return wrap(tx, args[0].python_type(), None)
+    return wrap(tx, args[0].python_type(), class_source_of(args[0]))
+
+
+def class_source_of(obj: VariableTracker) -> "Source | None":
+    """Where ``type(obj)`` of a user class is read from, so that its class attributes are read
+    (and guarded) through a source like ``Cls.name``: a class attribute the program changes
+    between calls (``type(self).count += 1``) is then not baked into the trace as a constant."""
+    from ..guards.source import AttrSource
+    from .objects import ObjectVariable, _is_library_class
+
+    if isinstance(obj, ObjectVariable):
+        return obj.cls_source
+    try:
+        cls = obj.python_type()
+    except Unsupported:
+        return None
+    if obj.source is None or _is_library_class(cls):
+        return None
+    return AttrSource(obj.source, "__class__")
 
 
 @_register(callable)

@@ -195,9 +195,8 @@ class DictVariable(VariableTracker):
         if shared is not None:  # also held by a replayed store or a built object: one object
             return shared
         body = ", ".join(f"{cg.constant(k)}: {v.reconstruct(cg)}" for k, v in self.items.items())
-        if self.dict_type is dict:
-            return "{" + body + "}"
-        return f"{cg.ref(self.dict_type, self.dict_type.__name__)}({{{body}}})"
+        text = "{" + body + "}" if self.dict_type is dict else f"{cg.ref(self.dict_type, self.dict_type.__name__)}({{{body}}})"
+        return cg.built_once(self, text, "dict")  # one object for every holder
 
     def __repr__(self) -> str:
         return f"DictVariable({self.items!r})"

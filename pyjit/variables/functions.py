@@ -93,11 +93,13 @@ def _wrap_kwdefaults(tx: "Translator", values: dict[str, Any] | None, source: So
     return dict(d.items)
 
 
-def function_cells(fn: types.FunctionType, source: Source | None) -> tuple[CellVariable, ...]:
+def function_cells(tx: "Translator", fn: types.FunctionType, source: Source | None) -> tuple[CellVariable, ...]:
+    """The trackers of ``fn``'s closure cells: one per real cell for the whole trace
+    (:meth:`SideEffects.cell_variable <pyjit.trace.side_effects.SideEffects.cell_variable>`)."""
     cells = []
     for i, cell in enumerate(fn.__closure__ or ()):
         src = AttrSource(ItemSource(FuncAttrSource(source, "__closure__"), i), "cell_contents") if source is not None else None
-        cells.append(CellVariable(real_cell=cell, source=src))
+        cells.append(tx.output.side_effects.cell_variable(cell, src))
     return tuple(cells)
 
 
@@ -174,7 +176,7 @@ class UserFunctionVariable(VariableTracker):
             fn_source=self.source,
             defaults=_wrap_defaults(tx, fn.__defaults__, self.source, "__defaults__"),
             kwdefaults=_wrap_kwdefaults(tx, fn.__kwdefaults__, self.source),
-            cells=function_cells(fn, self.source),
+            cells=function_cells(tx, fn, self.source),
         )
 
     def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:

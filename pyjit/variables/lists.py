@@ -90,6 +90,8 @@ class BaseListVariable(VariableTracker):
             if shared is not None:  # also held by a replayed store or a built object: one object
                 return shared
         parts = [i.reconstruct(cg) for i in self.items]
+        if isinstance(self, ListVariable):
+            return cg.built_once(self, self._build(cg, parts), "list")  # one object for every holder
         return self._build(cg, parts)
 
     def _build(self, cg: "OutputCodegen", parts: list[str]) -> str:

@@ -1,4 +1,5 @@
-"""Small trackers that fit no family: Python modules (``torch``, ``math``, ``F``), ``super()``, and
+"""Small trackers that fit no family: Python modules (``torch``, ``math``, ``F``; ``mod.name = v`` on
+a user module is a replayed store into its globals), ``super()``, and
 functions pyjit must not trace (``pyjit.disable``d functions, ``pyjit.graph_break``)."""
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ class PythonModuleVariable(KnownValueVariable):
     def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
         from .builder import wrap
 
+        stored = tx.output.side_effects.pending_global(tx, name, self.value.__dict__)  # set earlier in the trace
+        if stored is not None:
+            return stored
         try:
             value = getattr(self.value, name)
         except AttributeError:
@@ -34,6 +38,20 @@ class PythonModuleVariable(KnownValueVariable):
         # Attributes of library modules are taken as constants (no guard); user modules are guarded.
         src = None if library or self.source is None else AttrSource(self.source, name)
         return wrap(tx, value, src)
+
+    def store_attr(self, tx: "Translator", name: str, value: Any) -> None:
+        """``module.name = value`` (``del``: DELETED) on a user module reached from the frame: a
+        store into its globals, replayed like a ``global`` store (pyjit/trace/side_effects.py)."""
+        from ..trace.side_effects import DELETED
+
+        mod_name = self.value.__name__
+        if self.source is None or mod_name == "torch" or mod_name.startswith("torch.") \
+                or not isinstance(getattr(self.value, "__dict__", None), dict):
+            unsupported("side_effect", f"assigning the attribute {name!r} of the module {mod_name}")
+        if value is DELETED and tx.output.side_effects.pending_global(tx, name, self.value.__dict__) is None \
+                and name not in self.value.__dict__:
+            unsupported("exception", f"AttributeError: module {mod_name!r} has no attribute {name!r}")
+        tx.output.side_effects.store_global(tx, name, value, self.value.__dict__)
 
     def __repr__(self) -> str:
         return f"PythonModuleVariable({self.value.__name__})"

@@ -7,12 +7,15 @@ object, an ``nn.Module``), recorded for replay (:mod:`pyjit.trace.side_effects`)
 
 :class:`ObjectVariable` is an instance of a user class constructed inside the trace
 (``Cls(...)``: ``__init__`` runs symbolically, ``super().__init__`` and dataclass-generated
-``__init__``/``__post_init__`` included). It holds its ``__dict__`` as trackers and, for a
+``__init__``/``__post_init__`` included). It holds its ``__dict__`` and ``__slots__`` members
+as trackers and, for a
 ``dict``/``OrderedDict`` subclass such as transformers' ``ModelOutput``, its items as a dict
 tracker. ``value`` is a blank instance of the class made at trace time, used only for class
 lookups (type, MRO, descriptors); it never escapes. When the object escapes (returned, stored into
 an outside object, live at a graph break) the replay rebuilds it: ``cls.__new__(cls)``, then its
-``__dict__`` and items (``set_object_state``), so what the caller gets equals what eager built.
+``__dict__``, slots and items (``set_object_state``), so what the caller gets equals what eager
+built. A class without an instance ``__dict__`` (``__slots__`` only) refuses a store to any other
+name with the AttributeError Python raises, which a ``try`` in the traced code can catch.
 Class members are read through the class's source (guarded like ``Cls.name``).
 
 ``nn.Module`` subclasses: a user class runs its ``__init__`` (and torch's ``Module.__init__``)
@@ -63,6 +66,11 @@ def store_attribute(tx: "Translator", obj: VariableTracker, name: str, value: An
     if isinstance(obj, ObjectVariable):
         obj.store_attr(tx, name, value, generic=generic)
         return
+    from .misc import PythonModuleVariable
+
+    if isinstance(obj, PythonModuleVariable):
+        obj.store_attr(tx, name, value)
+        return
     if not isinstance(obj, (UserDefinedObjectVariable, NNModuleVariable)):
         what = "deleting" if value is DELETED else "assigning"
         unsupported("side_effect", f"{what} the attribute {name!r} of a {_type_name(obj)}")
@@ -111,12 +119,33 @@ def _run_python_setattr(tx: "Translator", obj: VariableTracker, cls: type, name:
         args = [obj] if value is DELETED else [obj, value]
         UserFunctionVariable(fn, None).call_function(tx, args, {})
         return True
+    if is_slot(cls, attr):
+        # A ``__slots__`` member: the generic store goes through its descriptor (the replay's
+        # ``object.__setattr__`` too); the class must keep it.
+        if cls_src is not None:
+            tx.output.guards.add(GuardKind.ID_MATCH, AttrSource(cls_src, name), attr)
+        return False
     if attr is not MISSING and (hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__")):
         unsupported("side_effect", f"assigning {cls.__name__}.{name}, a {type(attr).__name__} descriptor")
+    if not has_instance_dict(cls):
+        # No __dict__ (``__slots__`` only): the generic store raises, as Python does.
+        what = "has no attribute" if attr is MISSING else "attribute"
+        tail = "" if attr is MISSING else " is read-only"
+        unsupported("exception", f"AttributeError: {cls.__name__!r} object {what} {name!r}{tail}")
     if attr is MISSING and cls_src is not None and not _is_library_class(cls):
         # A data descriptor added to the class later would take the store over.
         tx.output.guards.add(GuardKind.HASATTR, cls_src, False, extra=name)
     return False
+
+
+def is_slot(cls: type, attr: Any) -> bool:
+    """``attr`` (found on ``cls``) is a ``__slots__`` member of the class."""
+    return isinstance(attr, types.MemberDescriptorType) and attr.__objclass__ in cls.__mro__
+
+
+def has_instance_dict(cls: type) -> bool:
+    """Instances of ``cls`` have a ``__dict__`` (some class of the MRO has no ``__slots__``)."""
+    return any("__dict__" in klass.__dict__ for klass in cls.__mro__)
 
 
 def _type_name(obj: VariableTracker) -> str:
@@ -156,8 +185,6 @@ def construct(tx: "Translator", cls_var: VariableTracker, args: list[VariableTra
     if lookup_class_attr(cls, "__del__") is not MISSING:
         # the blank instance made for class lookups would run it when collected
         unsupported("unsupported_call", f"constructing {cls.__name__} (it defines __del__)")
-    if cls.__dict__.get("__slots__") is not None or not hasattr(cls, "__dict__"):
-        unsupported("unsupported_call", f"constructing {cls.__name__} (__slots__)")
     for base in cls.__mro__[1:]:
         if base not in (object, dict, collections.OrderedDict) and base.__module__ == "builtins":
             unsupported("unsupported_call", f"constructing {cls.__name__}, a subclass of {base.__name__}")
@@ -312,6 +339,13 @@ class ObjectVariable(VariableTracker):
         from .functions import UserFunctionVariable, UserMethodVariable
 
         attr = lookup_class_attr(self.cls, name)
+        if name == "__dict__" and not has_instance_dict(self.cls):
+            unsupported("exception", f"AttributeError: {self.cls.__name__!r} object has no attribute '__dict__'")
+        if is_slot(self.cls, attr):  # a __slots__ member: the value the trace stored, if any
+            value = self.attrs.get(name, DELETED)
+            if value is DELETED:
+                unsupported("exception", f"AttributeError: {self.cls.__name__!r} object has no attribute {name!r}")
+            return value
         if name == "__dict__":
             from .dicts import DictVariable
 

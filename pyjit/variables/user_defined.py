@@ -173,6 +173,10 @@ class UserDefinedObjectVariable(VariableTracker):
         try:
             value = object.__getattribute__(obj, name)
         except AttributeError:
+            if self.source is not None:  # an unset __slots__ member: it must stay unset
+                from ..guards.guards import GuardKind
+
+                tx.output.guards.add(GuardKind.HASATTR, self.source, False, extra=name)
             unsupported("exception", f"AttributeError: {cls.__name__!r} object has no attribute {name!r}")
         return wrap(tx, value, AttrSource(self.source, name) if self.source is not None else None)
 
