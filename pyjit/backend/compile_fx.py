@@ -37,6 +37,7 @@ from ..config import config
 from ..errors import BackendError, GraphRefusal
 from ..logs import get_logger
 from . import graph_cache
+from .aliasing import OutputFixer, output_aliases
 from .metrics import metrics
 
 log = get_logger("fallbacks")
@@ -567,6 +568,11 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
 
     # 0: first call not made yet; 1: it succeeded; -1: it failed, the graph runs as captured.
     state = [0]
+    # Outputs the compiled code returns with another relation to the inputs than eager's (an
+    # input buffer for a fresh tensor, a copy for a view): rebuilt per call (backend/aliasing.py).
+    aliases = output_aliases(gm)
+    fixer = OutputFixer(aliases) if aliases is not None else None
+    fixing = [False]
 
     def first_call(flat: list[Any]) -> Any:
         """The first call compiles Triton kernels (on their first launch). A kernel that fails to
@@ -589,6 +595,9 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
             state[0] = -1
             return None
         state[0] = 1
+        if fixer is not None and fixer.plan(outs, flat):
+            fixing[0] = True
+            outs = fixer.fix(outs, flat)
         return outs
 
     def compiled_fn(*args: Any) -> Any:
@@ -608,6 +617,8 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
                     return gm.forward(*args)
         if state[0] == 1:
             outs = call([*args, *constants])
+            if fixing[0]:
+                outs = fixer.fix(outs, args)  # type: ignore[union-attr]
         else:
             outs = first_call([*args, *constants]) if state[0] == 0 else None
             if outs is None:

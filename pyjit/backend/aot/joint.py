@@ -31,6 +31,7 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
+from ..aliasing import OutputAlias, output_aliases
 from ..passes.graph_utils import eliminate_dead_code
 from .grad_mode import without_grad_mode_changes
 from .custom_function import FunctionInterpreter, OpaqueCalls, autograd_functions, describe
@@ -39,13 +40,13 @@ aten = torch.ops.aten
 
 
 @dataclasses.dataclass
-class AliasedOutput:
-    """A user output that is a view of graph input ``input_index`` (rebuilt with as_strided)."""
-    input_index: int
-    size: tuple[int, ...]
-    stride: tuple[int, ...]
-    offset_delta: int  # storage offset relative to the input's
-    requires_grad: bool  # False for ``x.detach()``: rebuilt from the detached input
+class IntermediateView:
+    """A user output that is a view of a value computed in the graph: the graph returns that
+    value (computed output ``output_index``) and the runtime takes the view outside the
+    ``autograd.Function``, as eager's is a view of a tensor autograd tracks (an in-place op on a
+    view made inside a custom Function is an autograd error)."""
+    output_index: int
+    view: OutputAlias  # geometry relative to the computed value, requires_grad, is_view
 
 
 @dataclasses.dataclass
@@ -59,8 +60,9 @@ class JointGraph:
     gm: torch.fx.GraphModule
     num_primals: int
     out_spec: Any
-    # Per user output (flattened): an index into the computed outputs, or an AliasedOutput.
-    user_outputs: list[int | AliasedOutput]
+    # Per user output (flattened): an index into the computed outputs, an alias of an input
+    # (rebuilt from it, backend/aliasing.py) or a view of a computed output.
+    user_outputs: list[int | OutputAlias | IntermediateView]
     fw_outputs: int
     fw_requires_grad: list[bool]  # per computed output
     mutated_inputs: list[int]
@@ -68,6 +70,10 @@ class JointGraph:
     primal_requires_grad: list[bool]
     # Per primal: whether the joint graph outputs a grad for it (eager's would be None otherwise).
     has_grad: list[bool]
+    # Per mutated input: whether its new value requires grad (``x += lin(x)`` on an input that
+    # does not). Those values are outputs of the autograd.Function with a tangent, written into
+    # the input outside it so that the input's new value has a grad_fn, as in eager.
+    mutation_requires_grad: list[bool] = dataclasses.field(default_factory=list)
 
     @property
     def num_fw_outputs(self) -> int:
@@ -219,6 +225,7 @@ def trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_in
     ``symbolic_fakes``: fake tensors of one ``ShapeEnv`` with symbolic sizes to trace with
     instead of static fakes of ``example_inputs`` (which still give requires_grad); the caller
     enables the Python dispatcher (aot/symbolic.py)."""
+    aliases = output_aliases(gm)  # eager's relation of each output to the inputs
     gm = without_grad_mode_changes(gm)  # no_grad regions: detach at their edges
     check_supported(gm)
     if symbolic_fakes is None:
@@ -227,12 +234,12 @@ def trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_in
         fake_mode, fakes = symbolic_fakes[0].fake_mode, list(symbolic_fakes)
     classes = autograd_functions(gm)
     if not classes:
-        return _trace_joint(gm, state_names, example_inputs, decompositions, fake_mode, fakes)
+        return _trace_joint(gm, state_names, example_inputs, decompositions, fake_mode, fakes, aliases)
     # Custom autograd.Function calls (custom_function.py): opaque in the forward trace, the real
     # apply in the joint trace. Whatever fails there runs the graph as captured (real apply).
     opaque = OpaqueCalls(gm)
     try:
-        return _trace_joint(opaque.gm, state_names, example_inputs, decompositions, fake_mode, fakes)
+        return _trace_joint(opaque.gm, state_names, example_inputs, decompositions, fake_mode, fakes, aliases)
     except NotImplementedError:
         raise
     except Exception as e:
@@ -243,8 +250,8 @@ def trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_in
 
 
 def _trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_inputs: Sequence[Any],
-                 decompositions: dict[Any, Callable[..., Any]], fake_mode: Any, fakes: list[torch.Tensor]
-                 ) -> JointGraph:
+                 decompositions: dict[Any, Callable[..., Any]], fake_mode: Any, fakes: list[torch.Tensor],
+                 aliases: list[OutputAlias] | None = None) -> JointGraph:
     from torch.fx.experimental.proxy_tensor import make_fx
 
     grad = torch.is_grad_enabled()
@@ -264,28 +271,62 @@ def _trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_i
         with torch.enable_grad():
             probe = FunctionInterpreter(fw).run(*probe_inputs)
     user_requires_grad = [bool(t.requires_grad) for t in probe[:n_user]]
+    mutation_requires_grad = [bool(t.requires_grad) for t in probe[n_user:]]
+    if aliases is not None and len(aliases) != n_user:
+        aliases = None
 
-    # Outputs aliasing an input leave the graph: the runtime rebuilds them as views.
+    # Outputs aliasing an input leave the graph: the runtime rebuilds them from the input as
+    # eager relates them (the captured graph's fake values say how; the functional trace cannot:
+    # it turns ``detach`` into the input and may make ``cat([x])`` an alias). Outputs that are
+    # views of computed values are taken outside the Function, from their computed base.
     fw_placeholders = [n for n in fw.graph.nodes if n.op == "placeholder"]
-    user_outputs: list[int | AliasedOutput] = []
+    user_outputs: list[int | OutputAlias | IntermediateView] = []
     kept: list[torch.fx.Node] = []
     fw_requires_grad: list[bool] = []
-    for node, needs_grad in zip(out_node.args[0][:n_user], user_requires_grad):
-        val = node.meta["val"]
-        alias = next((i for i, p in enumerate(fw_placeholders) if _is_alias(val, p.meta["val"])), None)
-        if alias is not None and alias not in mutated:
-            base = fw_placeholders[alias].meta["val"]
-            user_outputs.append(AliasedOutput(alias, tuple(val.shape), tuple(val.stride()),
-                                              val.storage_offset() - base.storage_offset(), needs_grad))
-        else:
-            user_outputs.append(len(kept))
+
+    def keep(node: torch.fx.Node, needs_grad: bool) -> int:
+        if node not in kept:
             kept.append(node)
-            fw_requires_grad.append(needs_grad)
+            fw_requires_grad.append(False)
+        index = kept.index(node)
+        fw_requires_grad[index] = fw_requires_grad[index] or needs_grad  # a view requiring grad: so does its base
+        return index
+
+    for k, (node, needs_grad) in enumerate(zip(out_node.args[0][:n_user], user_requires_grad)):
+        val = node.meta["val"]
+        eager = aliases[k] if aliases is not None else None
+        if eager is not None and eager.input_index is not None:
+            user_outputs.append(eager)
+            continue
+        input_alias = next((i for i, p in enumerate(fw_placeholders) if _is_alias(val, p.meta["val"])), None)
+        if eager is None and input_alias is not None and input_alias not in mutated:
+            base = fw_placeholders[input_alias].meta["val"]
+            user_outputs.append(OutputAlias(input_alias, False, tuple(val.shape), tuple(val.stride()),
+                                            val.storage_offset() - base.storage_offset(), needs_grad, True))
+            continue
+        if eager is not None and input_alias is not None:
+            # Fresh in eager (``torch.cat([x])``), an alias of an input in the functional trace.
+            with fw.graph.inserting_before(out_node):
+                copy = fw.graph.call_function(aten.clone.default, (node,))
+            copy.meta["val"] = val
+            user_outputs.append(keep(copy, needs_grad))
+            continue
+        base_node = _computed_base(node, fw_placeholders)
+        if base_node is not None:
+            base_val = base_node.meta["val"]
+            index = keep(base_node, needs_grad)
+            delta = val.storage_offset() - base_val.storage_offset()
+            user_outputs.append(IntermediateView(index, OutputAlias(
+                None, False, tuple(val.shape), tuple(val.stride()), delta, needs_grad,
+                eager.is_view if eager is not None else True)))
+            continue
+        user_outputs.append(keep(node, needs_grad))
     out_node.args = (kept + list(out_node.args[0][n_user:]),)
     eliminate_dead_code(fw.graph)
     fw.recompile()
     n_fw = len(kept)
     tangent_outputs = [i for i, r in enumerate(fw_requires_grad) if r]
+    tangent_outputs += [n_fw + j for j, r in enumerate(mutation_requires_grad) if r]
 
     grad_box: list[list[bool]] = []
 
@@ -305,7 +346,8 @@ def _trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_i
 
     with fake_mode:
         primal_fakes = [_as_primal(t, False) for t in fakes]
-        tangent_fakes = [torch.empty_like(kept[i].meta["val"], memory_format=torch.contiguous_format)
+        fw_values = [n.meta["val"] for n in out_node.args[0]]
+        tangent_fakes = [torch.empty_like(fw_values[i], memory_format=torch.contiguous_format)
                          for i in tangent_outputs]
         joint_gm = make_fx(joint, decomposition_table=decompositions, tracing_mode="real",
                            record_stack_traces=True)(primal_fakes, tangent_fakes)
@@ -313,7 +355,19 @@ def _trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_i
     if _has_mutation(joint_gm):
         joint_gm = _functionalize(joint_gm, fake_mode, primal_fakes + tangent_fakes, decompositions)
     return JointGraph(joint_gm, len(fakes), out_spec, user_outputs, n_fw, fw_requires_grad, mutated,
-                      tangent_outputs, requires_grad, grad_box[-1])
+                      tangent_outputs, requires_grad, grad_box[-1], mutation_requires_grad)
+
+
+def _computed_base(node: torch.fx.Node, placeholders: list[torch.fx.Node]) -> torch.fx.Node | None:
+    """The value computed in the graph that ``node`` is a view of (through a chain of view ops),
+    or None when ``node`` is no view or a view of a graph input."""
+    base = node
+    while base.op == "call_function" and isinstance(base.target, torch._ops.OpOverload) and base.target.is_view \
+            and base.args and isinstance(base.args[0], torch.fx.Node):
+        base = base.args[0]
+    if base is node or base in placeholders or base.op != "call_function":
+        return None
+    return base
 
 
 def _strip_detach(gm: torch.fx.GraphModule) -> None:
