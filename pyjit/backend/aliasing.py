@@ -149,3 +149,15 @@ class OutputFixer:
         for k, step in self.steps:
             fixed[k] = step(fixed[k], args)
         return fixed
+
+
+def created_grad_leaf(gm: torch.fx.GraphModule) -> torch.fx.Node | None:
+    """A node making a new leaf that requires grad (``torch.ones(..., requires_grad=True)``), by
+    the tracer's fake values: eager gives the caller a tensor autograd accumulates into, which
+    compiled kernels (and a joint graph, differentiating the inputs only) do not make."""
+    for n in gm.graph.nodes:
+        value = n.meta.get("example_value")
+        if n.op in ("call_function", "call_method") and isinstance(value, torch.Tensor) and value.requires_grad \
+                and value.is_leaf and value._base is None:
+            return n
+    return None

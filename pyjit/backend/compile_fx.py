@@ -37,7 +37,7 @@ from ..config import config
 from ..errors import BackendError, GraphRefusal
 from ..logs import get_logger
 from . import graph_cache
-from .aliasing import OutputFixer, output_aliases
+from .aliasing import OutputFixer, created_grad_leaf, output_aliases
 from .metrics import metrics
 
 log = get_logger("fallbacks")
@@ -52,6 +52,10 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Calla
     reason = _eager_reason(example_inputs, symbolic is not None)
     if reason is not None:
         return _run_as_captured(gm, reason)
+    leaf = created_grad_leaf(gm)
+    if leaf is not None:
+        return _run_as_captured(gm, f"the graph creates a tensor that requires grad ({leaf.format_node()}); "
+                                    "compiled kernels do not make autograd leaves")
     inner = _without_outer_no_grad(gm) if torch.is_grad_enabled() else None
     if inner is not None:
         # ``set_grad_enabled(False) ... set_grad_enabled(True)`` around the whole graph (an

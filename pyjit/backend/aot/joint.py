@@ -31,7 +31,7 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from ..aliasing import OutputAlias, output_aliases
+from ..aliasing import OutputAlias, created_grad_leaf, output_aliases
 from ..passes.graph_utils import eliminate_dead_code
 from .grad_mode import without_grad_mode_changes
 from .custom_function import FunctionInterpreter, OpaqueCalls, autograd_functions, describe
@@ -117,11 +117,21 @@ _GRAD_MODE_FNS = {torch._C._set_grad_enabled, torch.set_grad_enabled, torch.auto
                   torch.autograd.backward, torch.Tensor.backward, torch.Tensor.requires_grad_}
 
 
+# Entering/leaving ``torch.inference_mode`` (calls the tracer records): its values are inference
+# tensors that never require grad, which a joint graph would make differentiable outputs.
+_INFERENCE_MODE_FNS = {torch.autograd.grad_mode._enter_inference_mode, torch.autograd.grad_mode._exit_inference_mode}
+
+
 def check_supported(gm: torch.fx.GraphModule) -> None:
     for n in gm.graph.nodes:
         if n.op in ("call_function", "call_method") and (
                 n.target in _GRAD_MODE_FNS or n.target in ("requires_grad_", "backward")):
             raise NotImplementedError(f"the graph changes grad mode or calls autograd ({n.format_node()})")
+        if n.op == "call_function" and n.target in _INFERENCE_MODE_FNS:
+            raise NotImplementedError(f"the graph enters or leaves inference mode ({n.format_node()})")
+    leaf = created_grad_leaf(gm)
+    if leaf is not None:
+        raise NotImplementedError(f"the graph creates a tensor that requires grad ({leaf.format_node()})")
 
 
 def make_fake_inputs(example_inputs: Sequence[Any]) -> tuple[Any, list[torch.Tensor]]:
