@@ -14,7 +14,8 @@ functional trace turns ``detach`` into the input.
 eager does). :class:`OutputFixer` compares a compiled graph's outputs with it on the first call
 and rebuilds the ones that differ on every call: an input object returned where eager returns a
 fresh tensor is copied, an alias is rebuilt as ``as_strided`` of its input (``detach``-ed where
-eager's does not require grad, and not a view where eager's is none). Graphs whose outputs all
+eager's does not require grad, and not a view where eager's is none), and outputs that are views
+of one new tensor in eager (``y`` and ``y[:1].expand(3, 2)``) are rebuilt as views of one output. Graphs whose outputs all
 relate as in eager pay nothing per call.
 """
 from __future__ import annotations
@@ -37,6 +38,9 @@ class OutputAlias:
     offset_delta: int          # storage offset relative to the input's
     requires_grad: bool
     is_view: bool              # ``_is_view()`` of eager's tensor (``detach`` shares memory, is no view)
+    # A fresh output sharing memory with output ``of_output`` (``y`` and ``y[:1].expand(3, 2)``),
+    # which is no view of another; ``offset_delta`` is then relative to that output's offset.
+    of_output: int | None = None
 
 
 def _storage_key(t: torch.Tensor) -> Any:
@@ -82,6 +86,24 @@ def output_aliases(gm: torch.fx.GraphModule) -> list[OutputAlias] | None:
             return None
         result.append(OutputAlias(index, same, size, stride, offset - base_offset, bool(val.requires_grad),
                                   bool(val._is_view())))
+    return _outputs_sharing_memory(result, [leaf.meta["example_value"] for leaf in leaves])
+
+
+def _outputs_sharing_memory(result: list[OutputAlias], values: list[torch.Tensor]) -> list[OutputAlias]:
+    """Relate fresh outputs that share memory with each other to one of them (the first that is
+    no view, else the first): eager returns views of one new tensor."""
+    groups: dict[Any, list[int]] = {}
+    for k, (alias, val) in enumerate(zip(result, values)):
+        if alias.input_index is None:
+            groups.setdefault(_storage_key(val), []).append(k)
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        base = next((k for k in members if not values[k]._is_view()), members[0])
+        for k in members:
+            if k != base:
+                delta = values[k].storage_offset() - values[base].storage_offset()
+                result[k] = dataclasses.replace(result[k], offset_delta=delta, of_output=base)
     return result
 
 
@@ -90,7 +112,7 @@ def rebuild_alias(base: torch.Tensor, alias: OutputAlias) -> torch.Tensor:
     input itself, a view of it, or (``detach``) a tensor sharing its memory that is no view."""
     if alias.same:
         return base
-    if not alias.requires_grad and alias.is_view:
+    if not alias.requires_grad and alias.is_view and base.requires_grad:
         base = base.detach()  # ``x.detach().t()``: a view of a tensor that does not require grad
     out = base.as_strided(alias.size, alias.stride, base.storage_offset() + alias.offset_delta)
     if not alias.is_view:
@@ -98,10 +120,11 @@ def rebuild_alias(base: torch.Tensor, alias: OutputAlias) -> torch.Tensor:
     return out
 
 
-def fresh_copy(value: torch.Tensor, alias: OutputAlias) -> torch.Tensor:
-    """A new tensor with ``value``'s values in eager's layout (eager's output was fresh)."""
-    out = torch.empty_strided(alias.size, alias.stride, dtype=value.dtype, device=value.device)
-    return out.copy_(value)
+def fresh_copy(value: torch.Tensor, alias: OutputAlias, view: bool = False) -> torch.Tensor:
+    """A new tensor with ``value``'s values in eager's layout (eager's output was fresh);
+    ``view``: returned as a view of that new tensor, as eager's (a view of an intermediate)."""
+    out = torch.empty_strided(alias.size, alias.stride, dtype=value.dtype, device=value.device).copy_(value)
+    return out.as_strided(out.size(), out.stride(), out.storage_offset()) if view else out
 
 
 class OutputFixer:
@@ -111,11 +134,12 @@ class OutputFixer:
     ``fix(outs, args)`` applies that on every call (the compiled code returns the same kind of
     tensor every call: an input buffer, a view of one or a new buffer)."""
 
-    __slots__ = ("aliases", "steps")
+    __slots__ = ("aliases", "steps", "later")
 
     def __init__(self, aliases: list[OutputAlias]) -> None:
         self.aliases = aliases
         self.steps: list[tuple[int, Callable[[Any, Sequence[Any]], Any]]] = []
+        self.later: list[tuple[int, OutputAlias]] = []
 
     def plan(self, outs: Sequence[Any], args: Sequence[Any]) -> bool:
         """Decide the rebuilds from a first call's outputs; False when none is needed."""
@@ -127,9 +151,17 @@ class OutputFixer:
             if not isinstance(out, torch.Tensor) or out.layout != torch.strided:
                 continue
             key = _storage_key(out)
+            if alias.of_output is not None:
+                partner = outs[alias.of_output]
+                if isinstance(partner, torch.Tensor) and key != _storage_key(partner):
+                    self.later.append((k, alias))
+                continue
             if alias.input_index is None:
                 if any(key == ak for ak in arg_keys if ak is not None):
-                    self.steps.append((k, lambda o, a, _al=alias: fresh_copy(o, _al)))
+                    self.steps.append((k, lambda o, a, _al=alias: fresh_copy(o, _al, _al.is_view)))
+                elif alias.is_view and not out._is_view():
+                    # eager's is a view of a value nobody else holds (``torch.cat(...)[:, -4:]``)
+                    self.steps.append((k, lambda o, a: o.as_strided(o.size(), o.stride(), o.storage_offset())))
                 continue
             i = alias.input_index
             if i >= len(args) or not isinstance(args[i], torch.Tensor):
@@ -139,15 +171,20 @@ class OutputFixer:
                 if out is not base:
                     self.steps.append((k, lambda o, a, _i=i: a[_i]))
                 continue
+            root = base if base._base is None else base._base
             if out is base or key != arg_keys[i] or out._is_view() != alias.is_view \
-                    or out.requires_grad != alias.requires_grad:
+                    or out.requires_grad != alias.requires_grad \
+                    or (alias.is_view and out._base is not root and (alias.requires_grad or not base.requires_grad)):
                 self.steps.append((k, lambda o, a, _i=i, _al=alias: rebuild_alias(a[_i], _al)))
-        return bool(self.steps)
+        return bool(self.steps or self.later)
 
     def fix(self, outs: Sequence[Any], args: Sequence[Any]) -> list[Any]:
         fixed = list(outs)
         for k, step in self.steps:
             fixed[k] = step(fixed[k], args)
+        for k, alias in self.later:  # views of other outputs, once those are final
+            base = fixed[alias.of_output]  # type: ignore[index]
+            fixed[k] = base.as_strided(alias.size, alias.stride, base.storage_offset() + alias.offset_delta)
         return fixed
 
 

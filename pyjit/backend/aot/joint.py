@@ -192,8 +192,15 @@ def trace_forward(forward: Callable[..., Any], fake_mode: Any, fakes: Sequence[t
                 return torch.fx.Interpreter(decomposed).run(*args)
 
     fn = torch.func.functionalize(traced, remove="mutations")
-    with fake_mode, torch.set_grad_enabled(any(grads)):
-        fw = make_fx(fn, decomposition_table=decompositions, tracing_mode="real", record_stack_traces=True)(*inputs)
+    try:
+        with fake_mode, torch.set_grad_enabled(any(grads)):
+            fw = make_fx(fn, decomposition_table=decompositions, tracing_mode="real", record_stack_traces=True)(*inputs)
+    except RuntimeError as e:
+        # The primals are leaves: an input that requires grad (a leaf or not for the caller)
+        # written in place cannot be traced so; the refusal below, met earlier.
+        if "leaf Variable that requires grad" in str(e):
+            raise NotImplementedError("a graph input that requires grad is mutated in place") from e
+        raise
     refuse_restrided_inputs(metadata_before, inputs, NotImplementedError)
     placeholders = [n for n in fw.graph.nodes if n.op == "placeholder"]
     output = next(n for n in fw.graph.nodes if n.op == "output")
@@ -236,6 +243,8 @@ def trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_in
     instead of static fakes of ``example_inputs`` (which still give requires_grad); the caller
     enables the Python dispatcher (aot/symbolic.py)."""
     aliases = output_aliases(gm)  # eager's relation of each output to the inputs
+    eager_requires_grad = {i: bool(v.requires_grad) for i, v in enumerate(
+        p.meta.get("example_value") for p in gm.graph.nodes if p.op == "placeholder") if isinstance(v, torch.Tensor)}
     gm = without_grad_mode_changes(gm)  # no_grad regions: detach at their edges
     check_supported(gm)
     if symbolic_fakes is None:
@@ -244,12 +253,14 @@ def trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_in
         fake_mode, fakes = symbolic_fakes[0].fake_mode, list(symbolic_fakes)
     classes = autograd_functions(gm)
     if not classes:
-        return _trace_joint(gm, state_names, example_inputs, decompositions, fake_mode, fakes, aliases)
+        return _trace_joint(gm, state_names, example_inputs, decompositions, fake_mode, fakes, aliases,
+                            eager_requires_grad)
     # Custom autograd.Function calls (custom_function.py): opaque in the forward trace, the real
     # apply in the joint trace. Whatever fails there runs the graph as captured (real apply).
     opaque = OpaqueCalls(gm)
     try:
-        return _trace_joint(opaque.gm, state_names, example_inputs, decompositions, fake_mode, fakes, aliases)
+        return _trace_joint(opaque.gm, state_names, example_inputs, decompositions, fake_mode, fakes, aliases,
+                            eager_requires_grad)
     except NotImplementedError:
         raise
     except Exception as e:
@@ -261,7 +272,8 @@ def trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_in
 
 def _trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_inputs: Sequence[Any],
                  decompositions: dict[Any, Callable[..., Any]], fake_mode: Any, fakes: list[torch.Tensor],
-                 aliases: list[OutputAlias] | None = None) -> JointGraph:
+                 aliases: list[OutputAlias] | None = None, eager_requires_grad: dict[int, bool] | None = None
+                 ) -> JointGraph:
     from torch.fx.experimental.proxy_tensor import make_fx
 
     grad = torch.is_grad_enabled()
@@ -281,7 +293,12 @@ def _trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_i
         with torch.enable_grad():
             probe = FunctionInterpreter(fw).run(*probe_inputs)
     user_requires_grad = [bool(t.requires_grad) for t in probe[:n_user]]
-    mutation_requires_grad = [bool(t.requires_grad) for t in probe[n_user:]]
+    # Eager's requires_grad of each mutated input afterwards is that of the captured graph's fake
+    # input after the trace ran the in-place ops on it: False for ``x.add_(lin(x))`` under
+    # ``no_grad``, whose value the joint replay (grad on) would make require grad.
+    known = eager_requires_grad or {}
+    mutation_requires_grad = [bool(t.requires_grad) and known.get(i, True)
+                              for t, i in zip(probe[n_user:], mutated)]
     if aliases is not None and len(aliases) != n_user:
         aliases = None
 
@@ -305,6 +322,10 @@ def _trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_i
     for k, (node, needs_grad) in enumerate(zip(out_node.args[0][:n_user], user_requires_grad)):
         val = node.meta["val"]
         eager = aliases[k] if aliases is not None else None
+        if eager is not None:
+            # The joint replay has grad on throughout: a value read after an in-place update
+            # under ``no_grad`` would require grad there, not in eager.
+            needs_grad = needs_grad and eager.requires_grad
         if eager is not None and eager.input_index is not None:
             user_outputs.append(eager)
             continue
