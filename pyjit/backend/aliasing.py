@@ -15,8 +15,10 @@ eager does). :class:`OutputFixer` compares a compiled graph's outputs with it on
 and rebuilds the ones that differ on every call: an input object returned where eager returns a
 fresh tensor is copied, an alias is rebuilt as ``as_strided`` of its input (``detach``-ed where
 eager's does not require grad, and not a view where eager's is none), and outputs that are views
-of one new tensor in eager (``y`` and ``y[:1].expand(3, 2)``) are rebuilt as views of one output. Graphs whose outputs all
-relate as in eager pay nothing per call.
+of one new tensor in eager (``y`` and ``y[:1].expand(3, 2)``) are rebuilt as views of one output.
+Graphs whose outputs all relate as in eager pay nothing per call. A graph rebuilt by warm start
+(``frame/warm_start.py``) has no fake values: its frame record carries the relations
+(:func:`aliases_to_data`).
 """
 from __future__ import annotations
 
@@ -55,11 +57,16 @@ def _static(values: Sequence[Any]) -> bool:
 def output_aliases(gm: torch.fx.GraphModule) -> list[OutputAlias] | None:
     """Per flat output of ``gm``, its eager relation to the graph inputs; None when the graph
     carries no fake values for every input and output, or has symbolic sizes (nothing to fix)."""
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    output = next((n for n in gm.graph.nodes if n.op == "output"), None)
+    graph = getattr(gm, "graph", None)  # a warm-started graph's stand-in has none
+    if not isinstance(graph, torch.fx.Graph):
+        return None
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    output = next((n for n in graph.nodes if n.op == "output"), None)
     if output is None:
         return None
     inputs = [p.meta.get("example_value") for p in placeholders]
+    input_keys = [_storage_key(v) if isinstance(v, torch.Tensor) and v.layout == torch.strided else None
+                  for v in inputs]
     leaves = pytree.tree_leaves(output.args[0])
     result: list[OutputAlias] = []
     for leaf in leaves:
@@ -73,13 +80,14 @@ def output_aliases(gm: torch.fx.GraphModule) -> list[OutputAlias] | None:
             return None
         index: int | None = None
         same = False
+        key = _storage_key(val)
         for i, (p, inp) in enumerate(zip(placeholders, inputs)):
             if not isinstance(inp, torch.Tensor):
                 continue
             if leaf is p or val is inp:
                 index, same = i, True
                 break
-            if index is None and _storage_key(val) == _storage_key(inp):
+            if index is None and key == input_keys[i]:
                 index = i
         base_offset = inputs[index].storage_offset() if index is not None else 0
         if not isinstance(base_offset, int):
@@ -198,3 +206,12 @@ def created_grad_leaf(gm: torch.fx.GraphModule) -> torch.fx.Node | None:
                 and value.is_leaf and value._base is None:
             return n
     return None
+
+
+def aliases_to_data(aliases: list[OutputAlias]) -> list[dict[str, Any]]:
+    """The relations as JSON data (a warm-start frame record)."""
+    return [dataclasses.asdict(a) for a in aliases]
+
+
+def aliases_from_data(data: list[dict[str, Any]]) -> list[OutputAlias]:
+    return [OutputAlias(**{k: tuple(v) if isinstance(v, list) else v for k, v in item.items()}) for item in data]

@@ -37,7 +37,7 @@ from ..config import config
 from ..errors import BackendError, GraphRefusal
 from ..logs import get_logger
 from . import graph_cache
-from .aliasing import OutputFixer, created_grad_leaf, output_aliases
+from .aliasing import OutputAlias, OutputFixer, created_grad_leaf, output_aliases
 from .metrics import metrics
 
 log = get_logger("fallbacks")
@@ -554,8 +554,8 @@ def _inputs_guarded(gm: torch.fx.GraphModule) -> bool:
 
 def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], out_spec: Any,
                    example_inputs: list[torch.Tensor], constants: list[torch.Tensor],
-                   check: Callable[[Sequence[Any]], bool] | None = None, inputs_guarded: bool = False
-                   ) -> Callable[..., Any]:
+                   check: Callable[[Sequence[Any]], bool] | None = None, inputs_guarded: bool = False,
+                   aliases: list[OutputAlias] | None = None) -> Callable[..., Any]:
     # With ``inputs_guarded`` the caller's guards already pinned every input's type, sizes,
     # strides, dtype, device and requires_grad, and grad mode (pyjit's frontend, see
     # INPUTS_GUARDED): re-checking 50 parameters here cost ~100 us a call.
@@ -574,7 +574,8 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
     state = [0]
     # Outputs the compiled code returns with another relation to the inputs than eager's (an
     # input buffer for a fresh tensor, a copy for a view): rebuilt per call (backend/aliasing.py).
-    aliases = output_aliases(gm)
+    if aliases is None:
+        aliases = output_aliases(gm)
     fixer = OutputFixer(aliases) if aliases is not None else None
     fixing = [False]
 

@@ -12,15 +12,22 @@ Two traces on fake tensors, both with ``make_fx`` and the decomposition table:
    ``(primals..., tangents...) -> (outputs..., mutation values..., grads...)``; a grad is
    ``None`` where eager's would be (the input does not require grad or is unused).
 
-Outputs that alias a graph input (``x.view(-1)``, ``x[0]``) are not outputs of the joint graph:
-the runtime rebuilds them as ``as_strided`` views of the real input (so aliasing and the
-gradient through them behave as in eager). Outputs that do not require grad get no tangent.
-What this module does not handle raises ``NotImplementedError`` (the caller runs the graph as
-captured and logs why): calls of autograd inside the graph (``no_grad`` regions are rewritten
-first, grad_mode.py), mutated inputs that require grad,
-non-tensor inputs or outputs. Calls of custom ``autograd.Function``s are opaque in the forward
-trace and run as the real ``apply`` in the joint trace, which records the user's ``forward``
-and ``backward`` as aten ops (``custom_function.py``).
+Outputs that alias a graph input (``x.view(-1)``, ``x[0]``, ``x.detach()``) are not outputs of
+the joint graph: the runtime rebuilds them from the real input as eager relates them, which the
+captured graph's fake values tell (``backend/aliasing.py``; the functional trace cannot: it
+makes ``detach`` the input itself). Outputs that are views of computed values
+(``lin(x)[:, :4]``) are rebuilt outside the Function from their computed base, which becomes the graph's
+output: a view made inside a custom Function cannot be modified in place. Outputs that do not
+require grad (eager's requires_grad, also after in-place updates under ``no_grad``) get no
+tangent. New values of mutated inputs that require grad (``x += lin(x)`` on an input that does
+not) get a tangent: the runtime writes them into the input outside the Function, so it gets a
+grad_fn. What this module does not handle raises ``NotImplementedError`` (the caller runs the
+graph as captured and logs why): calls of autograd or inference mode inside the graph
+(``no_grad`` regions are rewritten first, grad_mode.py), mutated inputs that require grad,
+tensors made with ``requires_grad=True`` inside the graph, non-tensor inputs or outputs. Calls
+of custom ``autograd.Function``s are opaque in the forward trace and run as the real ``apply``
+in the joint trace, which records the user's ``forward`` and ``backward`` as aten ops
+(``custom_function.py``).
 """
 from __future__ import annotations
 

@@ -1,14 +1,18 @@
 """Running a partitioned graph: one ``torch.autograd.Function`` per compiled graph.
 
-``forward`` runs the compiled forward graph, writes the new values of mutated inputs into the
-real inputs, saves the values the partition chose and returns the user outputs (outputs that
-do not require grad are marked non-differentiable). ``backward`` compiles the backward graph on
-its first call (so inference-only use never pays for it), feeds it the saved values and the
-tangents (made contiguous, as traced) and returns the grads, ``None`` where eager gives
-``None``. Double backward (``create_graph=True`` through a compiled graph) raises an error that
-names the graph and says what to do. Outputs aliasing an input are rebuilt outside the
-``Function`` as ``as_strided`` views of the real input, so they alias and differentiate as in
-eager.
+``forward`` runs the compiled forward graph, writes the new values of mutated inputs that do not
+require grad into the real inputs, saves the values the partition chose and returns the computed
+outputs, then the new values that require grad (outputs that do not require grad are marked
+non-differentiable; an output the compiled code returns as an input's buffer is copied, as
+eager's is fresh). Outside the Function, those new values are copied into their inputs under the
+caller's grad mode (so an input updated by ``x += lin(x)`` gets a grad_fn, as in eager), and
+views of computed outputs (``lin(x)[:, :4]``) are taken, so that autograd allows in-place ops on
+them. ``backward`` compiles the backward graph on its first call (so inference-only use never
+pays for it), feeds it the saved values and the tangents (made contiguous, as traced) and
+returns the grads, ``None`` where eager gives ``None``. Double backward (``create_graph=True``
+through a compiled graph) raises an error that names the graph and says what to do. Outputs
+aliasing an input are rebuilt outside the ``Function`` from the real input as eager relates them
+(``backend/aliasing.py``), so they alias and differentiate as in eager.
 
 Deferred saving (``config.aot_defer_saving``): until a backward has run through a graph, its
 forward is the partition's ``inference_gm`` (no saved values: the same kernels as under
@@ -78,8 +82,8 @@ class AOTState:
         decided on the first call (the compiled code returns the same buffers every call)."""
         if self.copied_outputs is None:
             keys = {_storage_key(p) for p in primals if isinstance(p, torch.Tensor) and p.layout == torch.strided}
-            self.copied_outputs = [i for i, o in enumerate(outs)
-                                   if isinstance(o, torch.Tensor) and o.layout == torch.strided and _storage_key(o) in keys]
+            self.copied_outputs = [i for i, o in enumerate(outs) if isinstance(o, torch.Tensor)
+                                   and o.layout == torch.strided and _storage_key(o) in keys]
         if not self.copied_outputs:
             return outs
         fixed = list(outs)
