@@ -319,6 +319,7 @@ def test_view_of_compiled_output_can_be_modified_in_place_and_differentiated() -
     the gradient eager's gives."""
     def fn(x: torch.Tensor) -> torch.Tensor:
         t = LIN8(x)[:, :4]
+        _break()
         t.mul_(2)
         return t
 
@@ -330,3 +331,21 @@ def test_view_of_compiled_output_can_be_modified_in_place_and_differentiated() -
     LIN8.weight.grad = None
     pyjit.jit(fn)(x).sum().backward()
     torch.testing.assert_close(LIN8.weight.grad, expected)
+
+
+@pytest.mark.parametrize("backend", ["eager", "pyjit"])
+def test_inputs_that_become_views_of_each_other_after_compile(backend: str) -> None:
+    """A graph compiled for inputs in separate memory is not reused when one input is a view of
+    the other (the write to ``y`` must be seen through ``x``)."""
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        y.mul_(0.5)
+        return x * 1
+
+    jitted = pyjit.jit(fn, backend=backend)
+    for call in range(3):
+        x, y = torch.ones(3), torch.ones(2, 3)
+        torch.testing.assert_close(jitted(x, y), fn(torch.ones(3), torch.ones(2, 3)))
+        y = torch.ones(2, 3)
+        y_eager = torch.ones(2, 3)
+        torch.testing.assert_close(jitted(y[0], y), fn(y_eager[0], y_eager), msg=f"call {call}")
+        torch.testing.assert_close(y, y_eager)
