@@ -43,6 +43,9 @@ class OutputAlias:
     # A fresh output sharing memory with output ``of_output`` (``y`` and ``y[:1].expand(3, 2)``),
     # which is no view of another; ``offset_delta`` is then relative to that output's offset.
     of_output: int | None = None
+    # False for a view made under ``no_grad`` of a tensor that requires grad: it requires grad
+    # but has no grad_fn (rebuilt under ``no_grad`` too).
+    has_grad_fn: bool = True
 
 
 def _storage_key(t: torch.Tensor) -> Any:
@@ -93,7 +96,7 @@ def output_aliases(gm: torch.fx.GraphModule) -> list[OutputAlias] | None:
         if not isinstance(base_offset, int):
             return None
         result.append(OutputAlias(index, same, size, stride, offset - base_offset, bool(val.requires_grad),
-                                  bool(val._is_view())))
+                                  bool(val._is_view()), has_grad_fn=val.grad_fn is not None))
     return _outputs_sharing_memory(result, [leaf.meta["example_value"] for leaf in leaves])
 
 
@@ -122,7 +125,11 @@ def rebuild_alias(base: torch.Tensor, alias: OutputAlias) -> torch.Tensor:
         return base
     if not alias.requires_grad and alias.is_view and base.requires_grad:
         base = base.detach()  # ``x.detach().t()``: a view of a tensor that does not require grad
-    out = base.as_strided(alias.size, alias.stride, base.storage_offset() + alias.offset_delta)
+    if alias.requires_grad and not alias.has_grad_fn and torch.is_grad_enabled():
+        with torch.no_grad():
+            out = base.as_strided(alias.size, alias.stride, base.storage_offset() + alias.offset_delta)
+    else:
+        out = base.as_strided(alias.size, alias.stride, base.storage_offset() + alias.offset_delta)
     if not alias.is_view:
         out = out.detach()
     return out
@@ -181,7 +188,7 @@ class OutputFixer:
                 continue
             root = base if base._base is None else base._base
             if out is base or key != arg_keys[i] or out._is_view() != alias.is_view \
-                    or out.requires_grad != alias.requires_grad \
+                    or out.requires_grad != alias.requires_grad or (out.grad_fn is not None) != alias.has_grad_fn \
                     or (alias.is_view and out._base is not root and (alias.requires_grad or not base.requires_grad)):
                 self.steps.append((k, lambda o, a, _i=i, _al=alias: rebuild_alias(a[_i], _al)))
         return bool(self.steps or self.later)

@@ -152,6 +152,14 @@ def returns_views_of_input(x: torch.Tensor, b: Callable[[], None]) -> Any:
     return v, x[0], x.t().detach()
 
 
+def views_made_under_no_grad(x: torch.Tensor, b: Callable[[], None]) -> Any:
+    with torch.no_grad():
+        v = x[0]
+        w = x * 2
+    b()
+    return v, w, x.detach()[0]
+
+
 def mutated_without_grad_value(x: torch.Tensor, b: Callable[[], None]) -> Any:
     x.mul_(2)
     b()
@@ -211,6 +219,7 @@ PROGRAMS: dict[str, tuple[Callable[..., Any], Callable[[], tuple[torch.Tensor, .
     "returns_input_itself": (returns_input_itself, _plain),
     "returns_input_itself_grad": (returns_input_itself, _leaf),
     "returns_views_of_input": (returns_views_of_input, _non_leaf),
+    "views_made_under_no_grad": (views_made_under_no_grad, _leaf),
     "mutated_without_grad_value": (mutated_without_grad_value, _plain),
     "mutated_under_no_grad": (mutated_under_no_grad, _plain),
     "inference_mode_region": (inference_mode_region, _plain),
