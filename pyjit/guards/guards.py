@@ -22,7 +22,6 @@ import dataclasses
 import enum
 import functools
 import math
-import sys
 import types
 import weakref
 from typing import TYPE_CHECKING, Any, Callable
@@ -430,9 +429,8 @@ def _dict_keys_ok(v: Any, keys: tuple[Any, ...], storage: tuple[Any, ...] | None
 
 
 def _memory_root(v: Any) -> Any:
-    """The tensor whose memory ``v`` uses: its view base, else itself (a non-tensor: itself)."""
-    torch = sys.modules.get("torch")  # loaded: only graphs over tensors install this guard
-    base = getattr(v, "_base", None) if torch is not None and isinstance(v, torch.Tensor) else None
+    """The tensor whose memory ``v`` uses: its view base (``Tensor._base``), else itself."""
+    base = getattr(v, "_base", None)
     return v if base is None else base
 
 
@@ -538,8 +536,15 @@ def _generic_alias_check(g: Guard, frame_context: Callable[[Any], FrameValues]) 
 
 def _distinct_slots(slots: tuple[int, ...], memory: bool = False) -> Callable[[Any], bool]:
     if memory:
+        n = len(slots)
+
         def distinct_memory(args: Any) -> bool:
-            return len({id(_memory_root(args[s])) for s in slots}) == len(slots)
+            roots = set()
+            for s in slots:
+                v = args[s]
+                base = getattr(v, "_base", None)
+                roots.add(id(v if base is None else base))
+            return len(roots) == n
 
         return distinct_memory
 
