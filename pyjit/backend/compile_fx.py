@@ -37,6 +37,7 @@ from ..config import config
 from ..errors import BackendError, GraphRefusal
 from ..logs import get_logger
 from . import graph_cache
+from .aliasing import OutputAlias, OutputFixer, created_grad_leaf, output_aliases
 from .metrics import metrics
 
 log = get_logger("fallbacks")
@@ -51,6 +52,10 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Calla
     reason = _eager_reason(example_inputs, symbolic is not None)
     if reason is not None:
         return _run_as_captured(gm, reason)
+    leaf = created_grad_leaf(gm)
+    if leaf is not None:
+        return _run_as_captured(gm, f"the graph creates a tensor that requires grad ({leaf.format_node()}); "
+                                    "compiled kernels do not make autograd leaves")
     inner = _without_outer_no_grad(gm) if torch.is_grad_enabled() else None
     if inner is not None:
         # ``set_grad_enabled(False) ... set_grad_enabled(True)`` around the whole graph (an
@@ -549,8 +554,8 @@ def _inputs_guarded(gm: torch.fx.GraphModule) -> bool:
 
 def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], out_spec: Any,
                    example_inputs: list[torch.Tensor], constants: list[torch.Tensor],
-                   check: Callable[[Sequence[Any]], bool] | None = None, inputs_guarded: bool = False
-                   ) -> Callable[..., Any]:
+                   check: Callable[[Sequence[Any]], bool] | None = None, inputs_guarded: bool = False,
+                   aliases: list[OutputAlias] | None = None) -> Callable[..., Any]:
     # With ``inputs_guarded`` the caller's guards already pinned every input's type, sizes,
     # strides, dtype, device and requires_grad, and grad mode (pyjit's frontend, see
     # INPUTS_GUARDED): re-checking 50 parameters here cost ~100 us a call.
@@ -567,6 +572,12 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
 
     # 0: first call not made yet; 1: it succeeded; -1: it failed, the graph runs as captured.
     state = [0]
+    # Outputs the compiled code returns with another relation to the inputs than eager's (an
+    # input buffer for a fresh tensor, a copy for a view): rebuilt per call (backend/aliasing.py).
+    if aliases is None:
+        aliases = output_aliases(gm)
+    fixer = OutputFixer(aliases) if aliases is not None else None
+    fixing = [False]
 
     def first_call(flat: list[Any]) -> Any:
         """The first call compiles Triton kernels (on their first launch). A kernel that fails to
@@ -589,6 +600,9 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
             state[0] = -1
             return None
         state[0] = 1
+        if fixer is not None and fixer.plan(outs, flat):
+            fixing[0] = True
+            outs = fixer.fix(outs, flat)
         return outs
 
     def compiled_fn(*args: Any) -> Any:
@@ -608,6 +622,8 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
                     return gm.forward(*args)
         if state[0] == 1:
             outs = call([*args, *constants])
+            if fixing[0]:
+                outs = fixer.fix(outs, args)  # type: ignore[union-attr]
         else:
             outs = first_call([*args, *constants]) if state[0] == 0 else None
             if outs is None:

@@ -58,6 +58,7 @@ _times_log = get_logger("compile_times")
 _bytecode_log = get_logger("bytecode")
 _break_log = get_logger("graph_breaks")
 _dynamic_log = get_logger("dynamic")
+_fallback_log = get_logger("fallbacks")
 
 _counter = [0]
 
@@ -181,10 +182,12 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
         return convert_frame(func, args, backend, fullgraph=fullgraph, dynamic=None)
     has_graph = output.call_count > 0 or bool(cg.out_nodes)
     gm = finalize_graph(output, cg)
-    if output.mutates and len(output.inputs) > 1:
-        # The trace assumed its tensor inputs are distinct objects; in-place updates would
-        # interact differently if they alias.
-        output.guards.add(GuardKind.DISTINCT, None, extra=tuple(gi.source for gi in output.inputs))
+    shared_memory = output.mutates and _inputs_share_memory([gi.value for gi in output.inputs])
+    if output.mutates and len(output.inputs) > 1 and not shared_memory:
+        # Compiled graphs update inputs functionally (new values written back after the graph),
+        # which is eager's only while no input is a view of another: ``x = y[0]`` before a graph
+        # break, then ``y.mul_(2)`` and a read of ``x`` after it.
+        output.guards.add(GuardKind.DISTINCT, None, "memory", extra=tuple(gi.source for gi in output.inputs))
     compiled: Callable[..., Any] | None = None
     if has_graph:
         _graph_log.info("graph for %s (%s:%d):\n%s", code.co_name, code.co_filename, code.co_firstlineno, gm.code)
@@ -195,7 +198,17 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
             # its own per-call input check (backend/compile_fx.py INPUTS_GUARDED).
             gm.meta["pyjit_inputs_guarded"] = True  # compile_fx.INPUTS_GUARDED
         try:
-            compiled = backend(gm, example_inputs)
+            if shared_memory:
+                # Inputs in one memory and in-place updates: the captured graph, run op by op on
+                # the real tensors, updates and reads them as eager does.
+                from ..backends import eager as captured
+
+                _fallback_log.info("graph of %s (%s:%d) runs as captured: it updates inputs in place and some "
+                                   "inputs share memory (views of one tensor)", code.co_name, code.co_filename,
+                                   code.co_firstlineno)
+                compiled = captured(gm, example_inputs)
+            else:
+                compiled = backend(gm, example_inputs)
         except Exception as e:
             raise BackendError(f"backend {getattr(backend, '__name__', backend)!r} failed on the graph of {code.co_name} "
                                f"({code.co_filename}:{code.co_firstlineno}): {type(e).__name__}: {e}") from e
@@ -246,6 +259,21 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
                           [c.resume for c in plan.continuations] if plan else [])
     warm_start.record(func, frame, [gi.value for gi in output.inputs], backend)  # for later processes
     return frame
+
+
+def _inputs_share_memory(values: list[Any]) -> bool:
+    """Some two tensors among ``values`` use the same storage."""
+    seen: set[Any] = set()
+    for v in values:
+        if not isinstance(v, torch.Tensor) or v.layout != torch.strided or v.device.type == "meta":
+            continue
+        key = (v.device, v.untyped_storage().data_ptr())
+        if key[1] == 0:
+            continue  # an empty storage holds nothing to share
+        if key in seen:
+            return True
+        seen.add(key)
+    return False
 
 
 def _never_convert(compiled: Callable[..., Any]) -> None:

@@ -272,7 +272,12 @@ def _graph_placeholder(frame: Any, example_inputs: list[Any]) -> dict[str, Any]:
                 "device": devices[0] if devices else "cpu"}
     inputs = [[list(t.shape), list(t.stride()), str(t.dtype).removeprefix("torch."), str(t.device)]
               for t in example_inputs]
-    return {"graph": key, "name": type(gm).__name__, "src": pc.src, "globals": glb, "inputs": inputs}
+    from ..backend.aliasing import aliases_to_data, output_aliases
+
+    # Eager's relation of each output to the inputs, which the rebuilt graph (no fake values) keeps.
+    aliases = output_aliases(gm)
+    return {"graph": key, "name": type(gm).__name__, "src": pc.src, "globals": glb, "inputs": inputs,
+            "aliases": aliases_to_data(aliases) if aliases is not None else None}
 
 
 def _is_dynamic(frame: Any) -> bool:
@@ -491,8 +496,11 @@ def _load_graph(ph: dict[str, Any]) -> Any:
                               {k: serialize.decode(v) for k, v in ph["globals"].items()})
     # A static graph's inputs are pinned by the frame's restored TENSOR_MATCH guards, as when
     # it was compiled (compile_fx.INPUTS_GUARDED).
+    from ..backend.aliasing import aliases_from_data
+
+    aliases = aliases_from_data(ph["aliases"]) if ph.get("aliases") is not None else None
     fn = compile_fx._make_callable(fallback, module.call, out_spec, metas, [],  # type: ignore[arg-type]
-                                   check if dynamic else None, inputs_guarded=not dynamic)
+                                   check if dynamic else None, inputs_guarded=not dynamic, aliases=aliases)
     backends._mark_skip(fn)
     metrics.graph_cache_hits += 1
     log.info("graph cache hit for %s (key %s), from a frame record", fallback.name, key[:12])

@@ -42,7 +42,9 @@ class GuardKind(enum.Enum):
     LEN_MATCH = "len"            # len(v) == expected (containers whose length was used)
     GLOBAL_STATE = "global_state"  # fn() == expected for grad mode, default dtype, autocast
     SAME_OBJECT = "alias"        # v is <other source> (f(x, x) traced with one graph input)
-    DISTINCT = "distinct"        # the listed tensor inputs are pairwise different objects
+    # the listed objects are pairwise different; expected "memory": tensors in different memory
+    # (no two are views of one base), for graphs that mutate inputs in place
+    DISTINCT = "distinct"
     HASATTR = "hasattr"          # hasattr(v, extra) == expected (attributes probed by hasattr/getattr default)
     # (extra in v) == expected: a method found on the class is not shadowed by the instance __dict__
     DICT_CONTAINS = "dict_contains"
@@ -99,7 +101,8 @@ class Guard:
         if k is GuardKind.SAME_OBJECT:
             return f"{s} is {self.extra.name()}"
         if k is GuardKind.DISTINCT:
-            return f"distinct({', '.join(x.name() for x in self.extra)})"
+            what = "distinct_memory" if self.expected == "memory" else "distinct"
+            return f"{what}({', '.join(x.name() for x in self.extra)})"
         if k is GuardKind.HASATTR:
             return f"hasattr({s}, {self.extra!r}) == {self.expected}"
         if k is GuardKind.DICT_CONTAINS:
@@ -120,7 +123,9 @@ class Guard:
                 return None if rel.holds_on(frame) else f"{rel.text} (with {rel.describe_values(frame)})"
             if k is GuardKind.DISTINCT:
                 vals = [x.get(frame) for x in self.extra]
-                return None if len({id(v) for v in vals}) == len(vals) else f"{self.describe()}: some inputs are the same tensor"
+                if _distinct(*vals, memory=self.expected == "memory"):
+                    return None
+                return f"{self.describe()}: some inputs are the same tensor or views of one tensor"
             assert self.source is not None
             value = self.source.get(frame)
         except Exception as e:  # the path itself broke: the source no longer resolves
@@ -216,7 +221,7 @@ class GuardSet:
     def add(self, kind: GuardKind, source: Source | None, expected: Any = None, extra: Any = None) -> None:
         key = (kind, source, extra if kind is not GuardKind.GLOBAL_STATE else id(extra))
         if kind is GuardKind.DISTINCT:
-            key = (kind, tuple(extra))
+            key = (kind, tuple(extra), expected)
         if key in self._seen:
             return
         g = Guard(kind, source, expected, extra)
@@ -334,7 +339,8 @@ def _emit_condition(cg: PyCodegen, g: Guard) -> None:
     elif k is GuardKind.DICT_CONTAINS:
         cg.call_const(_contains_is, [load, const(g.extra), const(bool(g.expected))])
     elif k is GuardKind.DISTINCT:
-        cg.call_const(_distinct, [functools.partial(s.reconstruct, cg) for s in g.extra])
+        check = _distinct_memory if g.expected == "memory" else _distinct
+        cg.call_const(check, [functools.partial(s.reconstruct, cg) for s in g.extra])
     else:
         raise AssertionError(k)
 
@@ -422,8 +428,20 @@ def _dict_keys_ok(v: Any, keys: tuple[Any, ...], storage: tuple[Any, ...] | None
     return _keys_equal(collections.OrderedDict.keys(v), keys) and _keys_equal(dict.keys(v), keys if storage is None else storage)
 
 
-def _distinct(*vals: Any) -> bool:
+def _memory_root(v: Any) -> Any:
+    """The tensor whose memory ``v`` uses: its view base (``Tensor._base``), else itself."""
+    base = getattr(v, "_base", None)
+    return v if base is None else base
+
+
+def _distinct(*vals: Any, memory: bool = False) -> bool:
+    if memory:
+        vals = tuple(_memory_root(v) for v in vals)
     return len({id(v) for v in vals}) == len(vals)
+
+
+def _distinct_memory(*vals: Any) -> bool:
+    return _distinct(*vals, memory=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -454,7 +472,7 @@ def compile_c_tree(guards: GuardSet, C: Any, frame_context: Callable[[Any], Fram
             srcs = tuple(g.extra) if k is GuardKind.DISTINCT else (g.source, g.extra)
             if all(isinstance(s, LocalSource) for s in srcs):
                 slots = tuple(s.slot for s in srcs)  # type: ignore[union-attr]
-                fn = _distinct_slots(slots) if k is GuardKind.DISTINCT else _same_slots(slots)
+                fn = _distinct_slots(slots, g.expected == "memory") if k is GuardKind.DISTINCT else _same_slots(slots)
                 tree.frame_args().check_fn(fn, i)
                 continue
             if frame_context is None:
@@ -516,7 +534,20 @@ def _generic_alias_check(g: Guard, frame_context: Callable[[Any], FrameValues]) 
     return check
 
 
-def _distinct_slots(slots: tuple[int, ...]) -> Callable[[Any], bool]:
+def _distinct_slots(slots: tuple[int, ...], memory: bool = False) -> Callable[[Any], bool]:
+    if memory:
+        n = len(slots)
+
+        def distinct_memory(args: Any) -> bool:
+            roots = set()
+            for s in slots:
+                v = args[s]
+                base = getattr(v, "_base", None)
+                roots.add(id(v if base is None else base))
+            return len(roots) == n
+
+        return distinct_memory
+
     def distinct(args: Any) -> bool:
         return len({id(args[s]) for s in slots}) == len(slots)
 

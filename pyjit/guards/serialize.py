@@ -255,7 +255,7 @@ def dump_guard(g: Guard) -> dict[str, Any]:
     elif k is GuardKind.SAME_OBJECT:
         extra = dump_source(g.extra)
     elif k is GuardKind.DISTINCT:
-        extra = [dump_source(s) for s in g.extra]
+        expected, extra = g.expected, [dump_source(s) for s in g.extra]
     elif k is GuardKind.DICT_KEYS:
         expected = encode(tuple(g.expected))
         extra = None if g.extra is None else encode(tuple(g.extra))  # an OrderedDict's storage order

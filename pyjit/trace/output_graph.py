@@ -32,6 +32,7 @@ from .dynamic import DynamicPolicy, new_shape_env, record_origins, symbolic_cont
 from ..guards.guards import GuardKind, GuardSet, TensorSpec
 from ..guards.source import LocalSource, Source, sources_as_tokens
 from .graph_breaks import unsupported
+from .memory_checks import overlap_error
 from .pycodegen import PyCodegen
 from .side_effects import SideEffects
 
@@ -174,6 +175,10 @@ class OutputGraph:
         fake_args = [self.to_fake(a) for a in args]
         fake_kwargs = {k: self.to_fake(v) for k, v in kwargs.items()}
         result = self._run_fake(kind, target, fake_args, fake_kwargs)
+        if is_in_place(kind, target, kwargs):
+            overlap = overlap_error(kind, target, fake_args, fake_kwargs)
+            if overlap is not None:  # eager raises: break before the op, it raises when run natively
+                unsupported("tensor_op_failed", f"{_target_name(target)}: RuntimeError: {overlap}")
         node = self.graph.create_node(kind, target, fx_args, fx_kwargs)
         node.meta["stack_trace"] = tx.stack_trace()
         node.meta["example_value"] = result

@@ -12,15 +12,22 @@ Two traces on fake tensors, both with ``make_fx`` and the decomposition table:
    ``(primals..., tangents...) -> (outputs..., mutation values..., grads...)``; a grad is
    ``None`` where eager's would be (the input does not require grad or is unused).
 
-Outputs that alias a graph input (``x.view(-1)``, ``x[0]``) are not outputs of the joint graph:
-the runtime rebuilds them as ``as_strided`` views of the real input (so aliasing and the
-gradient through them behave as in eager). Outputs that do not require grad get no tangent.
-What this module does not handle raises ``NotImplementedError`` (the caller runs the graph as
-captured and logs why): calls of autograd inside the graph (``no_grad`` regions are rewritten
-first, grad_mode.py), mutated inputs that require grad,
-non-tensor inputs or outputs. Calls of custom ``autograd.Function``s are opaque in the forward
-trace and run as the real ``apply`` in the joint trace, which records the user's ``forward``
-and ``backward`` as aten ops (``custom_function.py``).
+Outputs that alias a graph input (``x.view(-1)``, ``x[0]``, ``x.detach()``) are not outputs of
+the joint graph: the runtime rebuilds them from the real input as eager relates them, which the
+captured graph's fake values tell (``backend/aliasing.py``; the functional trace cannot: it
+makes ``detach`` the input itself). Outputs that are views of computed values
+(``lin(x)[:, :4]``) are rebuilt outside the Function from their computed base, which becomes the graph's
+output: a view made inside a custom Function cannot be modified in place. Outputs that do not
+require grad (eager's requires_grad, also after in-place updates under ``no_grad``) get no
+tangent. New values of mutated inputs that require grad (``x += lin(x)`` on an input that does
+not) get a tangent: the runtime writes them into the input outside the Function, so it gets a
+grad_fn. What this module does not handle raises ``NotImplementedError`` (the caller runs the
+graph as captured and logs why): calls of autograd or inference mode inside the graph
+(``no_grad`` regions are rewritten first, grad_mode.py), mutated inputs that require grad,
+tensors made with ``requires_grad=True`` inside the graph, non-tensor inputs or outputs. Calls
+of custom ``autograd.Function``s are opaque in the forward trace and run as the real ``apply``
+in the joint trace, which records the user's ``forward`` and ``backward`` as aten ops
+(``custom_function.py``).
 """
 from __future__ import annotations
 
@@ -31,6 +38,7 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
+from ..aliasing import OutputAlias, created_grad_leaf, output_aliases
 from ..passes.graph_utils import eliminate_dead_code
 from .grad_mode import without_grad_mode_changes
 from .custom_function import FunctionInterpreter, OpaqueCalls, autograd_functions, describe
@@ -39,13 +47,13 @@ aten = torch.ops.aten
 
 
 @dataclasses.dataclass
-class AliasedOutput:
-    """A user output that is a view of graph input ``input_index`` (rebuilt with as_strided)."""
-    input_index: int
-    size: tuple[int, ...]
-    stride: tuple[int, ...]
-    offset_delta: int  # storage offset relative to the input's
-    requires_grad: bool  # False for ``x.detach()``: rebuilt from the detached input
+class IntermediateView:
+    """A user output that is a view of a value computed in the graph: the graph returns that
+    value (computed output ``output_index``) and the runtime takes the view outside the
+    ``autograd.Function``, as eager's is a view of a tensor autograd tracks (an in-place op on a
+    view made inside a custom Function is an autograd error)."""
+    output_index: int
+    view: OutputAlias  # geometry relative to the computed value, requires_grad, is_view
 
 
 @dataclasses.dataclass
@@ -59,8 +67,9 @@ class JointGraph:
     gm: torch.fx.GraphModule
     num_primals: int
     out_spec: Any
-    # Per user output (flattened): an index into the computed outputs, or an AliasedOutput.
-    user_outputs: list[int | AliasedOutput]
+    # Per user output (flattened): an index into the computed outputs, an alias of an input
+    # (rebuilt from it, backend/aliasing.py) or a view of a computed output.
+    user_outputs: list[int | OutputAlias | IntermediateView]
     fw_outputs: int
     fw_requires_grad: list[bool]  # per computed output
     mutated_inputs: list[int]
@@ -68,6 +77,10 @@ class JointGraph:
     primal_requires_grad: list[bool]
     # Per primal: whether the joint graph outputs a grad for it (eager's would be None otherwise).
     has_grad: list[bool]
+    # Per mutated input: whether its new value requires grad (``x += lin(x)`` on an input that
+    # does not). Those values are outputs of the autograd.Function with a tangent, written into
+    # the input outside it so that the input's new value has a grad_fn, as in eager.
+    mutation_requires_grad: list[bool] = dataclasses.field(default_factory=list)
 
     @property
     def num_fw_outputs(self) -> int:
@@ -111,11 +124,21 @@ _GRAD_MODE_FNS = {torch._C._set_grad_enabled, torch.set_grad_enabled, torch.auto
                   torch.autograd.backward, torch.Tensor.backward, torch.Tensor.requires_grad_}
 
 
+# Entering/leaving ``torch.inference_mode`` (calls the tracer records): its values are inference
+# tensors that never require grad, which a joint graph would make differentiable outputs.
+_INFERENCE_MODE_FNS = {torch.autograd.grad_mode._enter_inference_mode, torch.autograd.grad_mode._exit_inference_mode}
+
+
 def check_supported(gm: torch.fx.GraphModule) -> None:
     for n in gm.graph.nodes:
         if n.op in ("call_function", "call_method") and (
                 n.target in _GRAD_MODE_FNS or n.target in ("requires_grad_", "backward")):
             raise NotImplementedError(f"the graph changes grad mode or calls autograd ({n.format_node()})")
+        if n.op == "call_function" and n.target in _INFERENCE_MODE_FNS:
+            raise NotImplementedError(f"the graph enters or leaves inference mode ({n.format_node()})")
+    leaf = created_grad_leaf(gm)
+    if leaf is not None:
+        raise NotImplementedError(f"the graph creates a tensor that requires grad ({leaf.format_node()})")
 
 
 def make_fake_inputs(example_inputs: Sequence[Any]) -> tuple[Any, list[torch.Tensor]]:
@@ -176,8 +199,15 @@ def trace_forward(forward: Callable[..., Any], fake_mode: Any, fakes: Sequence[t
                 return torch.fx.Interpreter(decomposed).run(*args)
 
     fn = torch.func.functionalize(traced, remove="mutations")
-    with fake_mode, torch.set_grad_enabled(any(grads)):
-        fw = make_fx(fn, decomposition_table=decompositions, tracing_mode="real", record_stack_traces=True)(*inputs)
+    try:
+        with fake_mode, torch.set_grad_enabled(any(grads)):
+            fw = make_fx(fn, decomposition_table=decompositions, tracing_mode="real", record_stack_traces=True)(*inputs)
+    except RuntimeError as e:
+        # The primals are leaves: an input that requires grad (a leaf or not for the caller)
+        # written in place cannot be traced so; the refusal below, met earlier.
+        if "leaf Variable that requires grad" in str(e):
+            raise NotImplementedError("a graph input that requires grad is mutated in place") from e
+        raise
     refuse_restrided_inputs(metadata_before, inputs, NotImplementedError)
     placeholders = [n for n in fw.graph.nodes if n.op == "placeholder"]
     output = next(n for n in fw.graph.nodes if n.op == "output")
@@ -219,6 +249,9 @@ def trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_in
     ``symbolic_fakes``: fake tensors of one ``ShapeEnv`` with symbolic sizes to trace with
     instead of static fakes of ``example_inputs`` (which still give requires_grad); the caller
     enables the Python dispatcher (aot/symbolic.py)."""
+    aliases = output_aliases(gm)  # eager's relation of each output to the inputs
+    eager_requires_grad = {i: bool(v.requires_grad) for i, v in enumerate(
+        p.meta.get("example_value") for p in gm.graph.nodes if p.op == "placeholder") if isinstance(v, torch.Tensor)}
     gm = without_grad_mode_changes(gm)  # no_grad regions: detach at their edges
     check_supported(gm)
     if symbolic_fakes is None:
@@ -227,12 +260,14 @@ def trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_in
         fake_mode, fakes = symbolic_fakes[0].fake_mode, list(symbolic_fakes)
     classes = autograd_functions(gm)
     if not classes:
-        return _trace_joint(gm, state_names, example_inputs, decompositions, fake_mode, fakes)
+        return _trace_joint(gm, state_names, example_inputs, decompositions, fake_mode, fakes, aliases,
+                            eager_requires_grad)
     # Custom autograd.Function calls (custom_function.py): opaque in the forward trace, the real
     # apply in the joint trace. Whatever fails there runs the graph as captured (real apply).
     opaque = OpaqueCalls(gm)
     try:
-        return _trace_joint(opaque.gm, state_names, example_inputs, decompositions, fake_mode, fakes)
+        return _trace_joint(opaque.gm, state_names, example_inputs, decompositions, fake_mode, fakes, aliases,
+                            eager_requires_grad)
     except NotImplementedError:
         raise
     except Exception as e:
@@ -243,7 +278,8 @@ def trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_in
 
 
 def _trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_inputs: Sequence[Any],
-                 decompositions: dict[Any, Callable[..., Any]], fake_mode: Any, fakes: list[torch.Tensor]
+                 decompositions: dict[Any, Callable[..., Any]], fake_mode: Any, fakes: list[torch.Tensor],
+                 aliases: list[OutputAlias] | None = None, eager_requires_grad: dict[int, bool] | None = None
                  ) -> JointGraph:
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -264,28 +300,71 @@ def _trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_i
         with torch.enable_grad():
             probe = FunctionInterpreter(fw).run(*probe_inputs)
     user_requires_grad = [bool(t.requires_grad) for t in probe[:n_user]]
+    # Eager's requires_grad of each mutated input afterwards is that of the captured graph's fake
+    # input after the trace ran the in-place ops on it: False for ``x.add_(lin(x))`` under
+    # ``no_grad``, whose value the joint replay (grad on) would make require grad.
+    known = eager_requires_grad or {}
+    mutation_requires_grad = [bool(t.requires_grad) and known.get(i, True)
+                              for t, i in zip(probe[n_user:], mutated)]
+    if aliases is not None and len(aliases) != n_user:
+        aliases = None
 
-    # Outputs aliasing an input leave the graph: the runtime rebuilds them as views.
+    # Outputs aliasing an input leave the graph: the runtime rebuilds them from the input as
+    # eager relates them (the captured graph's fake values say how; the functional trace cannot:
+    # it turns ``detach`` into the input and may make ``cat([x])`` an alias). Outputs that are
+    # views of computed values are taken outside the Function, from their computed base.
     fw_placeholders = [n for n in fw.graph.nodes if n.op == "placeholder"]
-    user_outputs: list[int | AliasedOutput] = []
+    user_outputs: list[int | OutputAlias | IntermediateView] = []
     kept: list[torch.fx.Node] = []
     fw_requires_grad: list[bool] = []
-    for node, needs_grad in zip(out_node.args[0][:n_user], user_requires_grad):
-        val = node.meta["val"]
-        alias = next((i for i, p in enumerate(fw_placeholders) if _is_alias(val, p.meta["val"])), None)
-        if alias is not None and alias not in mutated:
-            base = fw_placeholders[alias].meta["val"]
-            user_outputs.append(AliasedOutput(alias, tuple(val.shape), tuple(val.stride()),
-                                              val.storage_offset() - base.storage_offset(), needs_grad))
-        else:
-            user_outputs.append(len(kept))
+
+    def keep(node: torch.fx.Node, needs_grad: bool) -> int:
+        if node not in kept:
             kept.append(node)
-            fw_requires_grad.append(needs_grad)
+            fw_requires_grad.append(False)
+        index = kept.index(node)
+        fw_requires_grad[index] = fw_requires_grad[index] or needs_grad  # a view requiring grad: so does its base
+        return index
+
+    for k, (node, needs_grad) in enumerate(zip(out_node.args[0][:n_user], user_requires_grad)):
+        val = node.meta["val"]
+        eager = aliases[k] if aliases is not None else None
+        if eager is not None:
+            # The joint replay has grad on throughout: a value read after an in-place update
+            # under ``no_grad`` would require grad there, not in eager.
+            needs_grad = needs_grad and eager.requires_grad
+        if eager is not None and eager.input_index is not None:
+            user_outputs.append(eager)
+            continue
+        input_alias = next((i for i, p in enumerate(fw_placeholders) if _is_alias(val, p.meta["val"])), None)
+        if eager is None and input_alias is not None and input_alias not in mutated:
+            base = fw_placeholders[input_alias].meta["val"]
+            user_outputs.append(OutputAlias(input_alias, False, tuple(val.shape), tuple(val.stride()),
+                                            val.storage_offset() - base.storage_offset(), needs_grad, True))
+            continue
+        if eager is not None and input_alias is not None:
+            # Fresh in eager (``torch.cat([x])``), an alias of an input in the functional trace.
+            with fw.graph.inserting_before(out_node):
+                copy = fw.graph.call_function(aten.clone.default, (node,))
+            copy.meta["val"] = val
+            user_outputs.append(keep(copy, needs_grad))
+            continue
+        base_node = _computed_base(node, fw_placeholders)
+        if base_node is not None:
+            base_val = base_node.meta["val"]
+            index = keep(base_node, needs_grad)
+            delta = val.storage_offset() - base_val.storage_offset()
+            user_outputs.append(IntermediateView(index, OutputAlias(
+                None, False, tuple(val.shape), tuple(val.stride()), delta, needs_grad,
+                eager.is_view if eager is not None else True)))
+            continue
+        user_outputs.append(keep(node, needs_grad))
     out_node.args = (kept + list(out_node.args[0][n_user:]),)
     eliminate_dead_code(fw.graph)
     fw.recompile()
     n_fw = len(kept)
     tangent_outputs = [i for i, r in enumerate(fw_requires_grad) if r]
+    tangent_outputs += [n_fw + j for j, r in enumerate(mutation_requires_grad) if r]
 
     grad_box: list[list[bool]] = []
 
@@ -305,7 +384,8 @@ def _trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_i
 
     with fake_mode:
         primal_fakes = [_as_primal(t, False) for t in fakes]
-        tangent_fakes = [torch.empty_like(kept[i].meta["val"], memory_format=torch.contiguous_format)
+        fw_values = [n.meta["val"] for n in out_node.args[0]]
+        tangent_fakes = [torch.empty_like(fw_values[i], memory_format=torch.contiguous_format)
                          for i in tangent_outputs]
         joint_gm = make_fx(joint, decomposition_table=decompositions, tracing_mode="real",
                            record_stack_traces=True)(primal_fakes, tangent_fakes)
@@ -313,7 +393,19 @@ def _trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_i
     if _has_mutation(joint_gm):
         joint_gm = _functionalize(joint_gm, fake_mode, primal_fakes + tangent_fakes, decompositions)
     return JointGraph(joint_gm, len(fakes), out_spec, user_outputs, n_fw, fw_requires_grad, mutated,
-                      tangent_outputs, requires_grad, grad_box[-1])
+                      tangent_outputs, requires_grad, grad_box[-1], mutation_requires_grad)
+
+
+def _computed_base(node: torch.fx.Node, placeholders: list[torch.fx.Node]) -> torch.fx.Node | None:
+    """The value computed in the graph that ``node`` is a view of (through a chain of view ops),
+    or None when ``node`` is no view or a view of a graph input."""
+    base = node
+    while base.op == "call_function" and isinstance(base.target, torch._ops.OpOverload) and base.target.is_view \
+            and base.args and isinstance(base.args[0], torch.fx.Node):
+        base = base.args[0]
+    if base is node or base in placeholders or base.op != "call_function":
+        return None
+    return base
 
 
 def _strip_detach(gm: torch.fx.GraphModule) -> None:

@@ -1,14 +1,18 @@
 """Running a partitioned graph: one ``torch.autograd.Function`` per compiled graph.
 
-``forward`` runs the compiled forward graph, writes the new values of mutated inputs into the
-real inputs, saves the values the partition chose and returns the user outputs (outputs that
-do not require grad are marked non-differentiable). ``backward`` compiles the backward graph on
-its first call (so inference-only use never pays for it), feeds it the saved values and the
-tangents (made contiguous, as traced) and returns the grads, ``None`` where eager gives
-``None``. Double backward (``create_graph=True`` through a compiled graph) raises an error that
-names the graph and says what to do. Outputs aliasing an input are rebuilt outside the
-``Function`` as ``as_strided`` views of the real input, so they alias and differentiate as in
-eager.
+``forward`` runs the compiled forward graph, writes the new values of mutated inputs that do not
+require grad into the real inputs, saves the values the partition chose and returns the computed
+outputs, then the new values that require grad (outputs that do not require grad are marked
+non-differentiable; an output the compiled code returns as an input's buffer is copied, as
+eager's is fresh). Outside the Function, those new values are copied into their inputs under the
+caller's grad mode (so an input updated by ``x += lin(x)`` gets a grad_fn, as in eager), and
+views of computed outputs (``lin(x)[:, :4]``) are taken, so that autograd allows in-place ops on
+them. ``backward`` compiles the backward graph on its first call (so inference-only use never
+pays for it), feeds it the saved values and the tangents (made contiguous, as traced) and
+returns the grads, ``None`` where eager gives ``None``. Double backward (``create_graph=True``
+through a compiled graph) raises an error that names the graph and says what to do. Outputs
+aliasing an input are rebuilt outside the ``Function`` from the real input as eager relates them
+(``backend/aliasing.py``), so they alias and differentiate as in eager.
 
 Deferred saving (``config.aot_defer_saving``): until a backward has run through a graph, its
 forward is the partition's ``inference_gm`` (no saved values: the same kernels as under
@@ -31,7 +35,8 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from ...logs import get_logger
-from .joint import AliasedOutput, JointGraph, fetch_attributes
+from ..aliasing import OutputAlias, rebuild_alias
+from .joint import IntermediateView, JointGraph, fetch_attributes
 from .partition import Partitioned
 
 log = get_logger("fallbacks")
@@ -57,12 +62,34 @@ class AOTState:
         self.bw: Callable[..., Any] | None = None
         self.bw_compiler = bw_compiler
         self.lock = threading.Lock()
-        self.tangent_outputs = joint.tangent_outputs
+        # Mutated inputs whose new value requires grad: returned by the Function after the user
+        # outputs, written into the inputs outside it (make_runtime) so that autograd records it.
+        self.diff_mutations = [j for j, r in enumerate(joint.mutation_requires_grad) if r]
+        n_fw = joint.fw_outputs
+        # The Function's output each tangent belongs to (the joint graph counts all mutations).
+        self.tangent_outputs = [i if i < n_fw else n_fw + self.diff_mutations.index(i - n_fw)
+                                for i in joint.tangent_outputs]
         self.non_diff = [i for i, r in enumerate(joint.fw_requires_grad) if not r]
         self.mutated_saved = [j for j, p in enumerate(part.saved_primals) if p in joint.mutated_inputs]
         self.sizes_of = sizes_of
+        self.copied_outputs: list[int] | None = None  # see fresh()
         if part.saved_sizes and sizes_of is None:
             raise ValueError("a partition that saves sizes needs sizes_of")
+
+    def fresh(self, outs: tuple[torch.Tensor, ...], primals: Sequence[Any]) -> tuple[torch.Tensor, ...]:
+        """The computed outputs, each a new tensor: a compiled forward may return an input's
+        buffer for a value eager computes fresh (``torch.cat([x])``). Which outputs do is
+        decided on the first call (the compiled code returns the same buffers every call)."""
+        if self.copied_outputs is None:
+            keys = {_storage_key(p) for p in primals if isinstance(p, torch.Tensor) and p.layout == torch.strided}
+            self.copied_outputs = [i for i, o in enumerate(outs) if isinstance(o, torch.Tensor)
+                                   and o.layout == torch.strided and _storage_key(o) in keys]
+        if not self.copied_outputs:
+            return outs
+        fixed = list(outs)
+        for i in self.copied_outputs:
+            fixed[i] = fixed[i].clone()
+        return tuple(fixed)
 
     def saving_fw(self, example: Sequence[torch.Tensor]) -> Callable[..., Any]:
         """The forward that saves for the backward (compiled on first use under deferred saving)."""
@@ -78,6 +105,7 @@ class AOTState:
     def replay_saved(self, primals: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         """The saved values of a deferred-saving call: the saving forward replayed on its inputs."""
         self.inference_fw = None  # a backward came: later calls save in their forward
+        self.copied_outputs = None  # decided again on the saving forward's first call
         with torch.no_grad():
             outs = self.saving_fw(primals)(*primals)
         return list(outs[self.joint.num_fw_outputs:])
@@ -127,7 +155,7 @@ class CompiledFunction(torch.autograd.Function):
         inference_fw = state.inference_fw
         ctx.replay = inference_fw is not None
         if inference_fw is not None:  # deferred saving: the backward replays the forward
-            user = tuple(inference_fw(*primals))
+            user = state.fresh(tuple(inference_fw(*primals)), primals)
             # Tensors through save_for_backward (autograd checks them for in-place changes);
             # the numbers of a symbolic graph kept as they are.
             ctx.save_for_backward(*[p for p in primals if isinstance(p, torch.Tensor)])
@@ -141,10 +169,12 @@ class CompiledFunction(torch.autograd.Function):
         saved = list(outs[n_fw + n_mut:])
         for j in state.mutated_saved:  # the backward needs the value from before the mutation
             saved[j] = saved[j].clone()
-        for index, value in zip(joint.mutated_inputs, outs[n_fw:n_fw + n_mut]):
-            primals[index].copy_(value)
+        new_values = outs[n_fw:n_fw + n_mut]
+        for j, (index, value) in enumerate(zip(joint.mutated_inputs, new_values)):
+            if j not in state.diff_mutations:  # a value without autograd history: written here
+                primals[index].copy_(value)
         ctx.save_for_backward(*saved)
-        user = tuple(outs[:n_fw])
+        user = state.fresh(tuple(outs[:n_fw]), primals) + tuple(new_values[j] for j in state.diff_mutations)
         if state.non_diff:
             ctx.mark_non_differentiable(*[user[i] for i in state.non_diff])
         return user
@@ -170,6 +200,11 @@ class CompiledFunction(torch.autograd.Function):
         return (None, *[next(it) if has else None for has in state.joint.has_grad])
 
 
+def _storage_key(t: torch.Tensor) -> Any:
+    from torch.multiprocessing.reductions import StorageWeakRef
+    return StorageWeakRef(t.untyped_storage())
+
+
 def _with_numbers(tensors: Sequence[torch.Tensor], numbers: dict[int, Any]) -> list[Any]:
     """The primals of a deferred-saving call: its saved tensors with its numbers put back."""
     it = iter(tensors)
@@ -188,6 +223,7 @@ def make_runtime(state: AOTState, gm: torch.nn.Module, attr_names: Sequence[str]
     requires_grad = joint.primal_requires_grad
     user_outputs = joint.user_outputs
     out_spec = joint.out_spec
+    n_fw = joint.fw_outputs
 
     def compiled_fn(*args: Any) -> Any:
         primals = [*args, *fetch_attributes(gm, attr_names)] if attr_names else list(args)
@@ -207,14 +243,21 @@ def make_runtime(state: AOTState, gm: torch.nn.Module, attr_names: Sequence[str]
             outs = CompiledFunction.apply(state, *primals)
         finally:
             _set_callback(previous)
-        leaves = [outs[u] if isinstance(u, int) else _view_of(primals[u.input_index], u) for u in user_outputs]
+        for pos, j in enumerate(state.diff_mutations):
+            # Under the caller's grad mode, as eager's in-place op: the input's new value gets a
+            # grad_fn (and autograd's own checks: a view of a leaf that requires grad...).
+            primals[joint.mutated_inputs[j]].copy_(outs[n_fw + pos])
+        leaves = [outs[u] if isinstance(u, int) else _rebuild(u, primals, outs) for u in user_outputs]
         return pytree.tree_unflatten(leaves, out_spec)
 
     compiled_fn.pyjit_state = state  # type: ignore[attr-defined]
     return compiled_fn
 
 
-def _view_of(base: torch.Tensor, alias: AliasedOutput) -> torch.Tensor:
-    if not alias.requires_grad:
-        base = base.detach()
-    return base.as_strided(alias.size, alias.stride, base.storage_offset() + alias.offset_delta)
+def _rebuild(output: OutputAlias | IntermediateView, primals: Sequence[Any], outs: Sequence[torch.Tensor]
+             ) -> torch.Tensor:
+    """A user output outside the Function: an alias of an input as eager relates it, or a view
+    of a value the Function returned."""
+    if isinstance(output, IntermediateView):
+        return rebuild_alias(outs[output.output_index], output.view)
+    return rebuild_alias(primals[output.input_index], output)  # type: ignore[index]

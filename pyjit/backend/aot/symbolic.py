@@ -30,7 +30,7 @@ import torch
 import torch.fx
 
 from ...config import config
-from .joint import AliasedOutput, trace_joint
+from .joint import trace_joint
 from .partition import Partitioned, partition_joint
 from .runtime import AOTState, make_runtime
 
@@ -59,8 +59,8 @@ def compile_training_symbolic(gm: torch.fx.GraphModule, example_inputs: Sequence
     with enable_python_dispatcher():
         joint = trace_joint(gm, [], list(example_inputs), training_decomposition_table(),
                             symbolic_fakes=list(symbolic))
-    if any(isinstance(u, AliasedOutput) for u in joint.user_outputs):
-        raise NotImplementedError("an output aliasing an input")
+    if any(not isinstance(u, int) for u in joint.user_outputs):
+        raise NotImplementedError("an output aliasing an input or a view of a computed value")
     _refuse_specialisation(shape_env, replaced_before, len(shape_env.guards))
     part = partition_joint(joint, "min_cut")
     for graph in (part.fw_gm, part.bw_gm, part.inference_gm):
