@@ -554,8 +554,11 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
     # With ``inputs_guarded`` the caller's guards already pinned every input's type, sizes,
     # strides, dtype, device and requires_grad, and grad mode (pyjit's frontend, see
     # INPUTS_GUARDED): re-checking 50 parameters here cost ~100 us a call.
+    # A scalar input of a static module (a symbolic int the trace specialised) was baked into
+    # the kernels: it must be that value (type and value stand in for layout and dtype).
     expected = [] if check is not None or inputs_guarded else \
-        [(t.shape, t.stride(), t.dtype, t.device) for t in example_inputs]
+        [(t.shape, t.stride(), t.dtype, t.device) if isinstance(t, torch.Tensor) else (type(t), t, None, None)
+         for t in example_inputs]
     checked = check is not None or not inputs_guarded
     # Rebuilding the output structure is per-call overhead: ``tree_unflatten`` costs ~2 us for a
     # plain tuple. Decide once, by unflattening a probe, whether the structure is exactly one
@@ -603,6 +606,10 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
                         grad and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)):
                     return gm.forward(*args)
             for a, (shape, stride, dtype, dev) in zip(args, expected):
+                if dev is None:  # a scalar: (type, value)
+                    if type(a) is not shape or a != stride:
+                        return gm.forward(*args)
+                    continue
                 if not isinstance(a, torch.Tensor) or a.shape != shape or a.stride() != stride or a.dtype != dtype \
                         or a.device != dev or (grad and a.requires_grad):
                     return gm.forward(*args)
