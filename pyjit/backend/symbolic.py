@@ -252,8 +252,8 @@ class _SizeContext:
     facts: frozenset[Expr]  # relations the graph's guards make true on every call
 
 
-_CTX: contextvars.ContextVar[_SizeContext] = contextvars.ContextVar(
-    "pyjit_size_context", default=_SizeContext({}, {}, frozenset()))
+_NO_CONTEXT = _SizeContext({}, {}, frozenset())
+_CTX: contextvars.ContextVar[_SizeContext] = contextvars.ContextVar("pyjit_size_context", default=_NO_CONTEXT)
 
 
 @contextlib.contextmanager
@@ -272,6 +272,17 @@ def size_hints(hints: dict[sympy.Symbol, int], lower: dict[sympy.Symbol, Any] | 
         yield
     finally:
         _CTX.reset(token)
+
+
+def register_symbol(symbol: sympy.Symbol, value: int | float | None, lower: int | None = None) -> None:
+    """A symbol the compile introduces (a scalar computed on the host): its example value for
+    heuristics, and its lower bound (None: it is not a size and may be negative)."""
+    ctx = _CTX.get()
+    if ctx is _NO_CONTEXT:  # no graph is compiling: nothing to tell
+        return
+    if value is not None:
+        ctx.hints[symbol] = value  # type: ignore[assignment]
+    ctx.lower[symbol] = lower
 
 
 def hint(value: Size) -> int:
@@ -571,14 +582,45 @@ def pexpr(expr: Any) -> str:
     return _PythonPrinter().doprint(expr)
 
 
+def signed(e: Expr) -> bool:
+    """Whether ``e`` reads a symbol that may be negative (a symbolic int input, not a size or an
+    index variable): integer division and remainder of it need Python's floor semantics."""
+    return any(not s.is_nonnegative for s in e.free_symbols)
+
+
 class _Printer(sympy.printing.str.StrPrinter):
+    """Index expressions for Triton (also the base of the host Python and C++ printers).
+
+    ``//`` and ``%`` of Triton and C++ truncate toward zero; they agree with Python's (and
+    torch's ``FloorDiv``/``Mod``) for a non-negative base. A base over a symbolic int input may
+    be negative: it is printed through ``r = ((a % d) + d) % d`` (the floor remainder in either
+    semantics for ``d > 0``) and ``(a - r) // d`` (an exact division)."""
+
+    _div = "//"
+
     def _print_FloorDiv(self, e: FloorDiv) -> str:
-        return f"({self._paren(e.args[0])} // {self._atom(e.args[1])})"
+        base, d = e.args
+        if signed(base):
+            return f"(({self._paren(base)} - {self._floor_mod(base, d)}) {self._div} {self._divisor(d)})"
+        return f"({self._paren(base)} {self._div} {self._atom(d)})"
 
     def _print_ModularIndexing(self, e: ModularIndexing) -> str:
         base, d, m = e.args
-        inner = self._paren(base) if d == 1 else f"({self._paren(base)} // {self._atom(d)})"
+        if signed(base):
+            if d != 1:
+                return self._floor_mod(FloorDiv(base, d), m)
+            return self._floor_mod(base, m)
+        inner = self._paren(base) if d == 1 else f"({self._paren(base)} {self._div} {self._atom(d)})"
         return f"({inner} % {self._atom(m)})"
+
+    def _floor_mod(self, base: Expr, d: Expr) -> str:
+        div = self._divisor(d)
+        return f"((({self._print(base)}) % {div} + {div}) % {div})"
+
+    def _divisor(self, d: Expr) -> str:
+        if not d.is_positive:
+            raise NotImplementedError(f"integer division by {d}, which may be negative or zero")
+        return self._atom(d)
 
     def _print_TrueDiv(self, e: TrueDiv) -> str:
         # Python and Triton: ``/`` of integers is a true (float) division.
@@ -637,7 +679,16 @@ class _Printer(sympy.printing.str.StrPrinter):
 
 
 class _PythonPrinter(_Printer):
-    """Host Python: builtins ``min``/``max``, relations and ``and``/``or``/``not`` (guards)."""
+    """Host Python: builtins ``min``/``max``, relations and ``and``/``or``/``not`` (guards).
+    Python's ``//`` and ``%`` already floor."""
+
+    def _print_FloorDiv(self, e: FloorDiv) -> str:
+        return f"({self._paren(e.args[0])} // {self._atom(e.args[1])})"
+
+    def _print_ModularIndexing(self, e: ModularIndexing) -> str:
+        base, d, m = e.args
+        inner = self._paren(base) if d == 1 else f"({self._paren(base)} // {self._atom(d)})"
+        return f"({inner} % {self._atom(m)})"
 
     def _print_Min(self, e: sympy.Min) -> str:
         return "min(" + ", ".join(self._print(a) for a in e.args) + ")"
