@@ -102,7 +102,12 @@ def _data_dependent_errors() -> tuple[type[BaseException], ...]:
 
 
 def _graph_label(gm: torch.fx.GraphModule) -> str:
-    return f"{type(gm).__name__} with {len(gm.graph.nodes)} nodes"
+    graph = getattr(gm, "graph", None)
+    if graph is None:
+        # The warm start's captured graph is rebuilt from its code text (no fx graph): it has
+        # a name and a ``forward``, which is all a compiled callable may rely on.
+        return str(getattr(gm, "name", type(gm).__name__))
+    return f"{type(gm).__name__} with {len(graph.nodes)} nodes"
 
 
 def _run_as_captured(gm: torch.fx.GraphModule, reason: str) -> Callable[..., Any]:
