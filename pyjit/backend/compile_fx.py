@@ -24,6 +24,7 @@ symbolic layouts; a call that fails it runs as captured.
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import time
@@ -216,6 +217,7 @@ def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from .decompositions import decomposition_table
+    from .passes.rng_order import draw_in_memory_order, has_random_fill
 
     spec_box: list[Any] = []
 
@@ -239,14 +241,19 @@ def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
         with fake_mode, torch.no_grad():
             aten_gm = make_fx(fn, decomposition_table=decomposition_table(), tracing_mode="real",
                               record_stack_traces=True)(*fake_inputs)
-    else:
+    if fake_mode.shape_env is not None or has_random_fill(aten_gm):
         # Symbolic sizes: C++ functionalization runs composite ops (``linear``, ``matmul``...)
         # through their C++ kernels, which read ``sizes()`` -- and a fake tensor answers that by
         # specialising every size symbol to its example value. So decompose first, in Python
         # (the Python dispatcher keeps sizes symbolic), then functionalize the aten graph.
-        with fake_mode, torch.no_grad(), enable_python_dispatcher():
+        # A graph with random fills takes the same two steps: their element order is fixed on
+        # the in-place ops, which only the graph before functionalization still holds
+        # (passes/rng_order.py).
+        dispatcher = enable_python_dispatcher() if fake_mode.shape_env is not None else contextlib.nullcontext()
+        with fake_mode, torch.no_grad(), dispatcher:
             decomposed = make_fx(flat_forward, decomposition_table=decomposition_table(), tracing_mode="real",
                                  record_stack_traces=True)(*fake_inputs)
+            draw_in_memory_order(decomposed)
 
             def run_decomposed(*args: Any) -> Any:
                 with torch.fx.traceback.preserve_node_meta():
