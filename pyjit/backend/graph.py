@@ -8,7 +8,10 @@ Dynamic shapes: sizes of the aten graph's fake values are ``SymInt`` s; size ari
 (``sym_size``, ``operator.mul`` on sizes...) lower to sympy expressions over the size symbols,
 read from the node's traced value, and a scalar placeholder (a symbolic ``int``/``float``
 graph input) lowers to its symbol (see ``symbolic.as_size``; kernels receive symbols as
-arguments).
+arguments). A value over symbolic scalars that kernel arithmetic would get wrong (a float
+expression, ``n // 2`` of a possibly negative ``n``, a size outside the index language) is a
+*host value* (``GraphLowering.host_symbol``): the wrapper computes it in Python, kernels get it
+as one more symbol.
 """
 from __future__ import annotations
 
@@ -104,6 +107,12 @@ def _channels_last_hint(val: Any) -> tuple[int, ...] | None:
         return None
     fmt = torch.channels_last if val.dim() == 4 else torch.channels_last_3d
     return tuple(int(s) for s in val.stride()) if val.is_contiguous(memory_format=fmt) else None
+
+
+def _size_hints() -> dict[Any, Any]:
+    from .symbolic import current_hints
+
+    return current_hints()
 
 
 def _lower_bound(shape_env: Any, expr: sympy.Expr) -> int | None:
@@ -353,6 +362,19 @@ class GraphLowering(torch.fx.Interpreter):
         scalar_inputs = {p for p in self.placeholders if isinstance(p, sympy.Symbol)}
         if isinstance(val, torch.SymInt) and (not expr.free_symbols & scalar_inputs or _polynomial(expr)):
             return None
+        is_int = not isinstance(val, torch.SymFloat)
+        # The value range the ShapeEnv proves (``n % 3`` is in [0, 2]) tells lowerings the sign
+        # of an index (select, slice); unknown, they refuse rather than assume.
+        lower = _lower_bound(val.node.shape_env, expr) if is_int else None
+        hint = val.node.hint
+        return self.host_symbol(expr, is_int, None if hint is None else (int(hint) if is_int else float(hint)), lower)
+
+    def host_symbol(self, expr: sympy.Expr, is_int: bool, hint: int | float | None = None,
+                    lower: int | None = None) -> sympy.Symbol:
+        """The symbol of a value the wrapper computes in Python from the input symbols (``expr``
+        in torch's sympy functions), once per call, passed to kernels like a size. Also what
+        ``symbolic.from_torch_expr`` turns a size expression outside the index language into
+        (``arange(0, 3, f)`` has ``ceil(3 / f)`` elements)."""
         known = self._host_by_expr.get(expr)
         if known is not None:
             return known
@@ -360,20 +382,29 @@ class GraphLowering(torch.fx.Interpreter):
 
         from .symbolic import register_symbol
 
-        text = PythonPrinter().doprint(expr)
-        is_int = not isinstance(val, torch.SymFloat)
+        if hint is None:
+            hints = {s: v for s, v in _size_hints().items() if s in expr.free_symbols}
+            value = expr.xreplace({s: sympy.Integer(v) if isinstance(v, int) else sympy.Float(v)
+                                   for s, v in hints.items()})
+            if value.is_number:
+                hint = int(value) if is_int else float(value)
+        if lower is None and is_int and expr.is_nonnegative:
+            lower = 0
         name = f"hs{len(self.host_scalars)}"
-        # The value range the ShapeEnv proves (``n % 3`` is in [0, 2]) tells lowerings the sign
-        # of an index (select, slice); unknown, they refuse rather than assume.
-        lower = _lower_bound(val.node.shape_env, expr) if is_int else None
         symbol = sympy.Symbol(name, integer=True, nonnegative=True) if lower is not None and lower >= 0 \
             else sympy.Symbol(name, integer=True) if is_int else sympy.Symbol(name, real=True)
+        text = PythonPrinter().doprint(expr)
         text = f"int({text})" if is_int else f"float({text})"
         self.host_scalars.append((symbol, text, frozenset(str(f) for f in expr.free_symbols)))
         self._host_by_expr[expr] = symbol
-        hint = val.node.hint
-        register_symbol(symbol, None if hint is None else (int(hint) if is_int else float(hint)), lower)
+        register_symbol(symbol, hint, lower)
         return symbol
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        from .symbolic import host_values
+
+        with host_values(self.host_symbol):
+            return super().run(*args, **kwargs)
 
     @staticmethod
     def _sym_value(val: Any) -> Any:

@@ -10,7 +10,9 @@ size symbols (``s0``, ``s1``...; each >= 2) for dynamic ones (:func:`as_size` co
 static graphs build exactly the expressions they always did. :func:`size_hints` holds the
 example values of the symbols while one graph compiles: heuristics (block sizes) read them
 through :func:`hint`, correctness never does. :func:`pexpr` prints an expression as host Python
-(the wrapper), :func:`texpr` as Triton.
+(the wrapper), :func:`texpr` as Triton; a base that may be negative (it reads a symbolic int
+input) divides with floor semantics in every printer, and what the language cannot express
+becomes a host value (:func:`host_values`).
 """
 from __future__ import annotations
 
@@ -207,8 +209,9 @@ def from_torch_expr(expr: Expr) -> Expr:
     Sizes are non-negative, so torch's ``FloorDiv``/``CleanDiv``/``Mod``/``PythonMod`` map to
     :class:`FloorDiv` / :class:`ModularIndexing`, ``CeilToInt``/``FloorToInt`` of an
     ``IntTrueDiv`` of sizes to a :class:`FloorDiv`, and other true divisions (float values) to
-    :class:`TrueDiv`; a function we do not know raises
-    ``NotImplementedError`` (the graph then runs as captured).
+    :class:`TrueDiv`; a function we do not know becomes a value the wrapper computes in Python
+    while a graph lowers (:func:`host_values`), else raises ``NotImplementedError`` (the graph
+    then runs as captured).
     """
     if not expr.args or expr.is_Symbol or expr.is_Number:
         return expr
@@ -242,6 +245,11 @@ def from_torch_expr(expr: Expr) -> Expr:
                          sympy.Not)):
         # Guards (relations between sizes): checked on the host, printed by :func:`pexpr`.
         return expr.func(*args)
+    register = _HOST.get()
+    if register is not None:
+        # Outside the index language (a float function, ``ceil`` of a float quotient): the
+        # wrapper computes it in Python, kernels read it as one more symbol.
+        return register(expr, bool(expr.is_integer))
     raise NotImplementedError(f"size expression {expr} uses {name}, which pyjit does not compile")
 
 
@@ -272,6 +280,25 @@ def size_hints(hints: dict[sympy.Symbol, int], lower: dict[sympy.Symbol, Any] | 
         yield
     finally:
         _CTX.reset(token)
+
+
+_HOST: contextvars.ContextVar[Any] = contextvars.ContextVar("pyjit_host_values", default=None)
+
+
+@contextlib.contextmanager
+def host_values(register: Any) -> Iterator[None]:
+    """While a graph lowers: ``register(expr, is_int)`` returns the symbol of a value the wrapper
+    computes on the host; :func:`from_torch_expr` uses it for what the index language lacks."""
+    token = _HOST.set(register)
+    try:
+        yield
+    finally:
+        _HOST.reset(token)
+
+
+def current_hints() -> dict[sympy.Symbol, Any]:
+    """The example values of the symbols of the graph being compiled (see :func:`size_hints`)."""
+    return _CTX.get().hints
 
 
 def register_symbol(symbol: sympy.Symbol, value: int | float | None, lower: int | None = None) -> None:

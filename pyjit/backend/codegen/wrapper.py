@@ -7,7 +7,8 @@ inputs, and the outputs. ``python <module>.py`` runs it standalone on random inp
 prints its time per call.
 
 Dynamic shapes: ``call`` first binds each size symbol from the inputs (``s0 = arg0_1.shape[0]``,
-or a stride; a symbolic scalar input is unpacked under its symbol's name), then allocates,
+or a stride; a symbolic scalar input is unpacked under its symbol's name; host values,
+``hs0 = float(min(2.0, zf0))``, follow in Python), then allocates,
 launches and computes grids with expressions over them. Such a module also defines
 ``check(args)``: True when the call's inputs fit the symbolic layouts the kernels were
 generated for (dtype, device, rank, every size and stride equal to its expression, guards the
