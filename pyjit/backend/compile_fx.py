@@ -24,6 +24,7 @@ symbolic layouts; a call that fails it runs as captured.
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import time
@@ -107,7 +108,12 @@ def _data_dependent_errors() -> tuple[type[BaseException], ...]:
 
 
 def _graph_label(gm: torch.fx.GraphModule) -> str:
-    return f"{type(gm).__name__} with {len(gm.graph.nodes)} nodes"
+    graph = getattr(gm, "graph", None)
+    if graph is None:
+        # The warm start's captured graph is rebuilt from its code text (no fx graph): it has
+        # a name and a ``forward``, which is all a compiled callable may rely on.
+        return str(getattr(gm, "name", type(gm).__name__))
+    return f"{type(gm).__name__} with {len(graph.nodes)} nodes"
 
 
 def _run_as_captured(gm: torch.fx.GraphModule, reason: str) -> Callable[..., Any]:
@@ -216,6 +222,7 @@ def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from .decompositions import decomposition_table
+    from .passes.rng_order import draw_in_memory_order, has_random_fill
 
     spec_box: list[Any] = []
 
@@ -239,14 +246,19 @@ def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
         with fake_mode, torch.no_grad():
             aten_gm = make_fx(fn, decomposition_table=decomposition_table(), tracing_mode="real",
                               record_stack_traces=True)(*fake_inputs)
-    else:
+    if fake_mode.shape_env is not None or has_random_fill(aten_gm):
         # Symbolic sizes: C++ functionalization runs composite ops (``linear``, ``matmul``...)
         # through their C++ kernels, which read ``sizes()`` -- and a fake tensor answers that by
         # specialising every size symbol to its example value. So decompose first, in Python
         # (the Python dispatcher keeps sizes symbolic), then functionalize the aten graph.
-        with fake_mode, torch.no_grad(), enable_python_dispatcher():
+        # A graph with random fills takes the same two steps: their element order is fixed on
+        # the in-place ops, which only the graph before functionalization still holds
+        # (passes/rng_order.py).
+        dispatcher = enable_python_dispatcher() if fake_mode.shape_env is not None else contextlib.nullcontext()
+        with fake_mode, torch.no_grad(), dispatcher:
             decomposed = make_fx(flat_forward, decomposition_table=decomposition_table(), tracing_mode="real",
                                  record_stack_traces=True)(*fake_inputs)
+            draw_in_memory_order(decomposed)
 
             def run_decomposed(*args: Any) -> Any:
                 with torch.fx.traceback.preserve_node_meta():
@@ -559,8 +571,11 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
     # With ``inputs_guarded`` the caller's guards already pinned every input's type, sizes,
     # strides, dtype, device and requires_grad, and grad mode (pyjit's frontend, see
     # INPUTS_GUARDED): re-checking 50 parameters here cost ~100 us a call.
+    # A scalar input of a static module (a symbolic int the trace specialised) was baked into
+    # the kernels: it must be that value (type and value stand in for layout and dtype).
     expected = [] if check is not None or inputs_guarded else \
-        [(t.shape, t.stride(), t.dtype, t.device) for t in example_inputs]
+        [(t.shape, t.stride(), t.dtype, t.device) if isinstance(t, torch.Tensor) else (type(t), t, None, None)
+         for t in example_inputs]
     checked = check is not None or not inputs_guarded
     # Rebuilding the output structure is per-call overhead: ``tree_unflatten`` costs ~2 us for a
     # plain tuple. Decide once, by unflattening a probe, whether the structure is exactly one
@@ -617,6 +632,10 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
                         grad and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)):
                     return gm.forward(*args)
             for a, (shape, stride, dtype, dev) in zip(args, expected):
+                if dev is None:  # a scalar: (type, value)
+                    if type(a) is not shape or a != stride:
+                        return gm.forward(*args)
+                    continue
                 if not isinstance(a, torch.Tensor) or a.shape != shape or a.stride() != stride or a.dtype != dtype \
                         or a.device != dev or (grad and a.requires_grad):
                     return gm.forward(*args)

@@ -8,7 +8,10 @@ Dynamic shapes: sizes of the aten graph's fake values are ``SymInt`` s; size ari
 (``sym_size``, ``operator.mul`` on sizes...) lower to sympy expressions over the size symbols,
 read from the node's traced value, and a scalar placeholder (a symbolic ``int``/``float``
 graph input) lowers to its symbol (see ``symbolic.as_size``; kernels receive symbols as
-arguments).
+arguments). A value over symbolic scalars that kernel arithmetic would get wrong (a float
+expression, ``n // 2`` of a possibly negative ``n``, a size outside the index language) is a
+*host value* (``GraphLowering.host_symbol``): the wrapper computes it in Python, kernels get it
+as one more symbol.
 """
 from __future__ import annotations
 
@@ -106,6 +109,28 @@ def _channels_last_hint(val: Any) -> tuple[int, ...] | None:
     return tuple(int(s) for s in val.stride()) if val.is_contiguous(memory_format=fmt) else None
 
 
+def _size_hints() -> dict[Any, Any]:
+    from .symbolic import current_hints
+
+    return current_hints()
+
+
+def _lower_bound(shape_env: Any, expr: sympy.Expr) -> int | None:
+    """The least value of ``expr`` the ShapeEnv's value ranges prove (None: unbounded below)."""
+    try:
+        lo = shape_env.bound_sympy(expr).lower
+    except Exception:  # noqa: BLE001 - no range known: unbounded
+        return None
+    return int(lo) if getattr(lo, "is_Integer", False) else None
+
+
+def _polynomial(expr: sympy.Expr) -> bool:
+    """Integer sums of products of symbols: printed the same in Python, C++ and Triton."""
+    return all(isinstance(a, (sympy.Symbol, sympy.Integer, sympy.Add, sympy.Mul))
+               or (isinstance(a, sympy.Pow) and a.exp.is_Integer and int(a.exp) > 0)
+               for a in sympy.preorder_traversal(expr))
+
+
 def _same_strides(layout: Layout, stride: tuple[int, ...]) -> bool:
     """Whether ``layout`` has ``stride`` in every dimension of size > 1 (the others never move)."""
     return all(size == 1 or got == want for size, got, want in zip(layout.size, layout.stride, stride))
@@ -131,6 +156,10 @@ class GraphLowering(torch.fx.Interpreter):
         # Gathers whose index is a graph input of a CPU graph: (input name, indexed size, negative
         # indices allowed, "op <- file:line"); the wrapper checks them (lowering/indexing.py).
         self.gather_checks: list[tuple[str, int, bool, str]] = []
+        # Scalars computed on the host (see ``_host_scalar``): (symbol, Python expression, the
+        # input symbols it reads), bound by the wrapper after the input symbols, in this order.
+        self.host_scalars: list[tuple[sympy.Symbol, str, frozenset[str]]] = []
+        self._host_by_expr: dict[Any, sympy.Symbol] = {}
         self.current_node: torch.fx.Node | None = None
         self.node_info: dict[str, tuple[str, str]] = {}  # fx node name -> (op name, user source line)
         self._counter = 0
@@ -285,7 +314,8 @@ class GraphLowering(torch.fx.Interpreter):
         if n.op == "call_function" and isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             # Size arithmetic: the traced value already is the expression (with the shape
             # environment's replacements applied).
-            return self._sym_value(val)
+            host = self._host_scalar(val)
+            return host if host is not None else self._sym_value(val)
         result = super().run_node(n)
         if isinstance(result, StorageBox) and isinstance(result.data, Loops) \
                 and getattr(result, "layout_hint", None) is None:
@@ -315,6 +345,66 @@ class GraphLowering(torch.fx.Interpreter):
         self.placeholders.append(buf)
         self.input_names.append(name)
         return buf
+
+    def _host_scalar(self, val: Any) -> sympy.Symbol | None:
+        """A symbol standing for the value of a symbolic scalar that the wrapper computes in
+        Python, or None for a value the index language expresses exactly.
+
+        Kernels print sizes with C++/Triton integer arithmetic, which is Python's only for
+        non-negative operands (``//`` and ``%`` truncate toward zero), and know nothing of
+        float functions (``min`` of floats, ``abs``, ``**``, ``math.floor``). A symbolic
+        *scalar input* may be negative or a float, so any expression over one that is more than
+        a sum of products (and every float or bool expression) is evaluated once per call on
+        the host, with Python's semantics, and passed to the kernels as one more argument."""
+        expr = val.node.expr
+        if expr.is_number or isinstance(expr, sympy.Symbol):
+            return None
+        scalar_inputs = {p for p in self.placeholders if isinstance(p, sympy.Symbol)}
+        if isinstance(val, torch.SymInt) and (not expr.free_symbols & scalar_inputs or _polynomial(expr)):
+            return None
+        is_int = not isinstance(val, torch.SymFloat)
+        # The value range the ShapeEnv proves (``n % 3`` is in [0, 2]) tells lowerings the sign
+        # of an index (select, slice); unknown, they refuse rather than assume.
+        lower = _lower_bound(val.node.shape_env, expr) if is_int else None
+        hint = val.node.hint
+        return self.host_symbol(expr, is_int, None if hint is None else (int(hint) if is_int else float(hint)), lower)
+
+    def host_symbol(self, expr: sympy.Expr, is_int: bool, hint: int | float | None = None,
+                    lower: int | None = None) -> sympy.Symbol:
+        """The symbol of a value the wrapper computes in Python from the input symbols (``expr``
+        in torch's sympy functions), once per call, passed to kernels like a size. Also what
+        ``symbolic.from_torch_expr`` turns a size expression outside the index language into
+        (``arange(0, 3, f)`` has ``ceil(3 / f)`` elements)."""
+        known = self._host_by_expr.get(expr)
+        if known is not None:
+            return known
+        from torch.utils._sympy.printers import PythonPrinter
+
+        from .symbolic import register_symbol
+
+        if hint is None:
+            hints = {s: v for s, v in _size_hints().items() if s in expr.free_symbols}
+            value = expr.xreplace({s: sympy.Integer(v) if isinstance(v, int) else sympy.Float(v)
+                                   for s, v in hints.items()})
+            if value.is_number:
+                hint = int(value) if is_int else float(value)
+        if lower is None and is_int and expr.is_nonnegative:
+            lower = 0
+        name = f"hs{len(self.host_scalars)}"
+        symbol = sympy.Symbol(name, integer=True, nonnegative=True) if lower is not None and lower >= 0 \
+            else sympy.Symbol(name, integer=True) if is_int else sympy.Symbol(name, real=True)
+        text = PythonPrinter().doprint(expr)
+        text = f"int({text})" if is_int else f"float({text})"
+        self.host_scalars.append((symbol, text, frozenset(str(f) for f in expr.free_symbols)))
+        self._host_by_expr[expr] = symbol
+        register_symbol(symbol, hint, lower)
+        return symbol
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        from .symbolic import host_values
+
+        with host_values(self.host_symbol):
+            return super().run(*args, **kwargs)
 
     @staticmethod
     def _sym_value(val: Any) -> Any:

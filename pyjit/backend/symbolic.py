@@ -10,7 +10,9 @@ size symbols (``s0``, ``s1``...; each >= 2) for dynamic ones (:func:`as_size` co
 static graphs build exactly the expressions they always did. :func:`size_hints` holds the
 example values of the symbols while one graph compiles: heuristics (block sizes) read them
 through :func:`hint`, correctness never does. :func:`pexpr` prints an expression as host Python
-(the wrapper), :func:`texpr` as Triton.
+(the wrapper), :func:`texpr` as Triton; a base that may be negative (it reads a symbolic int
+input) divides with floor semantics in every printer, and what the language cannot express
+becomes a host value (:func:`host_values`).
 """
 from __future__ import annotations
 
@@ -207,8 +209,9 @@ def from_torch_expr(expr: Expr) -> Expr:
     Sizes are non-negative, so torch's ``FloorDiv``/``CleanDiv``/``Mod``/``PythonMod`` map to
     :class:`FloorDiv` / :class:`ModularIndexing`, ``CeilToInt``/``FloorToInt`` of an
     ``IntTrueDiv`` of sizes to a :class:`FloorDiv`, and other true divisions (float values) to
-    :class:`TrueDiv`; a function we do not know raises
-    ``NotImplementedError`` (the graph then runs as captured).
+    :class:`TrueDiv`; a function we do not know becomes a value the wrapper computes in Python
+    while a graph lowers (:func:`host_values`), else raises ``NotImplementedError`` (the graph
+    then runs as captured).
     """
     if not expr.args or expr.is_Symbol or expr.is_Number:
         return expr
@@ -242,6 +245,11 @@ def from_torch_expr(expr: Expr) -> Expr:
                          sympy.Not)):
         # Guards (relations between sizes): checked on the host, printed by :func:`pexpr`.
         return expr.func(*args)
+    register = _HOST.get()
+    if register is not None:
+        # Outside the index language (a float function, ``ceil`` of a float quotient): the
+        # wrapper computes it in Python, kernels read it as one more symbol.
+        return register(expr, bool(expr.is_integer))
     raise NotImplementedError(f"size expression {expr} uses {name}, which pyjit does not compile")
 
 
@@ -252,8 +260,8 @@ class _SizeContext:
     facts: frozenset[Expr]  # relations the graph's guards make true on every call
 
 
-_CTX: contextvars.ContextVar[_SizeContext] = contextvars.ContextVar(
-    "pyjit_size_context", default=_SizeContext({}, {}, frozenset()))
+_NO_CONTEXT = _SizeContext({}, {}, frozenset())
+_CTX: contextvars.ContextVar[_SizeContext] = contextvars.ContextVar("pyjit_size_context", default=_NO_CONTEXT)
 
 
 @contextlib.contextmanager
@@ -272,6 +280,36 @@ def size_hints(hints: dict[sympy.Symbol, int], lower: dict[sympy.Symbol, Any] | 
         yield
     finally:
         _CTX.reset(token)
+
+
+_HOST: contextvars.ContextVar[Any] = contextvars.ContextVar("pyjit_host_values", default=None)
+
+
+@contextlib.contextmanager
+def host_values(register: Any) -> Iterator[None]:
+    """While a graph lowers: ``register(expr, is_int)`` returns the symbol of a value the wrapper
+    computes on the host; :func:`from_torch_expr` uses it for what the index language lacks."""
+    token = _HOST.set(register)
+    try:
+        yield
+    finally:
+        _HOST.reset(token)
+
+
+def current_hints() -> dict[sympy.Symbol, Any]:
+    """The example values of the symbols of the graph being compiled (see :func:`size_hints`)."""
+    return _CTX.get().hints
+
+
+def register_symbol(symbol: sympy.Symbol, value: int | float | None, lower: int | None = None) -> None:
+    """A symbol the compile introduces (a scalar computed on the host): its example value for
+    heuristics, and its lower bound (None: it is not a size and may be negative)."""
+    ctx = _CTX.get()
+    if ctx is _NO_CONTEXT:  # no graph is compiling: nothing to tell
+        return
+    if value is not None:
+        ctx.hints[symbol] = value  # type: ignore[assignment]
+    ctx.lower[symbol] = lower
 
 
 def hint(value: Size) -> int:
@@ -571,14 +609,45 @@ def pexpr(expr: Any) -> str:
     return _PythonPrinter().doprint(expr)
 
 
+def signed(e: Expr) -> bool:
+    """Whether ``e`` reads a symbol that may be negative (a symbolic int input, not a size or an
+    index variable): integer division and remainder of it need Python's floor semantics."""
+    return any(not s.is_nonnegative for s in e.free_symbols)
+
+
 class _Printer(sympy.printing.str.StrPrinter):
+    """Index expressions for Triton (also the base of the host Python and C++ printers).
+
+    ``//`` and ``%`` of Triton and C++ truncate toward zero; they agree with Python's (and
+    torch's ``FloorDiv``/``Mod``) for a non-negative base. A base over a symbolic int input may
+    be negative: it is printed through ``r = ((a % d) + d) % d`` (the floor remainder in either
+    semantics for ``d > 0``) and ``(a - r) // d`` (an exact division)."""
+
+    _div = "//"
+
     def _print_FloorDiv(self, e: FloorDiv) -> str:
-        return f"({self._paren(e.args[0])} // {self._atom(e.args[1])})"
+        base, d = e.args
+        if signed(base):
+            return f"(({self._paren(base)} - {self._floor_mod(base, d)}) {self._div} {self._divisor(d)})"
+        return f"({self._paren(base)} {self._div} {self._atom(d)})"
 
     def _print_ModularIndexing(self, e: ModularIndexing) -> str:
         base, d, m = e.args
-        inner = self._paren(base) if d == 1 else f"({self._paren(base)} // {self._atom(d)})"
+        if signed(base):
+            if d != 1:
+                return self._floor_mod(FloorDiv(base, d), m)
+            return self._floor_mod(base, m)
+        inner = self._paren(base) if d == 1 else f"({self._paren(base)} {self._div} {self._atom(d)})"
         return f"({inner} % {self._atom(m)})"
+
+    def _floor_mod(self, base: Expr, d: Expr) -> str:
+        div = self._divisor(d)
+        return f"((({self._print(base)}) % {div} + {div}) % {div})"
+
+    def _divisor(self, d: Expr) -> str:
+        if not d.is_positive:
+            raise NotImplementedError(f"integer division by {d}, which may be negative or zero")
+        return self._atom(d)
 
     def _print_TrueDiv(self, e: TrueDiv) -> str:
         # Python and Triton: ``/`` of integers is a true (float) division.
@@ -637,7 +706,16 @@ class _Printer(sympy.printing.str.StrPrinter):
 
 
 class _PythonPrinter(_Printer):
-    """Host Python: builtins ``min``/``max``, relations and ``and``/``or``/``not`` (guards)."""
+    """Host Python: builtins ``min``/``max``, relations and ``and``/``or``/``not`` (guards).
+    Python's ``//`` and ``%`` already floor."""
+
+    def _print_FloorDiv(self, e: FloorDiv) -> str:
+        return f"({self._paren(e.args[0])} // {self._atom(e.args[1])})"
+
+    def _print_ModularIndexing(self, e: ModularIndexing) -> str:
+        base, d, m = e.args
+        inner = self._paren(base) if d == 1 else f"({self._paren(base)} // {self._atom(d)})"
+        return f"({inner} % {self._atom(m)})"
 
     def _print_Min(self, e: sympy.Min) -> str:
         return "min(" + ", ".join(self._print(a) for a in e.args) + ")"

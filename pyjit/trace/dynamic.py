@@ -178,10 +178,20 @@ def symbolic_context(dims: list[bool]) -> Any:
 
 
 def symbol_of(value: Any) -> "sympy.Symbol | None":
-    """The bare sympy symbol a Sym* value stands for (None for a compound expression)."""
+    """The bare sympy symbol a Sym* value was created as (None for a compound expression).
+
+    Read from the node's own expression, not ``node.expr``: that one applies the ShapeEnv's
+    replacements, so once the trace specialised the symbol (``range(n)`` recorded ``Eq(s0, 3)``)
+    it reads ``3``, and the input would look like a constant that needs no guard."""
     import sympy
 
-    expr = value.node.expr if isinstance(value, (torch.SymInt, torch.SymFloat)) else value
+    if isinstance(value, (torch.SymInt, torch.SymFloat)):
+        node = value.node
+        expr = getattr(node, "_expr", None)
+        if expr is None:
+            expr = node.expr
+    else:
+        expr = value
     return expr if isinstance(expr, sympy.Symbol) else None
 
 

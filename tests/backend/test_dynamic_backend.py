@@ -44,10 +44,12 @@ Dyn = Any  # per argument: a list of bools (dynamic dims of a tensor), True (sym
 
 
 def symbolic_graph(fn: Callable[..., Any], example: Sequence[Any], dyn: Sequence[Dyn]) -> torch.fx.GraphModule:
-    """``fn`` traced by ``torch.fx.symbolic_trace`` with symbolic ``example_value`` s on its placeholders."""
+    """``fn`` traced by ``torch.fx.symbolic_trace`` (or ``fn`` itself when it is a graph module)
+    with symbolic ``example_value`` s on its placeholders. A scalar marked ``"signed"`` gets a
+    symbol of any sign, as the tracer makes for a Python int/float argument."""
     shape_env = ShapeEnv(duck_shape=False, specialize_zero_one=True)
     mode = FakeTensorMode(shape_env=shape_env)
-    gm = torch.fx.symbolic_trace(fn)
+    gm = fn if isinstance(fn, torch.fx.GraphModule) else torch.fx.symbolic_trace(fn)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     assert len(placeholders) == len(example)
     for i, (node, value, d) in enumerate(zip(placeholders, example, dyn)):
@@ -57,7 +59,9 @@ def symbolic_graph(fn: Callable[..., Any], example: Sequence[Any], dyn: Sequence
                                                           for k in dims])
             node.meta["example_value"] = mode.from_tensor(value, symbolic_context=ctx)
         elif d:
-            symbol = shape_env.create_symbol(value, source=_ArgSource(f"arg{i}"))
+            symbol = shape_env.create_unspecified_symbol(value, source=_ArgSource(f"arg{i}"),
+                                                         dynamic_dim=DimDynamic.DYNAMIC) if d == "signed" \
+                else shape_env.create_symbol(value, source=_ArgSource(f"arg{i}"))
             node.meta["example_value"] = shape_env.create_symintnode(symbol, hint=value) if isinstance(value, int) \
                 else shape_env.create_symfloatnode(symbol, hint=value)
         else:
@@ -305,6 +309,70 @@ def test_float_scalar_input(target: str) -> None:
         return torch.tanh(x * a) - a
 
     check_sizes(fn, lambda n, d: (_randn(n, 4, device=d), 0.25 * n), [[True, False], True], target)
+
+
+def _scalar_graph(body: Callable[[torch.fx.Graph, Any, Any, Any], Any]) -> torch.fx.GraphModule:
+    """A graph of ``(x, a: float, k: int)`` built node by node: ``torch.fx.symbolic_trace``
+    cannot trace ``min``/``abs`` of a Python scalar."""
+    g = torch.fx.Graph()
+    x, a, k = g.placeholder("x"), g.placeholder("a"), g.placeholder("k")
+    g.output(body(g, x, a, k))
+    return torch.fx.GraphModule(torch.nn.Module(), g)
+
+
+def test_scalar_expressions_keep_python_semantics(target: str) -> None:
+    """Expressions over symbolic scalar inputs compute as Python does for every value, also
+    negative ints (``//`` and ``%`` floor) and floats (``min``, ``abs``, ``**``, ``math.floor``):
+    the kernels' integer size arithmetic truncates toward zero and knows only int min/max (a
+    float ``min(2.0, a)`` printed as an int64 minimum was 0 for ``a = 0.5``)."""
+    import math
+    import operator
+
+    def body(g: torch.fx.Graph, x: Any, a: Any, k: Any) -> Any:
+        terms = [g.call_function(torch.sym_min, (2.0, a)), g.call_function(torch.sym_max, (-2.0, a)),
+                 g.call_function(operator.abs, (a,)), g.call_function(operator.pow, (a, 2)),
+                 g.call_function(operator.floordiv, (a, 0.3)), g.call_function(math.floor, (a,)),
+                 g.call_function(operator.floordiv, (k, 2)), g.call_function(operator.mod, (k, 3)),
+                 g.call_function(operator.abs, (k,)), g.call_function(torch.sym_max, (k, -2)),
+                 g.call_function(operator.truediv, (k, 3))]
+        out = x
+        for i, t in enumerate(terms):
+            out = g.call_function(operator.add, (g.call_function(operator.mul, (out, 1.0 + i / 10)), t))
+        return out
+
+    def eager(x: torch.Tensor, a: float, k: int) -> torch.Tensor:
+        terms = [min(2.0, a), max(-2.0, a), abs(a), a ** 2, a // 0.3, math.floor(a), k // 2, k % 3, abs(k),
+                 max(k, -2), k / 3]
+        for i, t in enumerate(terms):
+            x = x * (1.0 + i / 10) + t
+        return x
+
+    x = _randn(3, 4, device=target)
+    gm = symbolic_graph(_scalar_graph(body), [x, 0.5, 7], [None, "signed", "signed"])
+    compiled = backend.compile_fx(gm, [x, 0.5, 7])
+    for a, k in ((0.5, 7), (0.7, -7), (3.0, -3), (-2.5, 4), (1.25, -1), (0.1, 0)):
+        torch.testing.assert_close(compiled(x, a, k), eager(x, a, k), msg=lambda m: f"a={a}, k={k}: {m}")
+    assert metrics.compiled_graphs == 1 and metrics.eager_graphs == []
+
+
+def test_view_offset_of_a_size_expression_is_valid_python(target: str) -> None:
+    """The wrapper prints every size expression it holds through its printer: the offset of
+    the row ``x[n % 3]`` written back into the input (a view at a symbolic offset) was printed
+    with ``str`` as ``4*ModularIndexing(s0, 1, 3)``, a NameError on the first call."""
+    def fn(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        x.select(0, x.shape[0] % 3).fill_(v.sum() * 0.5)
+        x.select(0, x.shape[0] // 2).mul_(2.0)
+        return x.sum()
+
+    example = [_randn(7, 4, device=target), _randn(2, device=target)]
+    gm = symbolic_graph(fn, example, [[True, False], None])
+    compiled = backend.compile_fx(gm, example)
+    for n in (7, 9, 4, 17):
+        x, v = _randn(n, 4, device=target), _randn(2, device=target)
+        x2 = x.clone()
+        torch.testing.assert_close(compiled(x, v), fn(x2, v))
+        torch.testing.assert_close(x, x2)  # the rows were written as eager writes them
+    assert metrics.compiled_graphs == 1 and metrics.dynamic_graphs == 1 and metrics.eager_graphs == []
 
 
 # --------------------------------------------------------------------------- the check and the cache

@@ -57,3 +57,34 @@ def test_first_call_failure_raises_under_raise_on_internal_error(tmp_path: Any) 
                 compiled(x)
         finally:
             setattr(module, kernel, original)
+
+
+def test_warm_started_graph_falls_back_to_its_rebuilt_captured_graph(caplog: Any) -> None:
+    """A warm-started entry's captured graph is rebuilt from its code text (no fx graph): when
+    the compiled module fails on its first call, the fallback runs that code instead of raising
+    ``AttributeError: '_CapturedGraph' object has no attribute 'graph'`` while logging."""
+    import importlib
+
+    from torch.utils import _pytree as pytree
+
+    from pyjit.frame.warm_start import _CapturedGraph
+
+    compile_fx = importlib.import_module("pyjit.backend.compile_fx")  # the module, not its function
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(x) * 2 + 1
+
+    gm = torch.fx.symbolic_trace(fn)
+    captured = _CapturedGraph("GraphModule_fn", gm.code, {"torch": torch})
+    x = torch.randn(8)
+    out_spec = pytree.tree_flatten(fn(x))[1]
+
+    def broken_call(args: list[Any]) -> Any:
+        raise NameError("name 'simulated' is not defined")
+
+    compiled = compile_fx._make_callable(captured, broken_call, out_spec, [], [], None,  # type: ignore[arg-type]
+                                         inputs_guarded=True)
+    with cfg.patch(raise_on_internal_error=False), caplog.at_level(logging.WARNING, logger="pyjit.fallbacks"):
+        torch.testing.assert_close(compiled(x), fn(x))
+        torch.testing.assert_close(compiled(x + 1), fn(x + 1))  # stays as captured
+    assert any("GraphModule_fn failed on its first call" in r.getMessage() for r in caplog.records)

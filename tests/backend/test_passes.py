@@ -763,3 +763,24 @@ def test_resnet_block(target: str) -> None:
             _randomize_bn(mod)
     run_module(m.eval(), torch.randn(2, 3, 12, 12))
     assert backend.metrics.conv_bn_folds == 6
+
+
+# --------------------------------------------------------------------------- random fills
+def test_bernoulli_fill_draws_in_the_memory_order_of_its_tensor(target: str) -> None:
+    """Eager's dropout fills ``empty_like(x)`` (``x``'s strides) in memory order; the functional
+    ``bernoulli.p`` it becomes allocates contiguously, so ``trace_to_aten`` first makes the fill
+    go through a contiguous permuted view (passes/rng_order.py): same mask as eager."""
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return F.dropout(x, p=0.3, training=True) + torch.empty_like(x).bernoulli_(0.5)
+
+    x = _moved(torch.randn(5, 2, 3).permute(2, 0, 1))
+    aten_gm, _ = trace_to_aten(torch.fx.symbolic_trace(fn), [x])
+    permutes = [n for n in aten_gm.graph.nodes if n.target is aten.permute.default]
+    assert len(permutes) >= 2, aten_gm.code  # each fill through a view in memory order
+    compiled = backend.compile_fx(torch.fx.symbolic_trace(fn), [x])
+    torch.manual_seed(3)
+    expected, expected_next = fn(x), torch.rand(3)
+    torch.manual_seed(3)
+    got, got_next = compiled(x), torch.rand(3)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(got_next, expected_next)

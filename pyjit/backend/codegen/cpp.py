@@ -71,15 +71,10 @@ _DEAD_ASSIGN = re.compile(r"\s*[\w:]+ (tmp\d+) = ")  # a loop temporary's assign
 
 
 class _CppPrinter(_Printer):
-    """Index expressions as C++ (non-negative int64 arithmetic)."""
+    """Index expressions as C++ int64 arithmetic (``//`` is ``/``; a possibly negative base
+    floors as :class:`_Printer` describes)."""
 
-    def _print_FloorDiv(self, e: Any) -> str:
-        return f"({self._paren(e.args[0])} / {self._atom(e.args[1])})"
-
-    def _print_ModularIndexing(self, e: Any) -> str:
-        base, d, m = e.args
-        inner = self._paren(base) if d == 1 else f"({self._paren(base)} / {self._atom(d)})"
-        return f"({inner} % {self._atom(m)})"
+    _div = "/"
 
     def _print_TrueDiv(self, e: Any) -> str:
         return f"(static_cast<double>({self._print(e.args[0])}) / static_cast<double>({self._print(e.args[1])}))"

@@ -7,7 +7,8 @@ inputs, and the outputs. ``python <module>.py`` runs it standalone on random inp
 prints its time per call.
 
 Dynamic shapes: ``call`` first binds each size symbol from the inputs (``s0 = arg0_1.shape[0]``,
-or a stride; a symbolic scalar input is unpacked under its symbol's name), then allocates,
+or a stride; a symbolic scalar input is unpacked under its symbol's name; host values,
+``hs0 = float(min(2.0, zf0))``, follow in Python), then allocates,
 launches and computes grids with expressions over them. Such a module also defines
 ``check(args)``: True when the call's inputs fit the symbolic layouts the kernels were
 generated for (dtype, device, rank, every size and stride equal to its expression, guards the
@@ -88,8 +89,9 @@ class WrapperCodegen:
         self.bindings, self.symbols = self._bind_symbols()
         self.dynamic = bool(self.symbols)
         # Symbolic float scalar inputs (``double`` parameters of C++ kernels).
-        self.float_symbols = frozenset(p.name for p in graph.placeholders
-                                       if isinstance(p, sympy.Symbol) and not p.is_integer)
+        self.float_symbols = frozenset([p.name for p in graph.placeholders
+                                        if isinstance(p, sympy.Symbol) and not p.is_integer]
+                                       + [symbol.name for symbol, _, _ in graph.host_scalars if not symbol.is_integer])
         # Symbolic element counts that kernels index with int32: each call checks they fit.
         self.int32_limits: list[sympy.Expr] = []
         # Launch autotuning of static Triton kernels: the chosen launch is baked into the module.
@@ -101,7 +103,8 @@ class WrapperCodegen:
     def value(self, node: Any) -> str:
         if isinstance(node, ReinterpretView):
             lay = node.layout
-            return f"reinterpret({node.data.name}, {_const(tuple(lay.size))}, {_const(tuple(lay.stride))}, {lay.offset})"
+            return (f"reinterpret({node.data.name}, {_const(tuple(lay.size))}, {_const(tuple(lay.stride))}, "
+                    f"{_const(lay.offset)})")
         if isinstance(node, Buffer):
             return node.name
         if isinstance(node, IRNode):
@@ -290,9 +293,12 @@ class WrapperCodegen:
                     if isinstance(v, sympy.Symbol) and v.name not in bound:
                         bound.add(v.name)
                         lines.append(f"{v.name} = {buf.name}.{kind}[{d}]")
+        for symbol, text, reads in graph.host_scalars:
+            used |= reads
+            lines.append(f"{symbol.name} = {text}")
         if used - bound:
             raise NotImplementedError(f"size symbols {sorted(used - bound)} are not a size of any input")
-        return lines, sorted(bound)
+        return lines, sorted(bound | {symbol.name for symbol, _, _ in graph.host_scalars})
 
     def _check_function(self, steps: list[Step]) -> list[str]:
         """``check(args)``: do the call's inputs fit the symbolic layouts (see the module docstring)?"""
@@ -407,7 +413,8 @@ class WrapperCodegen:
         return lines
 
     def _check_imports(self) -> list[str]:
-        return ["from pyjit.runtime.checks import check_gather_index"] if self.graph.gather_checks else []
+        lines = ["import math"] if self.graph.host_scalars else []  # host scalars may call math.floor...
+        return lines + (["from pyjit.runtime.checks import check_gather_index"] if self.graph.gather_checks else [])
 
     def _header(self) -> list[str]:
         if self.cpp:

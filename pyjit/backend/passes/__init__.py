@@ -10,6 +10,10 @@ floating-point reassociation), and leaves the graph alone where it cannot prove 
 * :mod:`.layout` -- channels-last operands for 2-d convolutions, eager's strides re-propagated,
   graph outputs kept in their layout (``config.layout_opt``; runs last, on the folded convs).
 
+One pass runs earlier, inside ``compile_fx.trace_to_aten`` on the graph before
+functionalization: :mod:`.rng_order` makes in-place random fills draw in the memory order of the
+tensor they fill, as eager does.
+
 The passes are always on for graphs with static shapes; tests check them through
 ``pyjit.backend.metrics`` (``attention_rewrites``, ``attention_skipped``, ``conv_bn_folds``,
 ``layout_graphs``, ``layout_skipped``).
