@@ -9,8 +9,9 @@ from __future__ import annotations
 import operator
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..trace.graph_breaks import unsupported
 from ..errors import Unsupported
+from ..identity import IdentityDict, IdentitySet, static_attr
+from ..trace.graph_breaks import unsupported
 from .base import KnownCallableVariable, VariableTracker
 from .constant import ConstantVariable
 from .lists import BaseListVariable, ListIteratorVariable, ListVariable, TupleVariable
@@ -20,11 +21,13 @@ if TYPE_CHECKING:
     from ..trace.translator import Translator
 
 Handler = Callable[["Translator", list[VariableTracker], dict[str, VariableTracker]], VariableTracker]
-_HANDLERS: dict[Any, Handler] = {}
+# Keyed by identity: the values looked up are whatever the traced code calls, and hashing or
+# comparing a user object would run its __hash__/__eq__ (eager never does).
+_HANDLERS: IdentityDict[Any, Handler] = IdentityDict()
 
 # Modules whose functions are pure on constants (folded at trace time).
 _PURE_MODULES = frozenset({"math", "_operator", "operator", "cmath"})
-_PURE_BUILTINS = frozenset({
+_PURE_BUILTINS = IdentitySet({
     abs, all, any, bin, bool, chr, divmod, float, format, hash, hex, int, len, max, min, oct, ord, pow,
     repr, round, sorted, str, sum, tuple, list, isinstance, issubclass, callable, complex, frozenset, set,
     slice, range, bytes,
@@ -264,20 +267,14 @@ class BuiltinVariable(KnownCallableVariable):
 
     @staticmethod
     def can_handle(fn: Any) -> bool:
-        try:
-            if fn in _HANDLERS or fn in _PURE_BUILTINS:
-                return True
-        except TypeError:  # unhashable objects are never builtins
-            return False
-        return getattr(fn, "__module__", None) in _PURE_MODULES
+        if fn in _HANDLERS or fn in _PURE_BUILTINS:
+            return True
+        return static_attr(fn, "__module__") in _PURE_MODULES
 
     @staticmethod
     def has_handler(fn: Any) -> bool:
         """A dedicated handler exists (checked before inlining Python functions)."""
-        try:
-            return fn in _HANDLERS
-        except TypeError:
-            return False
+        return fn in _HANDLERS
 
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         handler = _HANDLERS.get(self.fn)
@@ -320,10 +317,10 @@ def _is_pure(fn: Any) -> bool:
     """Folding ``fn`` on constants at trace time gives the answer every later call would."""
     if BuiltinVariable.can_handle(fn):
         return True
-    owner = getattr(fn, "__self__", None)
+    owner = static_attr(fn, "__self__")
     # Alternative constructors and static helpers of builtin types (dict.fromkeys, int.from_bytes,
     # str.maketrans) and methods of constants.
-    return (isinstance(owner, type) and owner.__module__ == "builtins") or (
+    return (type(owner) is type and owner.__module__ == "builtins") or (
         owner is not None and not isinstance(owner, type) and _constant_owner(owner))
 
 
@@ -334,8 +331,8 @@ def _constant_owner(owner: Any) -> bool:
 
 
 def _describe(fn: Any) -> str:
-    mod = getattr(fn, "__module__", None)
-    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
+    mod = static_attr(fn, "__module__")
+    name = static_attr(fn, "__qualname__") or static_attr(fn, "__name__") or f"<{type(fn).__name__} object>"
     return f"{mod.lstrip('_')}.{name}()" if mod and mod != "builtins" else f"{name}()"
 
 

@@ -240,7 +240,7 @@ class UserDefinedObjectVariable(VariableTracker):
         if iterates_by_index(type(self.value)):
             return iterate_by_index(tx, self)
         if isinstance(it, types.FunctionType):
-            return call_type_method(tx, self, "__iter__", it, [], {}).unpack(tx)
+            return unpack_iterator(tx, call_type_method(tx, self, "__iter__", it, [], {}))
         if BuiltinMethodVariable.can_handle(it) and it.__objclass__ is not object:
             return self.builtin_base_view(tx, it.__objclass__).unpack(tx)
         unsupported("unsupported_object", f"iterating over a {type(self.value).__name__} instance")
@@ -281,6 +281,36 @@ def iterate_by_index(tx: "Translator", obj: VariableTracker) -> list[VariableTra
             items.append(obj.call_method(tx, "__getitem__", [ConstantVariable(len(items))], {}))
         except Unsupported as e:
             if raised_exception_type(e) == "IndexError":
+                return items
+            raise
+
+
+def unpack_iterator(tx: "Translator", it: VariableTracker) -> list[VariableTracker]:
+    """The items of what a Python ``__iter__`` returned: a user iterator object (its class
+    defines ``__next__`` in Python; often ``__iter__`` returns ``self``) is driven by ``__next__``
+    until it raises StopIteration, as ``list(it)``/``for`` do; anything else unpacks itself."""
+    from .misc import raised_exception_type
+    from .objects import ObjectVariable
+
+    if type(it) is UserDefinedObjectVariable:
+        cls: type = type(it.value)
+    elif isinstance(it, ObjectVariable):
+        cls = it.cls
+    else:
+        return it.unpack(tx)
+    nxt = _class_attr(cls, "__next__")
+    if not isinstance(nxt, types.FunctionType):
+        unsupported("unsupported_object", f"iterating over a {cls.__name__} object without a Python __next__")
+    items: list[VariableTracker] = []
+    while True:
+        if len(items) > 10_000:
+            unsupported("loop_limit", f"iterating over a {cls.__name__} iterator")
+        try:
+            items.append(it.call_method(tx, "__next__", [], {}))
+        except Unsupported as e:
+            exc_type = getattr(e, "exc_type", None)
+            if raised_exception_type(e) == "StopIteration" or (
+                    isinstance(exc_type, type) and issubclass(exc_type, StopIteration)):
                 return items
             raise
 
