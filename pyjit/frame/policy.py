@@ -15,7 +15,7 @@ Decisions, in order, for ``callback(func, args)``:
     ``fullgraph=True``; where it cannot be resumed, log it on ``graph_breaks``, mark skip,
     run eagerly;
   * an internal error -> one warning line on ``fallbacks`` naming the frame's file:line, once
-    per code object, and run natively; its traceback only on the channel's verbose form
+    per function, and run natively; its traceback only on the channel's verbose form
     (``PYJIT_LOGS=+fallbacks``) and in ``<PYJIT_DEBUG_DIR>/fallbacks/`` (raised instead under
     ``config.raise_on_internal_error``). An exception of the program's own met while tracing
     (``lst.pop()`` on an empty list) is no failure: an ``exception`` graph break, so the
@@ -302,20 +302,22 @@ def compile_for(func: types.FunctionType, args: tuple[Any, ...], state: CodeStat
     return frame
 
 
-# Code objects whose internal error was logged (id -> code, keeping the id unique): one line each.
-_failures_logged: dict[int, types.CodeType] = {}
+# Where an internal error was logged: one line per function of the program. Keyed by its source
+# location, not the code object: pyjit.jit with another backend compiles a clone of the code.
+_failures_logged: set[tuple[str, int, str]] = set()
 
 
 def log_internal_error(code: types.CodeType, e: BaseException, what: str) -> None:
     """A pyjit failure on ``code`` (called in its ``except`` block): one warning line on
-    ``fallbacks``, the first time only; the traceback at DEBUG (``PYJIT_LOGS=+fallbacks``) and,
+    ``fallbacks``, the first time for that function; the traceback at DEBUG (``PYJIT_LOGS=+fallbacks``) and,
     with ``PYJIT_DEBUG_DIR``, in a file. Nothing of pyjit's internals reaches the program's
     stderr by default: the frame runs natively, as if pyjit were not there."""
     tb = traceback.format_exc()
     where = f"{code.co_filename}:{code.co_firstlineno}"
     dumped = _dump_traceback(code, tb)
-    if id(code) not in _failures_logged:
-        _failures_logged[id(code)] = code
+    key = (code.co_filename, code.co_firstlineno, getattr(code, "co_qualname", code.co_name))
+    if key not in _failures_logged:
+        _failures_logged.add(key)
         message = str(e).strip().splitlines()[0] if str(e).strip() else ""
         if len(message) > 200:
             message = message[:197] + "..."
