@@ -11,7 +11,8 @@ pyjit must not either. This module holds the tools that never call into the valu
   (so an id is never reused while it is in the table);
 - :func:`is_one_of`: ``value in options`` by identity;
 - :func:`exact_isinstance`: ``isinstance`` on ``type(value)`` (never ``value.__class__``);
-- :func:`static_attr`: an attribute read that runs no Python code of the value's class.
+- :func:`static_attr`: an attribute read that runs no Python code of the value's class;
+- :func:`instance_dict`: the instance ``__dict__`` without the class's attribute hooks.
 """
 from __future__ import annotations
 
@@ -149,3 +150,14 @@ def static_attr(value: Any, name: str, default: Any = None) -> Any:
                 return default  # a descriptor (property, function, slot): reading it runs code or binds
             return attr
     return default
+
+
+def instance_dict(value: Any) -> dict[str, Any] | None:
+    """The instance ``__dict__`` as ``object.__getattribute__`` finds it (never the class's
+    ``__getattribute__``/``__getattr__``: a ``__slots__`` object has none, and asking it for one
+    must not run its ``__getattr__``); None when there is no plain dict."""
+    try:
+        d = object.__getattribute__(value, "__dict__")
+    except AttributeError:
+        return None
+    return d if type(d) is dict else None

@@ -10,7 +10,7 @@ import operator
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import Unsupported
-from ..identity import IdentityDict, IdentitySet, static_attr
+from ..identity import IdentityDict, IdentitySet, is_one_of, static_attr
 from ..trace.graph_breaks import unsupported
 from .base import KnownCallableVariable, VariableTracker
 from .constant import ConstantVariable
@@ -187,7 +187,8 @@ def _object_of(v: VariableTracker) -> Any:
 
 def identical_or_equal(tx: "Translator", a: VariableTracker, b: VariableTracker) -> bool:
     if a.is_python_constant() and b.is_python_constant():
-        return bool(a.as_python_constant() == b.as_python_constant())
+        x, y = a.as_python_constant(), b.as_python_constant()
+        return x is y or bool(x == y)  # identity first, as list.index/`in`/remove do: no __eq__ call then
     return identical(tx, a, b)
 
 
@@ -251,7 +252,7 @@ def contains(tx: "Translator", container: VariableTracker, item: VariableTracker
 
 def subscript(tx: "Translator", obj: VariableTracker, key: VariableTracker) -> VariableTracker:
     cls = getattr(obj, "fn", None)
-    if cls in (list, tuple, dict, set, frozenset, type) and key.is_python_constant():
+    if is_one_of(cls, (list, tuple, dict, set, frozenset, type)) and key.is_python_constant():
         # ``list[Tensor]`` (typing.cast in torch.optim's foreach paths): a types.GenericAlias.
         return ConstantVariable(cls[key.as_python_constant()])
     return obj.call_method(tx, "__getitem__", [key], {})

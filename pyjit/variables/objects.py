@@ -31,6 +31,7 @@ import torch
 
 from ..guards.guards import GuardKind
 from ..guards.source import AttrSource, Source
+from ..identity import is_one_of, static_attr
 from ..trace.graph_breaks import unsupported
 from ..trace.side_effects import DELETED, object_token
 from .base import VariableTracker
@@ -95,8 +96,8 @@ def _run_python_setattr(tx: "Translator", obj: VariableTracker, cls: type, name:
             args = [ConstantVariable(name)] if value is DELETED else [ConstantVariable(name), value]
             call_type_method(tx, obj, hook, setattr_fn, args, {})
             return True
-        if hook == "__setattr__" and setattr_fn not in _GENERIC_SETATTR or \
-                hook == "__delattr__" and setattr_fn not in (object.__delattr__, torch.nn.Module.__delattr__):
+        if hook == "__setattr__" and not is_one_of(setattr_fn, _GENERIC_SETATTR) or \
+                hook == "__delattr__" and not is_one_of(setattr_fn, (object.__delattr__, torch.nn.Module.__delattr__)):
             unsupported("side_effect", f"{cls.__name__}.{hook} is implemented in C")
         if cls_src is not None and not _is_library_class(cls):
             # The trace modelled this store: the class must keep it.
@@ -150,8 +151,8 @@ def construct(tx: "Translator", cls_var: VariableTracker, args: list[VariableTra
     if issubclass(cls, torch.nn.Module) and (cls.__module__ or "").startswith("torch.nn."):
         return _construct_module(tx, cls, args, kwargs)
     new = lookup_class_attr(cls, "__new__")
-    new = getattr(new, "__func__", new)  # staticmethod wrapper
-    if new not in _PLAIN_NEW:
+    new = new.__func__ if type(new) in (staticmethod, classmethod) else new
+    if not is_one_of(new, _PLAIN_NEW):
         unsupported("unsupported_call", f"constructing {cls.__name__} (its own __new__)")
     if lookup_class_attr(cls, "__del__") is not MISSING:
         # the blank instance made for class lookups would run it when collected
@@ -166,7 +167,7 @@ def construct(tx: "Translator", cls_var: VariableTracker, args: list[VariableTra
     init = lookup_class_attr(cls, "__init__")
     if _is_python_function(init):
         obj.call_method(tx, "__init__", args, kwargs)
-    elif init in _PLAIN_INIT:
+    elif is_one_of(init, _PLAIN_INIT):
         if init is object.__init__:
             if args or kwargs:
                 unsupported("exception", f"TypeError: {cls.__name__}() takes no arguments")
@@ -435,7 +436,7 @@ class ObjectVariable(VariableTracker):
             return ConstantVariable(None)
         if name == "__init__" and attr is object.__init__:
             return ConstantVariable(None)
-        if issubclass(self.cls, dict) and getattr(attr, "__objclass__", None) in _DICT_BASES:
+        if issubclass(self.cls, dict) and is_one_of(static_attr(attr, "__objclass__"), _DICT_BASES):
             return self.dict_view().call_method(tx, name, args, kwargs)
         return self.var_getattr(tx, name).call_function(tx, args, kwargs)
 

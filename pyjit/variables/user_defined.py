@@ -12,8 +12,9 @@ import collections
 import types
 from typing import TYPE_CHECKING, Any
 
-from ..guards.source import AttrSource, Source
 from ..errors import Unsupported
+from ..guards.source import AttrSource, Source
+from ..identity import instance_dict
 from ..trace.graph_breaks import unsupported
 from .base import KnownValueVariable, VariableTracker
 from .class_members import MISSING as _MISSING
@@ -143,9 +144,9 @@ class UserDefinedObjectVariable(VariableTracker):
             member = class_member(tx, self, name, cls_attr)
             assert member is not None
             return member
-        d = getattr(obj, "__dict__", None)
+        d = instance_dict(obj)
         data_descriptor = hasattr(type(cls_attr), "__set__") or hasattr(type(cls_attr), "__delete__")
-        if isinstance(d, dict) and name in d and not data_descriptor:
+        if d is not None and name in d and not data_descriptor:
             # Guarded through getattr(obj, name): the same lookup Python does at run time (for a
             # class with its own __getattribute__, that one is inlined, guarded, and resolves
             # ``name`` to itself, so the guard reads the same value).
@@ -162,15 +163,15 @@ class UserDefinedObjectVariable(VariableTracker):
             guard_not_shadowed(tx, self, name)
             return PartialVariable(BuiltinMethodVariable(cls_attr), [self], {})
         if cls_attr is _MISSING and name not in ("__dict__", "__class__"):
-            if self.source is not None and isinstance(d, dict):
+            if self.source is not None and d is not None:
                 # The attribute is absent: guard that it stays absent (no class attribute either:
                 # the class is fixed by the type guard).
                 from ..guards.guards import GuardKind
 
                 tx.output.guards.add(GuardKind.DICT_CONTAINS, AttrSource(self.source, "__dict__"), False, extra=name)
-            if isinstance(d, dict) or not hasattr(obj, name):
+            if d is not None:
                 unsupported("exception", f"AttributeError: {cls.__name__!r} object has no attribute {name!r}")
-        try:
+        try:  # (never hasattr(obj, name): that would run the class's __getattr__ for real)
             value = object.__getattribute__(obj, name)
         except AttributeError:
             unsupported("exception", f"AttributeError: {cls.__name__!r} object has no attribute {name!r}")
@@ -189,11 +190,11 @@ class UserDefinedObjectVariable(VariableTracker):
         cls = type(obj)
         if base is object:
             return self
-        if not isinstance(obj, dict):
+        if not issubclass(cls, dict):
             unsupported("unsupported_call", f"builtin {base.__name__} methods on a {cls.__name__} instance")
         if self.dict_view is not None:
             return self.dict_view
-        if isinstance(obj, collections.OrderedDict) and list(collections.OrderedDict.keys(obj)) != list(dict.keys(obj)):
+        if issubclass(cls, collections.OrderedDict) and list(collections.OrderedDict.keys(obj)) != list(dict.keys(obj)):
             # move_to_end reorders OrderedDict's own list, not the storage the keys guard reads
             unsupported("unsupported_object", f"a {cls.__name__} reordered by move_to_end")
         from ..guards.guards import GuardKind
