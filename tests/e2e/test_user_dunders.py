@@ -73,6 +73,27 @@ class Raising:
         raise RuntimeError("__class__ read")
 
 
+class SlotsCounting:
+    """No instance ``__dict__``: asking the object for one must not reach its ``__getattr__``."""
+
+    __slots__ = ("t",)
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t = t
+
+    def __getattr__(self, name: str) -> object:
+        CALLS["getattr"] += 1
+        raise AttributeError(name)
+
+    def __hash__(self) -> int:
+        CALLS["hash"] += 1
+        return 7
+
+    def __eq__(self, other: object) -> bool:
+        CALLS["eq"] += 1
+        return self is other
+
+
 class Holder:
     def __init__(self, obj: object) -> None:
         self.obj = obj
@@ -110,6 +131,11 @@ def via_dict_value(x, d):
 
 def via_list(x, items):
     return x * items[0].t
+
+
+def missing_attribute(x, obj):
+    # Eager runs __getattr__ once per call here (the attribute is missing): so must pyjit.
+    return x + getattr(obj, "missing", 1)
 
 
 def eager_semantics_dunders(x, obj):
@@ -156,6 +182,10 @@ CASES = {
     "dict_value_raising": (via_dict_value, lambda: (X, {"k": Raising(torch.ones(3))})),
     "list_item_raising": (via_list, lambda: (X, [Raising(torch.ones(3))])),
     "eager_dunders_counted": (eager_semantics_dunders, lambda: (X, Counting(torch.ones(3)))),
+    "slots_arg_counting": (via_arg, lambda: (X, SlotsCounting(torch.ones(3)))),
+    "slots_attribute_counting": (via_attribute, lambda: (X, Holder(SlotsCounting(torch.ones(3))))),
+    "missing_attribute_counting": (missing_attribute, lambda: (X, Counting(torch.ones(3)))),
+    "slots_missing_attribute_counting": (missing_attribute, lambda: (X, SlotsCounting(torch.ones(3)))),
 }
 
 
