@@ -437,7 +437,17 @@ def _callable(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, V
 
 
 def _missing_attr(e: Unsupported) -> bool:
-    return e.graph_break.kind in ("exception", "unsupported_attr")
+    """The traced lookup raised AttributeError (so ``hasattr`` is False). Any other exception
+    (a KeyError inside a ``__getattr__``) propagates, as from ``hasattr``; a lookup pyjit cannot
+    trace is a break, never a guessed answer."""
+    from .misc import raised_exception_type
+
+    if e.graph_break.kind != "exception":
+        return False
+    exc_type = getattr(e, "exc_type", None)
+    if isinstance(exc_type, type):
+        return issubclass(exc_type, AttributeError)
+    return raised_exception_type(e) == "AttributeError"
 
 
 @_register(getattr)
@@ -468,6 +478,22 @@ def _object_getattribute(tx: "Translator", args: list[VariableTracker], kwargs: 
     return obj.var_getattr(tx, name)
 
 
+def _plain_lookup(cls: type, name: str) -> bool:
+    """``hasattr(obj, name)`` on an instance of ``cls`` runs no Python code: the class defines
+    no Python ``__getattr__``/``__getattribute__`` and ``name`` is no Python-level descriptor
+    (a property getter)."""
+    import types
+
+    from .class_members import MISSING, lookup_class_attr
+
+    for hook in ("__getattr__", "__getattribute__"):
+        if isinstance(lookup_class_attr(cls, hook), types.FunctionType):
+            return False
+    attr = lookup_class_attr(cls, name)
+    return attr is MISSING or not hasattr(type(attr), "__get__") or type(attr).__module__ == "builtins" \
+        and not isinstance(attr, property)
+
+
 @_register(hasattr)
 def _hasattr(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
     return ConstantVariable(has_attr(tx, args[0], args[1].as_python_constant()))
@@ -490,7 +516,7 @@ def has_attr(tx: "Translator", obj: VariableTracker, name: str) -> bool:
     except _Unsupported:
         return False
     real = getattr(obj, "value", _NO) if not isinstance(obj, ObjectVariable) else _NO
-    if real is not _NO:
+    if real is not _NO and _plain_lookup(type(real), name):
         from ..guards.guards import GuardKind
 
         result = hasattr(real, name)

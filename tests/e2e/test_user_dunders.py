@@ -138,6 +138,11 @@ def missing_attribute(x, obj):
     return x + getattr(obj, "missing", 1)
 
 
+def probes_attribute(x, obj):
+    # hasattr runs __getattr__ for a missing attribute: once per call, eagerly and under pyjit.
+    return x + 1 if hasattr(obj, "missing") else x - 1
+
+
 def eager_semantics_dunders(x, obj):
     # Eager calls __len__ once, __bool__ once and __eq__ once: so must pyjit, no more.
     n = len(obj)
@@ -182,6 +187,8 @@ CASES = {
     "dict_value_raising": (via_dict_value, lambda: (X, {"k": Raising(torch.ones(3))})),
     "list_item_raising": (via_list, lambda: (X, [Raising(torch.ones(3))])),
     "eager_dunders_counted": (eager_semantics_dunders, lambda: (X, Counting(torch.ones(3)))),
+    "hasattr_counting": (probes_attribute, lambda: (X, Counting(torch.ones(3)))),
+    "slots_hasattr_counting": (probes_attribute, lambda: (X, SlotsCounting(torch.ones(3)))),
     "slots_arg_counting": (via_arg, lambda: (X, SlotsCounting(torch.ones(3)))),
     "slots_attribute_counting": (via_attribute, lambda: (X, Holder(SlotsCounting(torch.ones(3))))),
     "missing_attribute_counting": (missing_attribute, lambda: (X, Counting(torch.ones(3)))),
@@ -322,4 +329,16 @@ def test_user_dunder_raising_raises_as_eagerly_with_one_call(caplog):
         with pytest.raises(ValueError, match="no truth value"):
             pyjit.jit(truth_of_user_object, backend=CountingBackend())(x, BoolRaises())
     assert BOOL_CALLS == [1], f"__bool__ ran {len(BOOL_CALLS)} times under pyjit (eager: once)"
+    assert not [r for r in caplog.records if r.name == "pyjit.fallbacks"], caplog.text
+
+
+def test_raising_getattr_under_hasattr_raises_as_eagerly(caplog):
+    x = torch.ones(3)
+    with pytest.raises(RuntimeError, match="__getattr__") as eager:
+        probes_attribute(x, Raising(x))
+    with pyjit.config.patch(raise_on_internal_error=False), \
+            caplog.at_level(logging.INFO, logger="pyjit.fallbacks"):
+        with pytest.raises(RuntimeError, match="__getattr__") as jitted:
+            pyjit.jit(probes_attribute, backend=CountingBackend())(x, Raising(x))
+    assert str(jitted.value) == str(eager.value)
     assert not [r for r in caplog.records if r.name == "pyjit.fallbacks"], caplog.text
