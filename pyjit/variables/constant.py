@@ -22,8 +22,10 @@ def is_constant_value(value: Any) -> bool:
     """Values safe to treat as constants (immutable; guarded by equality when read from a source)."""
     # Decided on type(value) only: isinstance would read a __class__ property of the value.
     t = type(value)
-    if issubclass(t, _LITERAL_TYPES) or value is Ellipsis or value is NotImplemented:
+    if t in _LITERAL_TYPES or value is Ellipsis or value is NotImplemented:
         return True
+    if issubclass(t, _LITERAL_TYPES) and not _own_equality(t):
+        return True  # e.g. IntEnum, a str subclass adding methods: compared and hashed as the base
     if t is slice or t is range:
         return True
     if t.__module__ == "torch" and t.__name__ in ("dtype", "device", "Size", "layout", "memory_format"):
@@ -33,6 +35,20 @@ def is_constant_value(value: Any) -> bool:
     import enum
 
     return issubclass(t, enum.Enum)
+
+
+def _own_equality(t: type) -> bool:
+    """A subclass of a literal type that defines ``__eq__``/``__hash__`` in Python: guarding it by
+    equality, or folding on it, would run that code where eager does not."""
+    import types
+
+    for name in ("__eq__", "__hash__", "__ne__"):
+        for klass in t.__mro__:
+            if name in klass.__dict__:
+                if isinstance(klass.__dict__[name], types.FunctionType):
+                    return True
+                break
+    return False
 
 
 def _is_typing_object(value: Any) -> bool:

@@ -94,6 +94,18 @@ class SlotsCounting:
         return self is other
 
 
+class CountingInt(int):
+    """An int with its own equality: guarding it by value would run that on every call."""
+
+    def __eq__(self, other: object) -> bool:
+        CALLS["eq"] += 1
+        return int(self) == other
+
+    def __hash__(self) -> int:
+        CALLS["hash"] += 1
+        return int(self)
+
+
 class Holder:
     def __init__(self, obj: object) -> None:
         self.obj = obj
@@ -143,6 +155,10 @@ def probes_attribute(x, obj):
     return x + 1 if hasattr(obj, "missing") else x - 1
 
 
+def scale_by(x, n):
+    return x.sin() * 2, n
+
+
 def eager_semantics_dunders(x, obj):
     # Eager calls __len__ once, __bool__ once and __eq__ once: so must pyjit, no more.
     n = len(obj)
@@ -189,6 +205,7 @@ CASES = {
     "eager_dunders_counted": (eager_semantics_dunders, lambda: (X, Counting(torch.ones(3)))),
     "hasattr_counting": (probes_attribute, lambda: (X, Counting(torch.ones(3)))),
     "slots_hasattr_counting": (probes_attribute, lambda: (X, SlotsCounting(torch.ones(3)))),
+    "int_subclass_counting": (scale_by, lambda: (X, CountingInt(5))),
     "slots_arg_counting": (via_arg, lambda: (X, SlotsCounting(torch.ones(3)))),
     "slots_attribute_counting": (via_attribute, lambda: (X, Holder(SlotsCounting(torch.ones(3))))),
     "missing_attribute_counting": (missing_attribute, lambda: (X, Counting(torch.ones(3)))),
