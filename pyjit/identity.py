@@ -7,8 +7,8 @@ effects. A plain ``value in table`` or ``table.get(value)`` calls the value's ``
 ``__getattribute__``/``__getattr__`` and properties. Eager Python makes none of those calls, so
 pyjit must not either. This module holds the tools that never call into the value:
 
-- :class:`IdentityDict` / :class:`IdentitySet`: tables keyed by ``id`` that keep their keys alive
-  (so an id is never reused while it is in the table);
+- :class:`IdentityDict` / :class:`IdentitySet`: tables keyed by ``id`` (:func:`identity_key`)
+  that keep their keys alive (so an id is never reused while it is in the table);
 - :func:`is_one_of`: ``value in options`` by identity;
 - :func:`exact_isinstance`: ``isinstance`` on ``type(value)`` (never ``value.__class__``);
 - :func:`static_attr`: an attribute read that runs no Python code of the value's class;
@@ -25,37 +25,49 @@ V = TypeVar("V")
 _MISSING: Any = object()
 
 
+def identity_key(value: Any) -> Any:
+    """What identity means for a table key: ``id(value)``; except a classmethod of a C type
+    (``itertools.chain.from_iterable``, ``dict.fromkeys``), a new bound object on every access,
+    which stands for its (class, name). Computing it runs no code of the value's."""
+    if type(value) is types.BuiltinMethodType:
+        owner = value.__self__  # a C getset: no user code
+        if type(owner) is type:
+            return (id(owner), value.__name__)
+    return id(value)
+
+
 class IdentityDict(Generic[K, V]):
-    """A mapping keyed by object identity; holds each key so its id stays unique while stored."""
+    """A mapping keyed by object identity (:func:`identity_key`); holds each key so its id
+    stays unique while stored."""
 
     __slots__ = ("_items",)
 
     def __init__(self, items: Iterable[tuple[K, V]] = ()) -> None:
-        self._items: dict[int, tuple[K, V]] = {}
+        self._items: dict[Any, tuple[K, V]] = {}
         for k, v in items:
             self[k] = v
 
     def __setitem__(self, key: K, value: V) -> None:
-        self._items[id(key)] = (key, value)
+        self._items[identity_key(key)] = (key, value)
 
     def __getitem__(self, key: K) -> V:
-        hit = self._items.get(id(key))
+        hit = self._items.get(identity_key(key))
         if hit is None:
             raise KeyError(f"<{type(key).__name__} object at {id(key):#x}>")  # never repr() a user object
         return hit[1]
 
     def get(self, key: Any, default: Any = None) -> Any:
-        hit = self._items.get(id(key))
+        hit = self._items.get(identity_key(key))
         return default if hit is None else hit[1]
 
     def __contains__(self, key: Any) -> bool:
-        return id(key) in self._items
+        return identity_key(key) in self._items
 
     def __delitem__(self, key: K) -> None:
-        del self._items[id(key)]
+        del self._items[identity_key(key)]
 
     def pop(self, key: Any, default: Any = _MISSING) -> Any:
-        hit = self._items.pop(id(key), None)
+        hit = self._items.pop(identity_key(key), None)
         if hit is None:
             if default is _MISSING:
                 raise KeyError(f"<{type(key).__name__} object at {id(key):#x}>")
@@ -87,16 +99,16 @@ class IdentitySet(Generic[K]):
     __slots__ = ("_items",)
 
     def __init__(self, items: Iterable[K] = ()) -> None:
-        self._items: dict[int, K] = {id(k): k for k in items}
+        self._items: dict[Any, K] = {identity_key(k): k for k in items}
 
     def add(self, item: K) -> None:
-        self._items[id(item)] = item
+        self._items[identity_key(item)] = item
 
     def discard(self, item: K) -> None:
-        self._items.pop(id(item), None)
+        self._items.pop(identity_key(item), None)
 
     def __contains__(self, item: Any) -> bool:
-        return id(item) in self._items
+        return identity_key(item) in self._items
 
     def __len__(self) -> int:
         return len(self._items)

@@ -359,3 +359,25 @@ def test_raising_getattr_under_hasattr_raises_as_eagerly(caplog):
             pyjit.jit(probes_attribute, backend=CountingBackend())(x, Raising(x))
     assert str(jitted.value) == str(eager.value)
     assert not [r for r in caplog.records if r.name == "pyjit.fallbacks"], caplog.text
+
+
+# -- identity tables still know the builtins that are new objects on each access ---------------
+
+def chain_lists(x):
+    import itertools
+
+    return x * sum(itertools.chain.from_iterable([[1, 2], [3]])) + len(dict.fromkeys("ab"))
+
+
+def test_classmethods_of_builtin_types_keep_their_handlers():
+    # itertools.chain.from_iterable is a new bound object on every attribute read: the handler
+    # tables, keyed by identity, key it by (class, name).
+    import itertools
+
+    from pyjit.variables.builtins import BuiltinVariable
+
+    assert BuiltinVariable.has_handler(itertools.chain.from_iterable)
+    x = torch.ones(2)
+    backend = CountingBackend()
+    assert_same(chain_lists(x), pyjit.jit(chain_lists, backend=backend)(x))
+    assert backend.frame_count == 1, backend.graph_listing()
