@@ -322,7 +322,7 @@ def log_internal_error(code: types.CodeType, e: BaseException, what: str) -> Non
         if len(message) > 200:
             message = message[:197] + "..."
         more = f"traceback in {dumped}" if dumped else "PYJIT_LOGS=+fallbacks shows the traceback"
-        _fallback_log.warning("pyjit %s %s (%s) and runs it natively: %s%s (a pyjit bug; %s)", what, code.co_name,
+        _fallback_log.warning("pyjit %s %s (%s) and runs it eagerly: %s%s (a pyjit bug; %s)", what, code.co_name,
                               where, type(e).__name__, f": {message}" if message else "", more)
     _fallback_log.debug("pyjit %s %s (%s):\n%s", what, code.co_name, where, tb)
 

@@ -67,6 +67,7 @@ def test_internal_error_is_one_line_once_per_code_object(broken_tracer, caplog):
     assert f"{__file__}:{affine.__code__.co_firstlineno}" in msg
     assert "RuntimeError: tracer exploded" in msg and "second line" not in msg
     assert "PYJIT_LOGS=+fallbacks" in msg  # what to do to see more
+    assert "runs it eagerly" in msg  # the words other checks (bench, test_dynamic_shapes) look for
 
 
 def test_verbose_fallbacks_gives_the_traceback(broken_tracer, caplog):
