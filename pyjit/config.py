@@ -5,7 +5,8 @@ Every tunable lives on :data:`config` (an instance of :class:`Config`). Code rea
 ``with pyjit.config.patch(field=value): ...``. Environment variables are read once, at
 import, by :func:`_from_environment` and nowhere else:
 
-- ``PYJIT_LOGS``: comma-separated log channels (see :mod:`pyjit.logs`), e.g. ``guards,recompiles``.
+- ``PYJIT_LOGS``: comma-separated log channels (see :mod:`pyjit.logs`), e.g. ``guards,recompiles``;
+  ``+name`` for a channel's verbose form (``+fallbacks``: tracebacks of pyjit failures).
 - ``PYJIT_CACHE_DIR``: on-disk cache root (default ``$XDG_CACHE_HOME/pyjit`` or ``~/.cache/pyjit``).
 - ``PYJIT_DEBUG_DIR``: when set, generated code (bytecode, FX graphs, Triton, wrappers) is dumped there.
 - ``PYJIT_CPU_BACKEND``: ``cpp`` (default: C++/OpenMP kernels built with the system compiler;

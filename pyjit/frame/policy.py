@@ -14,8 +14,12 @@ Decisions, in order, for ``callback(func, args)``:
   * a graph break -> compiled around it (``pyjit.trace.breaks``); ``GraphBreakError`` under
     ``fullgraph=True``; where it cannot be resumed, log it on ``graph_breaks``, mark skip,
     run eagerly;
-  * an internal error -> log it with the frame's file:line on ``fallbacks`` and run eagerly
-    (raised instead under ``config.raise_on_internal_error``);
+  * an internal error -> one warning line on ``fallbacks`` naming the frame's file:line, once
+    per function, and run natively; its traceback only on the channel's verbose form
+    (``PYJIT_LOGS=+fallbacks``) and in ``<PYJIT_DEBUG_DIR>/fallbacks/`` (raised instead under
+    ``config.raise_on_internal_error``). An exception of the program's own met while tracing
+    (``lst.pop()`` on an empty list) is no failure: an ``exception`` graph break, so the
+    program's code raises it;
   * a recompile (the code already has entries) is logged on ``recompiles`` with the first
     failing guard of each previous entry, in source form, expected vs actual.
 """
@@ -119,6 +123,7 @@ def register_target(code: types.CodeType, options: JitOptions) -> CodeState:
 
 
 def reset() -> None:
+    _failures_logged.clear()
     for key in [k for k, state in _targets.items() if state.callee]:
         del _targets[key]  # the next jitted call that reaches them registers them with its options
     for state in _targets.values():
@@ -252,8 +257,7 @@ def callback(target: CodeState | None, func: types.FunctionType, args: tuple[Any
     except Exception as e:  # e.g. a guard value the C tree cannot hold: run eagerly, never break
         if config.raise_on_internal_error:
             raise
-        _fallback_log.warning("pyjit could not build the guards of %s (%s:%d) and runs it eagerly: %s: %s",
-                              code.co_name, code.co_filename, code.co_firstlineno, type(e).__name__, e)
+        log_internal_error(code, e, "could not build the guards of")
         state.frames.pop()
         _C.mark_skip(code)
         return None
@@ -292,14 +296,54 @@ def compile_for(func: types.FunctionType, args: tuple[Any, ...], state: CodeStat
             raise
         if isinstance(e, BackendError) and not config.suppress_errors and not _is_pyjit_backend(state.options.backend):
             raise  # the user's own backend failed: their error, as torch.compile's BackendCompilerFailed
-        where = f"{code.co_filename}:{code.co_firstlineno}"
-        _fallback_log.warning("pyjit failed to compile %s (%s) and runs it eagerly: %s: %s\n%s", code.co_name, where,
-                              type(e).__name__, e, traceback.format_exc(limit=-4))
+        log_internal_error(code, e, "failed to compile")
         return None
     state.frames.append(frame)
     state.compiles += 1
     _notify("compiled", code, frame)
     return frame
+
+
+# Where an internal error was logged: one line per function of the program. Keyed by its source
+# location, not the code object: pyjit.jit with another backend compiles a clone of the code.
+_failures_logged: set[tuple[str, int, str]] = set()
+
+
+def log_internal_error(code: types.CodeType, e: BaseException, what: str) -> None:
+    """A pyjit failure on ``code`` (called in its ``except`` block): one warning line on
+    ``fallbacks``, the first time for that function; the traceback at DEBUG (``PYJIT_LOGS=+fallbacks``) and,
+    with ``PYJIT_DEBUG_DIR``, in a file. Nothing of pyjit's internals reaches the program's
+    stderr by default: the frame runs natively, as if pyjit were not there."""
+    tb = traceback.format_exc()
+    where = f"{code.co_filename}:{code.co_firstlineno}"
+    dumped = _dump_traceback(code, tb)
+    key = (code.co_filename, code.co_firstlineno, getattr(code, "co_qualname", code.co_name))
+    if key not in _failures_logged:
+        _failures_logged.add(key)
+        message = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        if len(message) > 200:
+            message = message[:197] + "..."
+        more = f"traceback in {dumped}" if dumped else "PYJIT_LOGS=+fallbacks shows the traceback"
+        _fallback_log.warning("pyjit %s %s (%s) and runs it eagerly: %s%s (a pyjit bug; %s)", what, code.co_name,
+                              where, type(e).__name__, f": {message}" if message else "", more)
+    _fallback_log.debug("pyjit %s %s (%s):\n%s", what, code.co_name, where, tb)
+
+
+def _dump_traceback(code: types.CodeType, tb: str) -> str | None:
+    """Write the traceback under ``<debug_dir>/fallbacks/``; the path, or None."""
+    if not config.debug_dir:
+        return None
+    try:
+        directory = os.path.join(config.debug_dir, "fallbacks")
+        os.makedirs(directory, exist_ok=True)
+        base = "".join(c if c.isalnum() or c == "_" else "_" for c in code.co_name)
+        path = os.path.join(directory, f"{base}_{os.path.basename(code.co_filename).replace('.', '_')}_"
+                                       f"{code.co_firstlineno}.txt")
+        with open(path, "a") as f:
+            f.write(f"{code.co_name} ({code.co_filename}:{code.co_firstlineno})\n{tb}\n")
+        return path
+    except OSError:
+        return None
 
 
 # One compile at a time per code object: concurrent first calls of one function from several

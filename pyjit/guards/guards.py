@@ -219,7 +219,7 @@ class GuardSet:
         self._seen: dict[tuple[Any, ...], Guard] = {}
 
     def add(self, kind: GuardKind, source: Source | None, expected: Any = None, extra: Any = None) -> None:
-        key = (kind, source, extra if kind is not GuardKind.GLOBAL_STATE else id(extra))
+        key = (kind, source, _dedup_key(extra) if kind is not GuardKind.GLOBAL_STATE else id(extra))
         if kind is GuardKind.DISTINCT:
             key = (kind, tuple(extra), expected)
         if key in self._seen:
@@ -250,6 +250,18 @@ class GuardSet:
             if reason is not None:
                 return i, reason
         return None
+
+
+def _dedup_key(extra: Any) -> Any:
+    """``extra`` as part of a de-duplication key: pyjit's own values (names, sources, numbers)
+    by value, anything else by identity (hashing or comparing a user object would run its
+    ``__hash__``/``__eq__``; the guard keeps ``extra`` alive, so the id stays unique)."""
+    t = type(extra)
+    if extra is None or t is str or t is int or t is bool or issubclass(t, Source):
+        return extra
+    if t is tuple and all(type(e) is str or issubclass(type(e), Source) for e in extra):
+        return extra
+    return ("id", id(extra))
 
 
 def _qual(obj: Any) -> str:

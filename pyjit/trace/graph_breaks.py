@@ -8,7 +8,8 @@ A break is compiled around (prefix graph, the instruction natively, a resume fun
 """
 from __future__ import annotations
 
-from typing import NoReturn
+import contextlib
+from typing import Iterator, NoReturn
 
 from ..errors import GraphBreak, Unsupported
 
@@ -77,3 +78,19 @@ def unsupported(kind: str, detail: str = "") -> NoReturn:
     explanation, hint = BREAK_KINDS[kind]
     text = f"{explanation}: {detail}" if detail else explanation
     raise Unsupported(GraphBreak(kind=kind, explanation=text, hint=hint))
+
+
+@contextlib.contextmanager
+def python_errors_are_the_programs() -> Iterator[None]:
+    """Around a Python operation the traced code performs on its own data (``lst.pop()`` on
+    the trackers of an empty list, ``del d[k]``): the error Python raises there is the
+    program's exception, not a pyjit failure. It becomes an ``exception`` break (a ``try`` in
+    the frame catches it; otherwise the instruction runs natively and raises it for real)."""
+    try:
+        yield
+    except (IndexError, KeyError, ValueError, TypeError, ZeroDivisionError, OverflowError) as e:
+        try:
+            unsupported("exception", f"{type(e).__name__}: {e}")
+        except Unsupported as u:
+            u.exc_type = type(e)  # type: ignore[attr-defined]  # what an `except` clause matches
+            raise u from None

@@ -27,6 +27,8 @@ import torch
 
 from ..guards.guards import GuardKind, dict_keys_expected
 from ..guards.source import AttrSource, ItemSource, Source
+from ..identity import exact_isinstance as _isa
+from ..identity import is_one_of, static_attr
 from ..trace.graph_breaks import unsupported
 from .base import VariableTracker
 from .builtins import BuiltinVariable
@@ -56,7 +58,7 @@ _C_DESCRIPTOR_TYPES = (types.MethodDescriptorType, types.WrapperDescriptorType, 
 
 def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker:
     guards = tx.output.guards
-    if isinstance(value, torch.Tensor):
+    if _isa(value, torch.Tensor):
         if source is None:
             unsupported("unsupported_object", "a tensor that pyjit cannot reach from the frame (no source)")
         return tx.output.add_input(value, source)
@@ -70,7 +72,7 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
         return tx.output.add_scalar_input(value, source)
     if is_constant_value(value):
         if source is not None:
-            if isinstance(value, tuple) and type(value) is tuple:
+            if _isa(value, tuple) and type(value) is tuple:
                 guards.add(GuardKind.TYPE_MATCH, source, tuple)
                 guards.add(GuardKind.EQUALS_MATCH, source, value)
             else:
@@ -91,7 +93,7 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
         if t is list:
             return side_effects.remember(value, ListVariable(items, source))
         return TupleVariable(items, source)
-    if isinstance(value, tuple) and hasattr(t, "_fields"):
+    if issubclass(t, tuple) and _has_class_attr(t, "_fields"):
         if source is not None:
             guards.add(GuardKind.TYPE_MATCH, source, t)
         items = [wrap(tx, v, ItemSource(source, i) if source is not None else None) for i, v in enumerate(value)]
@@ -106,7 +108,7 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
         return side_effects.remember(value, DictVariable(items, source, dict_type=t))
     from ..api import DisabledFunction, JitFunction
 
-    if isinstance(value, DisabledFunction) or _is_torch_compiler_marker(value):
+    if _isa(value, DisabledFunction) or _is_torch_compiler_marker(value):
         # pyjit.disable(fn) / pyjit.graph_break, and torch's own spellings of them
         # (a function torch.compiler.disable wrapped, torch's graph_break): calling one is a graph break.
         from .misc import DisabledCallVariable
@@ -122,21 +124,21 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
     state = special_state_tracker(tx, value, source)  # ContextVar, threading.Lock (variables/context_state.py)
     if state is not None:
         return state
-    if isinstance(value, JitFunction):
+    if _isa(value, JitFunction):
         # A jitted function called from traced code: trace what it wraps (one graph).
         return wrap(tx, value._fn, AttrSource(source, "_fn") if source is not None else None)
-    if isinstance(value, torch.nn.Module):
+    if _isa(value, torch.nn.Module):
         if source is not None:
             guards.add(GuardKind.ID_MATCH, source, value)
             # the same object can change class (``m.__class__ = Other``): methods, forward and
             # isinstance answers all follow the type.
             guards.add(GuardKind.TYPE_MATCH, source, t)
         return NNModuleVariable(value, source)
-    if isinstance(value, types.ModuleType):
+    if _isa(value, types.ModuleType):
         if source is not None:
             guards.add(GuardKind.ID_MATCH, source, value)
         return PythonModuleVariable(value, source)
-    if isinstance(value, functools.partial):
+    if _isa(value, functools.partial):
         if source is not None:
             guards.add(GuardKind.TYPE_MATCH, source, functools.partial)
         func = wrap(tx, value.func, AttrSource(source, "func") if source else None)
@@ -148,16 +150,16 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
                 else list(args_var.items))  # type: ignore[attr-defined]
         kwargs = dict(kw_var.items)  # type: ignore[attr-defined]
         return PartialVariable(func, args, kwargs, source)
-    if isinstance(value, (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)):
+    if _isa(value, (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)):
         # A grad-mode context object (e.g. captured by @torch.no_grad()'s wrapper): no guard
         # needed beyond the identity of the function that holds it.
         from .torch_fns import GradModeVariable
 
-        mode = isinstance(value, torch.enable_grad) or (isinstance(value, torch.set_grad_enabled) and bool(value.mode))
+        mode = _isa(value, torch.enable_grad) or (_isa(value, torch.set_grad_enabled) and bool(value.mode))
         return GradModeVariable(mode)
-    if isinstance(value, types.MethodType) and isinstance(value.__self__, (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)):
+    if _isa(value, types.MethodType) and _isa(value.__self__, (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)):
         return wrap(tx, value.__self__, None).var_getattr(tx, value.__func__.__name__)
-    if isinstance(value, types.MethodType):
+    if _isa(value, types.MethodType):
         obj = wrap(tx, value.__self__, AttrSource(source, "__self__") if source else None)
         fn = value.__func__
         if isinstance(fn, types.FunctionType):
@@ -166,22 +168,22 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
             return UserMethodVariable(fn, obj, source)
         # Another callable bound as a method (an lru_cache wrapper on a class): keep the binding.
         return PartialVariable(wrap(tx, fn, AttrSource(source, "__func__") if source else None), [obj], {})
-    if type(value) in _C_DESCRIPTOR_TYPES and value.__objclass__ in (torch.Tensor, torch._C.TensorBase):
+    if type(value) in _C_DESCRIPTOR_TYPES and is_one_of(value.__objclass__, (torch.Tensor, torch._C.TensorBase)):
         # an unbound Tensor method (torch.Tensor.add): a graph call like torch.add
         if source is not None:
             guards.add(GuardKind.ID_MATCH, source, value)
         return TorchFunctionVariable(value, source)
-    if callable(value) and not isinstance(value, type) and is_torch_library_function(value):
+    if callable(value) and not _isa(value, type) and is_torch_library_function(value):
         if source is not None:
             guards.add(GuardKind.ID_MATCH, source, value)
         return TorchFunctionVariable(value, source)
-    if isinstance(value, types.FunctionType):
+    if _isa(value, types.FunctionType):
         if source is not None:
             guards.add(GuardKind.ID_MATCH, source, value)
         if BuiltinVariable.has_handler(value):  # a Python function answered natively (inspect.signature)
             return BuiltinVariable(value, source)
         return UserFunctionVariable(value, source)
-    if isinstance(value, functools._lru_cache_wrapper) and isinstance(getattr(value, "__wrapped__", None), types.FunctionType):
+    if _isa(value, functools._lru_cache_wrapper) and _isa(getattr(value, "__wrapped__", None), types.FunctionType):
         from .functions import CachedFunctionVariable
 
         if source is not None:
@@ -198,13 +200,13 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
         if source is not None:
             guards.add(GuardKind.ID_MATCH, source, value)
         return BuiltinVariable(value, source)
-    if isinstance(value, type):
+    if _isa(value, type):
         if source is not None:
             guards.add(GuardKind.ID_MATCH, source, value)
-        if value in _TORCH_CALLABLE_CLASSES:
+        if is_one_of(value, _TORCH_CALLABLE_CLASSES):
             return TorchFunctionVariable(value, source)
         return UserDefinedClassVariable(value, source)
-    if isinstance(value, types.BuiltinMethodType) and type(getattr(value, "__self__", None)) in (list, dict) \
+    if _isa(value, types.BuiltinMethodType) and type(static_attr(value, "__self__")) in (list, dict) \
             and source is not None:
         # ``xs.append`` of a list or dict (a bound method live at a graph break): the container
         # tracked through ``__self__`` (mutations recorded on it, aliasing with other reads of
@@ -214,10 +216,10 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
         guards.add(GuardKind.TYPE_MATCH, source, type(value))
         guards.add(GuardKind.EQUALS_MATCH, AttrSource(source, "__name__"), value.__name__)
         return BoundMethodVariable(wrap(tx, value.__self__, AttrSource(source, "__self__")), value.__name__)
-    if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+    if _isa(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
         if source is not None:
             guards.add(GuardKind.ID_MATCH, source, value)
-        if getattr(value, "__self__", None) is not None and isinstance(value.__self__, torch.Tensor):
+        if _isa(static_attr(value, "__self__"), torch.Tensor):
             unsupported("unsupported_object", "a bound tensor method read from outside")
         return BuiltinVariable(value, source)
     known = side_effects.known(tx, value, source)
@@ -228,6 +230,11 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
     return side_effects.remember(value, UserDefinedObjectVariable(value, source))
 
 
+def _has_class_attr(cls: type, name: str) -> bool:
+    """``hasattr(cls, name)`` from the MRO's dicts (a metaclass ``__getattr__`` never runs)."""
+    return any(name in klass.__dict__ for klass in cls.__mro__)
+
+
 def _is_typing_constant(value: Any) -> bool:
     return _is_typing_object(value)
 
@@ -236,23 +243,23 @@ def wrap_constant_result(tx: "Translator", value: Any) -> VariableTracker:
     """Wrap the result of constant folding (no source, no guard)."""
     if is_constant_value(value):
         return ConstantVariable(value)
-    if isinstance(value, list):
+    if _isa(value, list):
         return ListVariable([wrap_constant_result(tx, v) for v in value])
-    if isinstance(value, tuple) and hasattr(type(value), "_fields"):
+    if _isa(value, tuple) and _has_class_attr(type(value), "_fields"):
         return NamedTupleVariable([wrap_constant_result(tx, v) for v in value], type(value))
-    if isinstance(value, tuple):
+    if _isa(value, tuple):
         return TupleVariable([wrap_constant_result(tx, v) for v in value])
-    if isinstance(value, dict):
+    if _isa(value, dict):
         return DictVariable({k: wrap_constant_result(tx, v) for k, v in value.items()})
-    if isinstance(value, (set, frozenset)):
+    if _isa(value, (set, frozenset)):
         from .dicts import SetVariable
 
         return SetVariable(list(value))
-    if isinstance(value, (map, zip, enumerate, filter, reversed)) or type(value).__name__.endswith("iterator"):
+    if _isa(value, (map, zip, enumerate, filter, reversed)) or type(value).__name__.endswith("iterator"):
         from .lists import ListIteratorVariable
 
         return ListIteratorVariable([wrap_constant_result(tx, v) for v in value])
-    if isinstance(value, torch.Tensor):
+    if _isa(value, torch.Tensor):
         unsupported("unsupported_object", "constant folding produced a tensor")
     return wrap(tx, value, None)
 
@@ -260,7 +267,7 @@ def wrap_constant_result(tx: "Translator", value: Any) -> VariableTracker:
 def _is_torch_compiler_marker(value: Any) -> bool:
     """torch's own ``graph_break`` function, or a function wrapped by ``torch.compiler.disable``
     (recognised by name and marker attribute; torch's compiler is never imported here)."""
-    if not isinstance(value, types.FunctionType):
+    if not _isa(value, types.FunctionType):
         return False  # (never probe attributes of arbitrary objects: __getattr__ would run)
     if value.__dict__.get("_torchdynamo_disable", False) is True:
         original = value.__dict__.get("_torchdynamo_orig_callable")

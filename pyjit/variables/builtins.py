@@ -9,8 +9,9 @@ from __future__ import annotations
 import operator
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..trace.graph_breaks import unsupported
 from ..errors import Unsupported
+from ..identity import IdentityDict, IdentitySet, is_one_of, static_attr
+from ..trace.graph_breaks import unsupported
 from .base import KnownCallableVariable, VariableTracker
 from .constant import ConstantVariable
 from .lists import BaseListVariable, ListIteratorVariable, ListVariable, TupleVariable
@@ -21,11 +22,13 @@ if TYPE_CHECKING:
     from ..trace.translator import Translator
 
 Handler = Callable[["Translator", list[VariableTracker], dict[str, VariableTracker]], VariableTracker]
-_HANDLERS: dict[Any, Handler] = {}
+# Keyed by identity: the values looked up are whatever the traced code calls, and hashing or
+# comparing a user object would run its __hash__/__eq__ (eager never does).
+_HANDLERS: IdentityDict[Any, Handler] = IdentityDict()
 
 # Modules whose functions are pure on constants (folded at trace time).
 _PURE_MODULES = frozenset({"math", "_operator", "operator", "cmath"})
-_PURE_BUILTINS = frozenset({
+_PURE_BUILTINS = IdentitySet({
     abs, all, any, bin, bool, chr, divmod, float, format, hash, hex, int, len, max, min, oct, ord, pow,
     repr, round, sorted, str, sum, tuple, list, isinstance, issubclass, callable, complex, frozenset, set,
     slice, range, bytes,
@@ -185,7 +188,8 @@ def _object_of(v: VariableTracker) -> Any:
 
 def identical_or_equal(tx: "Translator", a: VariableTracker, b: VariableTracker) -> bool:
     if a.is_python_constant() and b.is_python_constant():
-        return bool(a.as_python_constant() == b.as_python_constant())
+        x, y = a.as_python_constant(), b.as_python_constant()
+        return x is y or bool(x == y)  # identity first, as list.index/`in`/remove do: no __eq__ call then
     return identical(tx, a, b)
 
 
@@ -249,7 +253,7 @@ def contains(tx: "Translator", container: VariableTracker, item: VariableTracker
 
 def subscript(tx: "Translator", obj: VariableTracker, key: VariableTracker) -> VariableTracker:
     cls = getattr(obj, "fn", None)
-    if cls in (list, tuple, dict, set, frozenset, type) and key.is_python_constant():
+    if is_one_of(cls, (list, tuple, dict, set, frozenset, type)) and key.is_python_constant():
         # ``list[Tensor]`` (typing.cast in torch.optim's foreach paths): a types.GenericAlias.
         return ConstantVariable(cls[key.as_python_constant()])
     return obj.call_method(tx, "__getitem__", [key], {})
@@ -265,20 +269,14 @@ class BuiltinVariable(KnownCallableVariable):
 
     @staticmethod
     def can_handle(fn: Any) -> bool:
-        try:
-            if fn in _HANDLERS or fn in _PURE_BUILTINS:
-                return True
-        except TypeError:  # unhashable objects are never builtins
-            return False
-        return getattr(fn, "__module__", None) in _PURE_MODULES
+        if fn in _HANDLERS or fn in _PURE_BUILTINS:
+            return True
+        return static_attr(fn, "__module__") in _PURE_MODULES
 
     @staticmethod
     def has_handler(fn: Any) -> bool:
         """A dedicated handler exists (checked before inlining Python functions)."""
-        try:
-            return fn in _HANDLERS
-        except TypeError:
-            return False
+        return fn in _HANDLERS
 
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         handler = _HANDLERS.get(self.fn)
@@ -321,10 +319,10 @@ def _is_pure(fn: Any) -> bool:
     """Folding ``fn`` on constants at trace time gives the answer every later call would."""
     if BuiltinVariable.can_handle(fn):
         return True
-    owner = getattr(fn, "__self__", None)
+    owner = static_attr(fn, "__self__")
     # Alternative constructors and static helpers of builtin types (dict.fromkeys, int.from_bytes,
     # str.maketrans) and methods of constants.
-    return (isinstance(owner, type) and owner.__module__ == "builtins") or (
+    return (type(owner) is type and owner.__module__ == "builtins") or (
         owner is not None and not isinstance(owner, type) and _constant_owner(owner))
 
 
@@ -335,8 +333,8 @@ def _constant_owner(owner: Any) -> bool:
 
 
 def _describe(fn: Any) -> str:
-    mod = getattr(fn, "__module__", None)
-    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
+    mod = static_attr(fn, "__module__")
+    name = static_attr(fn, "__qualname__") or static_attr(fn, "__name__") or f"<{type(fn).__name__} object>"
     return f"{mod.lstrip('_')}.{name}()" if mod and mod != "builtins" else f"{name}()"
 
 
@@ -458,7 +456,17 @@ def _callable(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, V
 
 
 def _missing_attr(e: Unsupported) -> bool:
-    return e.graph_break.kind in ("exception", "unsupported_attr")
+    """The traced lookup raised AttributeError (so ``hasattr`` is False). Any other exception
+    (a KeyError inside a ``__getattr__``) propagates, as from ``hasattr``; a lookup pyjit cannot
+    trace is a break, never a guessed answer."""
+    from .misc import raised_exception_type
+
+    if e.graph_break.kind != "exception":
+        return False
+    exc_type = getattr(e, "exc_type", None)
+    if isinstance(exc_type, type):
+        return issubclass(exc_type, AttributeError)
+    return raised_exception_type(e) == "AttributeError"
 
 
 @_register(getattr)
@@ -489,6 +497,22 @@ def _object_getattribute(tx: "Translator", args: list[VariableTracker], kwargs: 
     return obj.var_getattr(tx, name)
 
 
+def _plain_lookup(cls: type, name: str) -> bool:
+    """``hasattr(obj, name)`` on an instance of ``cls`` runs no Python code: the class defines
+    no Python ``__getattr__``/``__getattribute__`` and ``name`` is no Python-level descriptor
+    (a property getter)."""
+    import types
+
+    from .class_members import MISSING, lookup_class_attr
+
+    for hook in ("__getattr__", "__getattribute__"):
+        if isinstance(lookup_class_attr(cls, hook), types.FunctionType):
+            return False
+    attr = lookup_class_attr(cls, name)
+    return attr is MISSING or not hasattr(type(attr), "__get__") or type(attr).__module__ == "builtins" \
+        and not isinstance(attr, property)
+
+
 @_register(hasattr)
 def _hasattr(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
     return ConstantVariable(has_attr(tx, args[0], args[1].as_python_constant()))
@@ -511,7 +535,7 @@ def has_attr(tx: "Translator", obj: VariableTracker, name: str) -> bool:
     except _Unsupported:
         return False
     real = getattr(obj, "value", _NO) if not isinstance(obj, ObjectVariable) else _NO
-    if real is not _NO:
+    if real is not _NO and _plain_lookup(type(real), name):
         from ..guards.guards import GuardKind
 
         result = hasattr(real, name)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..guards.guards import GuardKind
 from ..guards.source import AttrSource, Source
+from ..identity import instance_dict
 from ..trace.graph_breaks import unsupported
 from .base import VariableTracker
 
@@ -87,7 +88,7 @@ def guard_identity(tx: "Translator", source: Source | None, value: Any) -> Sourc
 def guard_not_shadowed(tx: "Translator", obj: VariableTracker, name: str) -> None:
     """The trace used the class's ``name``: guard that the instance ``__dict__`` still lacks it."""
     value = getattr(obj, "value", None)
-    if obj.source is None or not isinstance(getattr(value, "__dict__", None), dict):
+    if obj.source is None or instance_dict(value) is None:
         return  # no instance dict (``__slots__``): nothing can shadow the class attribute
     tx.output.guards.add(GuardKind.DICT_CONTAINS, AttrSource(obj.source, "__dict__"), False, extra=name)
 

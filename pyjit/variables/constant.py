@@ -20,20 +20,34 @@ _LITERAL_TYPES = (type(None), bool, int, float, complex, str, bytes)
 
 def is_constant_value(value: Any) -> bool:
     """Values safe to treat as constants (immutable; guarded by equality when read from a source)."""
-    if isinstance(value, _LITERAL_TYPES) or value is Ellipsis or value is NotImplemented:
-        return True
-    if isinstance(value, (slice, range)):
-        return True
+    # Decided on type(value) only: isinstance would read a __class__ property of the value.
     t = type(value)
-    mod = getattr(t, "__module__", "")
-    if mod == "torch" and t.__name__ in ("dtype", "device", "Size", "layout", "memory_format"):
+    if t in _LITERAL_TYPES or value is Ellipsis or value is NotImplemented:
         return True
-    if isinstance(value, tuple) and type(value) is tuple:
+    if issubclass(t, _LITERAL_TYPES) and not _own_equality(t):
+        return True  # e.g. IntEnum, a str subclass adding methods: compared and hashed as the base
+    if t is slice or t is range:
+        return True
+    if t.__module__ == "torch" and t.__name__ in ("dtype", "device", "Size", "layout", "memory_format"):
+        return True
+    if t is tuple:
         return all(is_constant_value(v) for v in value)
     import enum
 
-    if isinstance(value, enum.Enum):
-        return True
+    return issubclass(t, enum.Enum)
+
+
+def _own_equality(t: type) -> bool:
+    """A subclass of a literal type that defines ``__eq__``/``__hash__`` in Python: guarding it by
+    equality, or folding on it, would run that code where eager does not."""
+    import types
+
+    for name in ("__eq__", "__hash__", "__ne__"):
+        for klass in t.__mro__:
+            if name in klass.__dict__:
+                if isinstance(klass.__dict__[name], types.FunctionType):
+                    return True
+                break
     return False
 
 
@@ -41,7 +55,8 @@ def _is_typing_object(value: Any) -> bool:
     """A ``typing`` object (special form, alias) or ``int | None``: immutable, pinned by identity."""
     import types
 
-    return type(value).__module__ == "typing" or isinstance(value, (types.UnionType, types.GenericAlias))
+    t = type(value)  # never value.__class__: a GenericAlias forwards attribute reads to its origin
+    return t.__module__ == "typing" or t is types.UnionType or t is types.GenericAlias
 
 
 def _materialized(v: VariableTracker) -> VariableTracker:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..guards.guards import GuardKind
 from ..guards.source import AttrSource, ModuleGlobalSource, Source
+from ..identity import is_one_of
 from ..trace.graph_breaks import unsupported
 from .base import KnownCallableVariable, VariableTracker
 from .builtins import _register, has_attr
@@ -221,7 +222,7 @@ def _check_default_protocol(tx: "Translator", cls: type, cls_source: Source | No
     if cls in copyreg.dispatch_table:
         unsupported("unsupported_call", f"{what} of a {cls.__name__} (registered with copyreg.pickle)")
     new = lookup_class_attr(cls, "__new__")
-    if getattr(new, "__func__", new) not in _PLAIN_NEW:
+    if not is_one_of(new.__func__ if type(new) in (staticmethod, classmethod) else new, _PLAIN_NEW):
         unsupported("unsupported_call", f"{what} of a {cls.__name__} (its own __new__)")
     if lookup_class_attr(cls, "__del__") is not MISSING:
         unsupported("unsupported_call", f"{what} of a {cls.__name__} (it defines __del__)")

@@ -14,7 +14,7 @@ import types
 import typing
 from typing import TYPE_CHECKING, Any
 
-from ..trace.graph_breaks import unsupported
+from ..trace.graph_breaks import python_errors_are_the_programs, unsupported
 from .base import VariableTracker
 from .constant import ConstantVariable
 from .lists import ListVariable, TupleVariable
@@ -180,7 +180,8 @@ class DictVariable(VariableTracker):
                     items[k] = args[1] if len(args) > 1 else ConstantVariable(None)
                 return items[k]
             elif name == "__delitem__":
-                del items[_key(tx, args[0])]
+                with python_errors_are_the_programs():
+                    del items[_key(tx, args[0])]
             elif name == "clear":
                 items.clear()
             else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..trace.graph_breaks import unsupported
+from ..trace.graph_breaks import python_errors_are_the_programs, unsupported
 from .base import VariableTracker
 from .constant import ConstantVariable
 
@@ -159,6 +159,11 @@ class ListVariable(BaseListVariable):
                 return super().call_method(tx, name, args, kwargs)  # not modelled: nothing recorded
             # A list from outside: the replay gives the caller's list these items afterwards.
             tx.output.side_effects.mutate_container(tx, self)
+        with python_errors_are_the_programs():
+            return self._call_list_method(tx, name, args, kwargs)
+
+    def _call_list_method(self, tx: "Translator", name: str, args: list[VariableTracker],
+                          kwargs: dict[str, VariableTracker]) -> VariableTracker:
         if name == "append":
             self.items.append(args[0])
         elif name == "extend":

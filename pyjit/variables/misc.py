@@ -230,7 +230,7 @@ def raised_exception_text(v: VariableTracker) -> str | None:
     if isinstance(v, ExceptionVariable):
         return v.raise_text()
     value = getattr(v, "value", None)
-    if isinstance(value, type) and issubclass(value, BaseException):
+    if issubclass(type(value), type) and issubclass(value, BaseException):  # type(): no __class__ read
         return value.__name__
     return None
 

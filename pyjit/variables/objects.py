@@ -34,6 +34,7 @@ import torch
 
 from ..guards.guards import GuardKind
 from ..guards.source import AttrSource, Source
+from ..identity import is_one_of, static_attr
 from ..trace.graph_breaks import unsupported
 from ..trace.side_effects import DELETED, object_token
 from .base import VariableTracker
@@ -103,8 +104,8 @@ def _run_python_setattr(tx: "Translator", obj: VariableTracker, cls: type, name:
             args = [ConstantVariable(name)] if value is DELETED else [ConstantVariable(name), value]
             call_type_method(tx, obj, hook, setattr_fn, args, {})
             return True
-        if hook == "__setattr__" and setattr_fn not in _GENERIC_SETATTR or \
-                hook == "__delattr__" and setattr_fn not in (object.__delattr__, torch.nn.Module.__delattr__):
+        if hook == "__setattr__" and not is_one_of(setattr_fn, _GENERIC_SETATTR) or \
+                hook == "__delattr__" and not is_one_of(setattr_fn, (object.__delattr__, torch.nn.Module.__delattr__)):
             unsupported("side_effect", f"{cls.__name__}.{hook} is implemented in C")
         if cls_src is not None and not _is_library_class(cls):
             # The trace modelled this store: the class must keep it.
@@ -179,8 +180,8 @@ def construct(tx: "Translator", cls_var: VariableTracker, args: list[VariableTra
     if issubclass(cls, torch.nn.Module) and (cls.__module__ or "").startswith("torch.nn."):
         return _construct_module(tx, cls, args, kwargs)
     new = lookup_class_attr(cls, "__new__")
-    new = getattr(new, "__func__", new)  # staticmethod wrapper
-    if new not in _PLAIN_NEW:
+    new = new.__func__ if type(new) in (staticmethod, classmethod) else new
+    if not is_one_of(new, _PLAIN_NEW):
         unsupported("unsupported_call", f"constructing {cls.__name__} (its own __new__)")
     if lookup_class_attr(cls, "__del__") is not MISSING:
         # the blank instance made for class lookups would run it when collected
@@ -193,7 +194,7 @@ def construct(tx: "Translator", cls_var: VariableTracker, args: list[VariableTra
     init = lookup_class_attr(cls, "__init__")
     if _is_python_function(init):
         obj.call_method(tx, "__init__", args, kwargs)
-    elif init in _PLAIN_INIT:
+    elif is_one_of(init, _PLAIN_INIT):
         if init is object.__init__:
             if args or kwargs:
                 unsupported("exception", f"TypeError: {cls.__name__}() takes no arguments")
@@ -469,7 +470,7 @@ class ObjectVariable(VariableTracker):
             return ConstantVariable(None)
         if name == "__init__" and attr is object.__init__:
             return ConstantVariable(None)
-        if issubclass(self.cls, dict) and getattr(attr, "__objclass__", None) in _DICT_BASES:
+        if issubclass(self.cls, dict) and is_one_of(static_attr(attr, "__objclass__"), _DICT_BASES):
             return self.dict_view().call_method(tx, name, args, kwargs)
         return self.var_getattr(tx, name).call_function(tx, args, kwargs)
 
@@ -488,12 +489,12 @@ class ObjectVariable(VariableTracker):
         return self.call_method(tx, "__call__", args, kwargs)
 
     def unpack(self, tx: "Translator") -> list[VariableTracker]:
-        from .user_defined import iterate_by_index, iterates_by_index
+        from .user_defined import iterate_by_index, iterates_by_index, unpack_iterator
 
         if iterates_by_index(self.cls):  # the sequence protocol (obj[0], obj[1], ... until IndexError)
             return iterate_by_index(tx, self)
         if _is_python_function(lookup_class_attr(self.cls, "__iter__")):
-            return self.call_method(tx, "__iter__", [], {}).unpack(tx)
+            return unpack_iterator(tx, self.call_method(tx, "__iter__", [], {}))
         if issubclass(self.cls, dict):
             return self.dict_view().unpack(tx)
         # Not an `exception` break: a C-level __iter__ pyjit cannot follow is not a TypeError.

@@ -38,6 +38,7 @@ import torch
 
 from ..guards.guards import GuardKind
 from ..guards.source import AttrSource, FrameValues, Source
+from ..identity import is_one_of
 from ..trace.graph_breaks import unsupported
 from .base import VariableTracker
 from .constant import ConstantVariable
@@ -122,7 +123,7 @@ _OPTIMIZER: type | None = getattr(getattr(torch, "optim", None), "Optimizer", No
 
 def special_tracker(tx: "Translator", value: Any, source: Source | None) -> VariableTracker | None:
     """The tracker for ``value`` when this module owns it (builder.wrap asks first), else None."""
-    if isinstance(value, types.FunctionType):
+    if type(value) is types.FunctionType:
         if value in _FOLDED:
             if source is not None:
                 tx.output.guards.add(GuardKind.ID_MATCH, source, value)
@@ -144,13 +145,13 @@ def special_tracker(tx: "Translator", value: Any, source: Source | None) -> Vari
             # A weakref's referent never changes (it can only die): identity pins both.
             tx.output.guards.add(GuardKind.ID_MATCH, source, value)
         return WeakRefVariable(value, source)
-    if isinstance(value, type):
-        if value in _PROFILER_CLASSES:
+    if issubclass(type(value), type):
+        if is_one_of(value, _PROFILER_CLASSES):
             if source is not None:
                 tx.output.guards.add(GuardKind.ID_MATCH, source, value)
             return ProfilerRangeClassVariable(value, source)
         return None
-    if _OPTIMIZER is not None and isinstance(value, _OPTIMIZER):
+    if _OPTIMIZER is not None and issubclass(type(value), _OPTIMIZER):
         known = tx.output.side_effects.known(tx, value, source)
         if known is not None:
             return known

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..guards.guards import GuardKind
+from ..identity import static_attr
 from ..trace.graph_breaks import unsupported
 from .base import KnownCallableVariable, VariableTracker
 from .constant import ConstantVariable
@@ -24,7 +25,9 @@ _TORCH_PREFIXES = ("torch.", "torch")
 
 
 def is_torch_library_function(fn: Any) -> bool:
-    mod = getattr(fn, "__module__", None) or ""
+    mod = static_attr(fn, "__module__") or ""
+    if type(mod) is not str:
+        return False
     if mod == "torch" or mod.startswith("torch."):
         # Module subclasses' forward methods (nn.Linear.forward...) are inlined, not called;
         # so are functions decorated with @torch.no_grad() & co (torch.utils._contextlib), and

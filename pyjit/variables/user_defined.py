@@ -12,8 +12,9 @@ import collections
 import types
 from typing import TYPE_CHECKING, Any
 
-from ..guards.source import AttrSource, Source
 from ..errors import Unsupported
+from ..guards.source import AttrSource, Source
+from ..identity import instance_dict
 from ..trace.graph_breaks import unsupported
 from .base import KnownValueVariable, VariableTracker
 from .class_members import MISSING as _MISSING
@@ -143,9 +144,9 @@ class UserDefinedObjectVariable(VariableTracker):
             member = class_member(tx, self, name, cls_attr)
             assert member is not None
             return member
-        d = getattr(obj, "__dict__", None)
+        d = instance_dict(obj)
         data_descriptor = hasattr(type(cls_attr), "__set__") or hasattr(type(cls_attr), "__delete__")
-        if isinstance(d, dict) and name in d and not data_descriptor:
+        if d is not None and name in d and not data_descriptor:
             # Guarded through getattr(obj, name): the same lookup Python does at run time (for a
             # class with its own __getattribute__, that one is inlined, guarded, and resolves
             # ``name`` to itself, so the guard reads the same value).
@@ -162,15 +163,15 @@ class UserDefinedObjectVariable(VariableTracker):
             guard_not_shadowed(tx, self, name)
             return PartialVariable(BuiltinMethodVariable(cls_attr), [self], {})
         if cls_attr is _MISSING and name not in ("__dict__", "__class__"):
-            if self.source is not None and isinstance(d, dict):
+            if self.source is not None and d is not None:
                 # The attribute is absent: guard that it stays absent (no class attribute either:
                 # the class is fixed by the type guard).
                 from ..guards.guards import GuardKind
 
                 tx.output.guards.add(GuardKind.DICT_CONTAINS, AttrSource(self.source, "__dict__"), False, extra=name)
-            if isinstance(d, dict) or not hasattr(obj, name):
+            if d is not None:
                 unsupported("exception", f"AttributeError: {cls.__name__!r} object has no attribute {name!r}")
-        try:
+        try:  # (never hasattr(obj, name): that would run the class's __getattr__ for real)
             value = object.__getattribute__(obj, name)
         except AttributeError:
             if self.source is not None:  # an unset __slots__ member: it must stay unset
@@ -193,11 +194,11 @@ class UserDefinedObjectVariable(VariableTracker):
         cls = type(obj)
         if base is object:
             return self
-        if not isinstance(obj, dict):
+        if not issubclass(cls, dict):
             unsupported("unsupported_call", f"builtin {base.__name__} methods on a {cls.__name__} instance")
         if self.dict_view is not None:
             return self.dict_view
-        if isinstance(obj, collections.OrderedDict) and list(collections.OrderedDict.keys(obj)) != list(dict.keys(obj)):
+        if issubclass(cls, collections.OrderedDict) and list(collections.OrderedDict.keys(obj)) != list(dict.keys(obj)):
             # move_to_end reorders OrderedDict's own list, not the storage the keys guard reads
             unsupported("unsupported_object", f"a {cls.__name__} reordered by move_to_end")
         from ..guards.guards import GuardKind
@@ -244,7 +245,7 @@ class UserDefinedObjectVariable(VariableTracker):
         if iterates_by_index(type(self.value)):
             return iterate_by_index(tx, self)
         if isinstance(it, types.FunctionType):
-            return call_type_method(tx, self, "__iter__", it, [], {}).unpack(tx)
+            return unpack_iterator(tx, call_type_method(tx, self, "__iter__", it, [], {}))
         if BuiltinMethodVariable.can_handle(it) and it.__objclass__ is not object:
             return self.builtin_base_view(tx, it.__objclass__).unpack(tx)
         unsupported("unsupported_object", f"iterating over a {type(self.value).__name__} instance")
@@ -285,6 +286,36 @@ def iterate_by_index(tx: "Translator", obj: VariableTracker) -> list[VariableTra
             items.append(obj.call_method(tx, "__getitem__", [ConstantVariable(len(items))], {}))
         except Unsupported as e:
             if raised_exception_type(e) == "IndexError":
+                return items
+            raise
+
+
+def unpack_iterator(tx: "Translator", it: VariableTracker) -> list[VariableTracker]:
+    """The items of what a Python ``__iter__`` returned: a user iterator object (its class
+    defines ``__next__`` in Python; often ``__iter__`` returns ``self``) is driven by ``__next__``
+    until it raises StopIteration, as ``list(it)``/``for`` do; anything else unpacks itself."""
+    from .misc import raised_exception_type
+    from .objects import ObjectVariable
+
+    if type(it) is UserDefinedObjectVariable:
+        cls: type = type(it.value)
+    elif isinstance(it, ObjectVariable):
+        cls = it.cls
+    else:
+        return it.unpack(tx)
+    nxt = _class_attr(cls, "__next__")
+    if not isinstance(nxt, types.FunctionType):
+        unsupported("unsupported_object", f"iterating over a {cls.__name__} object without a Python __next__")
+    items: list[VariableTracker] = []
+    while True:
+        if len(items) > 10_000:
+            unsupported("loop_limit", f"iterating over a {cls.__name__} iterator")
+        try:
+            items.append(it.call_method(tx, "__next__", [], {}))
+        except Unsupported as e:
+            exc_type = getattr(e, "exc_type", None)
+            if raised_exception_type(e) == "StopIteration" or (
+                    isinstance(exc_type, type) and issubclass(exc_type, StopIteration)):
                 return items
             raise
 

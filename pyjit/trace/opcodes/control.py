@@ -159,7 +159,7 @@ def raise_varargs(tx: "Translator", inst: "Instruction") -> None:
     except Unsupported as e:
         if isinstance(v, ExceptionVariable):
             e.exc_type, e.exc_value = v.cls, v  # type: ignore[attr-defined]
-        elif isinstance(getattr(v, "value", None), type) and issubclass(v.value, BaseException):  # type: ignore[attr-defined]
+        elif issubclass(type(getattr(v, "value", None)), type) and issubclass(v.value, BaseException):  # type: ignore[attr-defined]
             e.exc_type = v.value  # type: ignore[attr-defined]
         raise
 
@@ -270,7 +270,7 @@ def match_class(tx: "Translator", inst: "Instruction") -> None:
     count = inst.arg or 0
     attrs = []
     if count:
-        if count == 1 and cls in _MATCH_SELF:
+        if count == 1 and any(cls is c for c in _MATCH_SELF):  # identity: a metaclass __eq__ never runs
             attrs.append(subject)
         else:
             match_args = getattr(cls, "__match_args__", ())
