@@ -64,6 +64,9 @@ _INPLACE_TO_BINARY = {
 
 
 def binary_op(tx: "Translator", op: Callable[[Any, Any], Any], a: VariableTracker, b: VariableTracker) -> VariableTracker:
+    by_method = _user_protocol(tx, "user_binary_op", op, a, b)  # a user class's __add__/__radd__...
+    if by_method is not None:
+        return by_method
     if _is_tensor(a) or _is_tensor(b):
         if op in _INPLACE_TO_BINARY and not _is_tensor(a):
             op = _INPLACE_TO_BINARY[op]
@@ -110,6 +113,16 @@ def binary_op(tx: "Translator", op: Callable[[Any, Any], Any], a: VariableTracke
     unsupported("unsupported_call", f"{getattr(op, '__name__', op)} on {a} and {b}")
 
 
+def _user_protocol(tx: "Translator", name: str, *args: Any) -> VariableTracker | None:
+    """The operator protocol of a user class (pyjit/variables/user_ops.py) when an operand is an
+    instance of one; None otherwise."""
+    from . import user_ops
+
+    if not any(user_ops.is_user_object(v) for v in args if isinstance(v, VariableTracker)):
+        return None
+    return getattr(user_ops, name)(tx, *args)
+
+
 def _as_sequence(value: VariableTracker) -> VariableTracker:
     """A literal tuple/list constant as a tuple/list of constants (other values unchanged)."""
     if isinstance(value, ConstantVariable) and type(value.value) in (tuple, list):
@@ -119,6 +132,9 @@ def _as_sequence(value: VariableTracker) -> VariableTracker:
 
 
 def unary_op(tx: "Translator", op: Callable[[Any], Any], a: VariableTracker) -> VariableTracker:
+    by_method = _user_protocol(tx, "user_unary_op", op, a)
+    if by_method is not None:
+        return by_method
     if _is_tensor(a):
         return tx.output.call(tx, "call_function", op, [a], {})
     if op is operator.not_:
@@ -189,6 +205,9 @@ def identical_or_equal(tx: "Translator", a: VariableTracker, b: VariableTracker)
 
 
 def compare_op(tx: "Translator", op: Callable[[Any, Any], Any], a: VariableTracker, b: VariableTracker) -> VariableTracker:
+    by_method = _user_protocol(tx, "user_compare", op, a, b)
+    if by_method is not None:
+        return by_method
     if _is_tensor(a) or _is_tensor(b):
         if op in (operator.eq, operator.ne) and (isinstance(a, ConstantVariable) and a.value is None or isinstance(b, ConstantVariable) and b.value is None):
             return ConstantVariable(op is operator.ne)
@@ -237,9 +256,12 @@ def contains(tx: "Translator", container: VariableTracker, item: VariableTracker
         return ConstantVariable(any(identical_or_equal(tx, x, item) for x in container.items))
     if container.is_python_constant() and item.is_python_constant():
         return fold(tx, operator.contains, [container, item], {})
+    by_method = _user_protocol(tx, "user_contains", container, item)  # __contains__, or iteration
+    if by_method is not None:
+        return by_method
     from .user_defined import UserDefinedObjectVariable
 
-    if isinstance(container, UserDefinedObjectVariable):  # its own __contains__ (or a base's)
+    if isinstance(container, UserDefinedObjectVariable):  # a builtin base's __contains__
         return ConstantVariable(container.call_method(tx, "__contains__", [item], {}).truth(tx))
     if _is_tensor(container):
         unsupported("data_dependent", "`in` on a tensor")
@@ -565,7 +587,9 @@ def _iter(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, Varia
 def _next(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
     it = args[0]
     if not isinstance(it, ListIteratorVariable):
-        unsupported("unsupported_call", f"next() on {it}")
+        from .user_ops import user_next
+
+        return user_next(tx, it, args[1] if len(args) > 1 else None)
     item = it.next_item()
     if item is None:
         if len(args) > 1:

@@ -459,7 +459,9 @@ class ObjectVariable(VariableTracker):
         if iterates_by_index(self.cls):  # the sequence protocol (obj[0], obj[1], ... until IndexError)
             return iterate_by_index(tx, self)
         if _is_python_function(lookup_class_attr(self.cls, "__iter__")):
-            return self.call_method(tx, "__iter__", [], {}).unpack(tx)
+            from .user_ops import unpack_iterator
+
+            return unpack_iterator(tx, self.call_method(tx, "__iter__", [], {}))
         if issubclass(self.cls, dict):
             return self.dict_view().unpack(tx)
         # Not an `exception` break: a C-level __iter__ pyjit cannot follow is not a TypeError.

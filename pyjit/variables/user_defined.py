@@ -240,7 +240,9 @@ class UserDefinedObjectVariable(VariableTracker):
         if iterates_by_index(type(self.value)):
             return iterate_by_index(tx, self)
         if isinstance(it, types.FunctionType):
-            return call_type_method(tx, self, "__iter__", it, [], {}).unpack(tx)
+            from .user_ops import unpack_iterator
+
+            return unpack_iterator(tx, call_type_method(tx, self, "__iter__", it, [], {}))
         if BuiltinMethodVariable.can_handle(it) and it.__objclass__ is not object:
             return self.builtin_base_view(tx, it.__objclass__).unpack(tx)
         unsupported("unsupported_object", f"iterating over a {type(self.value).__name__} instance")
@@ -250,6 +252,14 @@ class UserDefinedObjectVariable(VariableTracker):
         if _class_attr(cls, "__bool__") is _MISSING and _class_attr(cls, "__len__") is _MISSING:
             guard_type_lacks(tx, self, ("__bool__", "__len__"))  # adding either later changes the answer
             return True
+        for hook in ("__bool__", "__len__"):  # Python's order; each found one is guarded by identity
+            fn = _class_attr(cls, hook)
+            if isinstance(fn, types.FunctionType):
+                if hook == "__len__":
+                    guard_type_lacks(tx, self, ("__bool__",))
+                return bool(call_type_method(tx, self, hook, fn, [], {}).as_python_constant())
+            if fn is not _MISSING:
+                break
         unsupported("unsupported_call", f"truth value of a {cls.__name__} (custom __bool__/__len__)")
 
     def __repr__(self) -> str:
