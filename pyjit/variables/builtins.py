@@ -251,7 +251,7 @@ def contains(tx: "Translator", container: VariableTracker, item: VariableTracker
     if isinstance(container, DictVariable):
         return ConstantVariable(item.as_python_constant() in container.items)
     if isinstance(container, SetVariable):
-        return ConstantVariable(item.as_python_constant() in container.values)
+        return ConstantVariable(SetVariable.member(tx, item) in container.values)
     if isinstance(container, BaseListVariable):
         return ConstantVariable(any(identical_or_equal(tx, x, item) for x in container.items))
     if container.is_python_constant() and item.is_python_constant():
@@ -564,7 +564,9 @@ def _print(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, Vari
 
 @_register(id)
 def _id(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
-    unsupported("unsupported_call", "id()")
+    from .identity_keys import object_id
+
+    return object_id(tx, args[0])
 
 
 @_register(range)
@@ -661,7 +663,7 @@ def _dict(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, Varia
 def _set(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
     from .dicts import SetVariable
 
-    return SetVariable([i.as_python_constant() for i in _iter_items(tx, args[0])] if args else [])
+    return SetVariable([SetVariable.member(tx, i) for i in _iter_items(tx, args[0])] if args else [])
 
 
 @_register(sorted)
