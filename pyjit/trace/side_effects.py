@@ -512,7 +512,9 @@ def _items_text(cg: "OutputCodegen", container: Any, text: Any) -> str:
     from ..variables.dicts import DictVariable
 
     if isinstance(container, DictVariable):
-        return "{" + ", ".join(f"{cg.constant(k)}: {text(v)}" for k, v in container.items.items()) + "}"
+        from ..variables.identity_keys import key_text  # a tensor key is rebuilt like a value
+
+        return "{" + ", ".join(f"{key_text(cg, k)}: {text(v)}" for k, v in container.items.items()) + "}"
     return "[" + ", ".join(text(v) for v in container.items) + "]"
 
 

@@ -486,7 +486,9 @@ class ObjectVariable(VariableTracker):
         attrs = "{" + ", ".join(f"{cg.constant(k)}: {text(v)}" for k, v in self.attrs.items() if v is not DELETED) + "}"
         if self.items is None:
             return [attrs, cg.constant(None) if issubclass(self.cls, dict) is False else "{}"]
-        items = "{" + ", ".join(f"{cg.constant(k)}: {text(v)}" for k, v in self.items.items.items()) + "}"
+        from .identity_keys import key_text
+
+        items = "{" + ", ".join(f"{key_text(cg, k)}: {text(v)}" for k, v in self.items.items.items()) + "}"
         return [attrs, items]
 
     def __repr__(self) -> str:

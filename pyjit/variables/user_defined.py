@@ -70,6 +70,10 @@ class UserDefinedClassVariable(KnownValueVariable):
             from .weakrefs import make_weakref
 
             return make_weakref(tx, args, kwargs)
+        if cls is collections.defaultdict:  # pyjit/variables/defaultdicts.py
+            from .defaultdicts import make_defaultdict
+
+            return make_defaultdict(tx, args, kwargs)
         if cls is functools.partial:
             from .functions import PartialVariable
 
