@@ -14,6 +14,7 @@ from ..errors import Unsupported
 from .base import KnownCallableVariable, VariableTracker
 from .constant import ConstantVariable
 from .lists import BaseListVariable, ListIteratorVariable, ListVariable, TupleVariable
+from .numpy_scalars import as_torch_operand
 from .symbolic import SymNodeVariable, contains_symbolic, symbolic_binary, symbolic_call
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ def binary_op(tx: "Translator", op: Callable[[Any, Any], Any], a: VariableTracke
     if _is_tensor(a) or _is_tensor(b):
         if op in _INPLACE_TO_BINARY and not _is_tensor(a):
             op = _INPLACE_TO_BINARY[op]
-        return tx.output.call(tx, "call_function", op, [a, b], {})
+        return tx.output.call(tx, "call_function", op, [as_torch_operand(a), as_torch_operand(b)], {})
     symbolic = symbolic_binary(tx, op, a, b)  # a size or a symbolic scalar: recorded, not folded
     if symbolic is not None:
         return symbolic
@@ -211,7 +212,7 @@ def compare_op(tx: "Translator", op: Callable[[Any, Any], Any], a: VariableTrack
     if _is_tensor(a) or _is_tensor(b):
         if op in (operator.eq, operator.ne) and (isinstance(a, ConstantVariable) and a.value is None or isinstance(b, ConstantVariable) and b.value is None):
             return ConstantVariable(op is operator.ne)
-        return tx.output.call(tx, "call_function", op, [a, b], {})
+        return tx.output.call(tx, "call_function", op, [as_torch_operand(a), as_torch_operand(b)], {})
     symbolic = symbolic_binary(tx, op, a, b)
     if symbolic is not None:
         return symbolic

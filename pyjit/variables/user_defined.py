@@ -70,6 +70,12 @@ class UserDefinedClassVariable(KnownValueVariable):
             from .weakrefs import make_weakref
 
             return make_weakref(tx, args, kwargs)
+        from .numpy_scalars import construct_numpy_scalar, is_numpy_scalar_type
+
+        if is_numpy_scalar_type(cls):  # np.float32(2.0): a constant
+            folded = construct_numpy_scalar(tx, cls, args, kwargs)
+            if folded is not None:
+                return folded
         if cls is collections.defaultdict:  # pyjit/variables/defaultdicts.py
             from .defaultdicts import make_defaultdict
 
