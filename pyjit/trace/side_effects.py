@@ -74,8 +74,9 @@ def call_later(fn: Any, args: tuple, kwargs: dict) -> None:
 
 # -- replay helpers: called by the replacement code ---------------------------------------------
 def replace_list(target: list, items: list) -> None:
-    """The caller's list gets the traced final contents (same object)."""
-    target[:] = items
+    """The caller's list gets the traced final contents (same object), with list's own method
+    (a subclass's Python ``__setitem__`` already ran symbolically)."""
+    list.__setitem__(target, slice(None), items)
 
 
 def replace_dict(target: dict, items: dict) -> None:
@@ -118,10 +119,12 @@ def build_module(cls: type, args: tuple, kwargs: dict) -> Any:
     return cls(*args, **kwargs)
 
 
-def set_object_state(obj: Any, attrs: dict, items: dict | None) -> None:
-    """The state of an object built by the traced code: its ``__dict__`` and, for a dict
+def set_object_state(obj: Any, attrs: dict, items: dict | list | None) -> None:
+    """The state of an object built by the traced code: its ``__dict__`` and, for a dict or list
     subclass, its items (set with the base type's methods, like the trace did)."""
-    if items is not None:
+    if isinstance(items, list):
+        list.__setitem__(obj, slice(None), items)
+    elif items is not None:
         replace_dict(obj, items)
     obj.__dict__.update(attrs)
 

@@ -250,7 +250,7 @@ def contains(tx: "Translator", container: VariableTracker, item: VariableTracker
     from .dicts import DictVariable, SetVariable
 
     if isinstance(container, DictVariable):
-        return ConstantVariable(item.as_python_constant() in container.items)
+        return container.call_method(tx, "__contains__", [item], {})
     if isinstance(container, SetVariable):
         return ConstantVariable(SetVariable.member(tx, item) in container.values)
     if isinstance(container, BaseListVariable):

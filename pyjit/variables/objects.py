@@ -42,11 +42,13 @@ if TYPE_CHECKING:
     from ..trace.translator import Translator
 
 # __new__ implementations that make a blank instance and ignore the constructor's arguments.
-_PLAIN_NEW = (object.__new__, dict.__new__)
+_PLAIN_NEW = (object.__new__, dict.__new__, list.__new__)
 # __init__ implementations of builtin bases that the trace models.
-_PLAIN_INIT = (object.__init__, dict.__init__, collections.OrderedDict.__init__)
+_PLAIN_INIT = (object.__init__, dict.__init__, collections.OrderedDict.__init__, list.__init__)
 _GENERIC_SETATTR = (object.__setattr__, torch.nn.Module.__setattr__)
 _DICT_BASES = (dict, collections.OrderedDict)
+# Builtin bases whose storage an ObjectVariable models (its ``items``).
+_STORAGE_BASES = (*_DICT_BASES, list)
 
 
 def _is_python_function(fn: Any) -> bool:
@@ -159,7 +161,7 @@ def construct(tx: "Translator", cls_var: VariableTracker, args: list[VariableTra
     if cls.__dict__.get("__slots__") is not None or not hasattr(cls, "__dict__"):
         unsupported("unsupported_call", f"constructing {cls.__name__} (__slots__)")
     for base in cls.__mro__[1:]:
-        if base not in (object, dict, collections.OrderedDict) and base.__module__ == "builtins":
+        if base not in (object, dict, collections.OrderedDict, list) and base.__module__ == "builtins":
             unsupported("unsupported_call", f"constructing {cls.__name__}, a subclass of {base.__name__}")
     obj = ObjectVariable(cls, cls_var.source)
     tx.output.side_effects.created.append(obj)
@@ -170,6 +172,11 @@ def construct(tx: "Translator", cls_var: VariableTracker, args: list[VariableTra
         if init is object.__init__:
             if args or kwargs:
                 unsupported("exception", f"TypeError: {cls.__name__}() takes no arguments")
+        elif init is list.__init__:
+            if kwargs or len(args) > 1:
+                unsupported("exception", f"TypeError: {cls.__name__}() takes at most 1 argument")
+            if args:
+                obj.dict_view().call_method(tx, "extend", args, {})
         else:
             obj.dict_view().call_method(tx, "update", args, kwargs)
     else:
@@ -267,8 +274,14 @@ class ObjectVariable(VariableTracker):
         return self.cls
 
     def dict_view(self) -> Any:
+        """The builtin storage of a dict or list subclass: a dict or list tracker."""
         from .dicts import DictVariable
+        from .lists import ListVariable
 
+        if issubclass(self.cls, list):
+            if self.items is None:
+                self.items = ListVariable([])
+            return self.items
         if not issubclass(self.cls, dict):
             unsupported("unsupported_call", f"dict methods on a {self.cls.__name__}")
         if self.items is None:
@@ -435,7 +448,7 @@ class ObjectVariable(VariableTracker):
             return ConstantVariable(None)
         if name == "__init__" and attr is object.__init__:
             return ConstantVariable(None)
-        if issubclass(self.cls, dict) and getattr(attr, "__objclass__", None) in _DICT_BASES:
+        if issubclass(self.cls, _STORAGE_BASES) and getattr(attr, "__objclass__", None) in _STORAGE_BASES:
             return self.dict_view().call_method(tx, name, args, kwargs)
         return self.var_getattr(tx, name).call_function(tx, args, kwargs)
 
@@ -462,7 +475,7 @@ class ObjectVariable(VariableTracker):
             from .user_ops import unpack_iterator
 
             return unpack_iterator(tx, self.call_method(tx, "__iter__", [], {}))
-        if issubclass(self.cls, dict):
+        if issubclass(self.cls, _STORAGE_BASES):
             return self.dict_view().unpack(tx)
         # Not an `exception` break: a C-level __iter__ pyjit cannot follow is not a TypeError.
         unsupported("unsupported_object", f"iterating over a {self.cls.__name__} object")
@@ -473,7 +486,7 @@ class ObjectVariable(VariableTracker):
             if _is_python_function(fn):
                 result = self.call_method(tx, hook, [], {})
                 return bool(result.as_python_constant())
-        if issubclass(self.cls, dict):
+        if issubclass(self.cls, _STORAGE_BASES):
             return self.dict_view().truth(tx)
         return True
 
@@ -488,6 +501,8 @@ class ObjectVariable(VariableTracker):
             return [attrs, cg.constant(None) if issubclass(self.cls, dict) is False else "{}"]
         from .identity_keys import key_text
 
+        if issubclass(self.cls, list):
+            return [attrs, "[" + ", ".join(text(v) for v in self.items.items) + "]"]
         items = "{" + ", ".join(f"{key_text(cg, k)}: {text(v)}" for k, v in self.items.items.items()) + "}"
         return [attrs, items]
 

@@ -42,6 +42,16 @@ class UserDefinedClassVariable(KnownValueVariable):
         member = class_member(tx, self, name, attr, on_instance=False)
         if member is not None:
             return member
+        from .misc import BuiltinMethodVariable
+
+        if BuiltinMethodVariable.can_handle(attr):
+            # ``MyDict.__setitem__(obj, k, v)``: a C method inherited from a builtin base, run on
+            # the object's builtin part; the class keeps it (a Python override would win).
+            if src is not None:
+                from ..guards.guards import GuardKind
+
+                tx.output.guards.add(GuardKind.ID_MATCH, src, attr)
+            return BuiltinMethodVariable(attr)
         return wrap(tx, getattr(self.value, name), src)
 
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
@@ -199,10 +209,15 @@ class UserDefinedObjectVariable(VariableTracker):
         cls = type(obj)
         if base is object:
             return self
-        if not isinstance(obj, dict):
-            unsupported("unsupported_call", f"builtin {base.__name__} methods on a {cls.__name__} instance")
         if self.dict_view is not None:
             return self.dict_view
+        if base in (list, tuple) and isinstance(obj, base):
+            from .sequence_subclass import sequence_view
+
+            self.dict_view = sequence_view(tx, self, base)
+            return self.dict_view
+        if not isinstance(obj, dict):
+            unsupported("unsupported_call", f"builtin {base.__name__} methods on a {cls.__name__} instance")
         if isinstance(obj, collections.OrderedDict) and list(collections.OrderedDict.keys(obj)) != list(dict.keys(obj)):
             # move_to_end reorders OrderedDict's own list, not the storage the keys guard reads
             unsupported("unsupported_object", f"a {cls.__name__} reordered by move_to_end")
