@@ -779,3 +779,4 @@ def _super(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, Vari
 
 from . import stdlib  # noqa: E402,F401  (registers the standard-library handlers)
 from . import copying  # noqa: E402,F401  (copy.copy / copy.deepcopy)
+from . import defaultdicts  # noqa: E402,F401  (collections' C helpers)

@@ -101,3 +101,29 @@ def wrap_defaultdict(tx: "Translator", value: collections.defaultdict, source: "
     factory = wrap(tx, value.default_factory, AttrSource(source, "default_factory") if source is not None else None)
     items = {k: wrap(tx, v, ItemSource(source, k) if source is not None else None) for k, v in value.items()}
     return tx.output.side_effects.remember(value, DefaultDictVariable(items, factory, source))
+
+
+def _count_elements(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    """``collections._count_elements(mapping, iterable)`` (``Counter.update``'s C helper): for each
+    element, ``mapping[elem] = mapping.get(elem, 0) + 1``, through the mapping's own methods."""
+    from .builtins import binary_op
+    import operator
+
+    if len(args) != 2 or kwargs:
+        unsupported("exception", "TypeError: _count_elements expects (mapping, iterable)")
+    mapping, iterable = args
+    for elem in iterable.unpack(tx):
+        count = mapping.call_method(tx, "get", [elem, ConstantVariable(0)], {})
+        mapping.call_method(tx, "__setitem__", [elem, binary_op(tx, operator.add, count, ConstantVariable(1))], {})
+    return ConstantVariable(None)
+
+
+def _register_collections_helpers() -> None:
+    from .builtins import _register
+
+    helper = getattr(collections, "_count_elements", None)
+    if helper is not None:
+        _register(helper)(_count_elements)
+
+
+_register_collections_helpers()

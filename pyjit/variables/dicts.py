@@ -10,6 +10,7 @@ after the graph (pyjit/trace/side_effects.py).
 """
 from __future__ import annotations
 
+import collections
 import types
 import typing
 from typing import TYPE_CHECKING, Any
@@ -165,6 +166,21 @@ class DictVariable(VariableTracker):
             return ListVariable([TupleVariable([key_variable(tx, k), v]) for k, v in items.items()])
         if name == "copy":
             return DictVariable(items, dict_type=self.dict_type)
+        if name == "move_to_end" and issubclass(self.dict_type, collections.OrderedDict):
+            self._check_mutable(tx)
+            k = _key(tx, args[0])
+            last = (args[1] if len(args) > 1 else kwargs.get("last", ConstantVariable(True))).as_python_constant()
+            if k not in items:
+                unsupported("exception", f"KeyError: {k!r}")
+            value = items.pop(k)
+            if last:
+                items[k] = value
+            else:  # in place: other trackers may share this dict
+                rest = dict(items)
+                items.clear()
+                items[k] = value
+                items.update(rest)
+            return ConstantVariable(None)
         if name in ("__setitem__", "update", "pop", "setdefault", "__delitem__", "clear", "popitem"):
             self._check_mutable(tx)
             if name == "__setitem__":

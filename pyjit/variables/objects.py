@@ -285,7 +285,9 @@ class ObjectVariable(VariableTracker):
         if not issubclass(self.cls, dict):
             unsupported("unsupported_call", f"dict methods on a {self.cls.__name__}")
         if self.items is None:
-            self.items = DictVariable({}, None, dict_type=dict)
+            # an OrderedDict subclass keeps OrderedDict's methods (move_to_end) on its view
+            base = collections.OrderedDict if issubclass(self.cls, collections.OrderedDict) else dict
+            self.items = DictVariable({}, None, dict_type=base)
         return self.items
 
     def builtin_base_view(self, tx: "Translator", base: type) -> VariableTracker:
@@ -449,7 +451,12 @@ class ObjectVariable(VariableTracker):
         if name == "__init__" and attr is object.__init__:
             return ConstantVariable(None)
         if issubclass(self.cls, _STORAGE_BASES) and getattr(attr, "__objclass__", None) in _STORAGE_BASES:
-            return self.dict_view().call_method(tx, name, args, kwargs)
+            view = self.dict_view()
+            if name == "__getitem__" and issubclass(self.cls, dict) and len(args) == 1 \
+                    and _is_python_function(lookup_class_attr(self.cls, "__missing__")) \
+                    and not view.call_method(tx, "__contains__", args, {}).as_python_constant():
+                return self.call_method(tx, "__missing__", args, {})  # dict.__getitem__ calls it (Counter)
+            return view.call_method(tx, name, args, kwargs)
         return self.var_getattr(tx, name).call_function(tx, args, kwargs)
 
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:

@@ -412,14 +412,28 @@ def test_defaultdict_passed_in_gets_the_missing_keys():
     check(fn_int, lambda i: (_rand(i, 4), collections.defaultdict(int, {"a": 2})), compare=compare)
 
 
-def test_ordered_dict_basics():
-    def fn(x):
+def test_ordered_dict_and_counter_basics():
+    def ordered(x):
         d = collections.OrderedDict()
         d["b"] = x
         d["a"] = x + 1
-        return list(d.values())[0], list(d.keys())
+        d["c"] = x * 2
+        d.move_to_end("b")
+        d.move_to_end("c", last=False)
+        return list(d.values())[0], list(d.keys()), d
 
-    check(fn)
+    def ordered_in(x, d):
+        d.move_to_end("a")
+        return x + d["a"], list(d)
+
+    def counter(x):
+        c = collections.Counter(["a", "b", "a"])
+        c["b"] += 2
+        return x * c["a"] + c["z"] + c["b"], c
+
+    check(ordered)
+    check(ordered_in, lambda i: (_rand(i, 4), collections.OrderedDict(a=1, b=2)))
+    check(counter)
 
 
 # -- 4. dicts keyed by tensors, parameters, modules --------------------------------------------
