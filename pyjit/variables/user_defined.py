@@ -42,9 +42,11 @@ class UserDefinedClassVariable(KnownValueVariable):
         member = class_member(tx, self, name, attr, on_instance=False)
         if member is not None:
             return member
+        from .builtins import BuiltinVariable
         from .misc import BuiltinMethodVariable
 
-        if BuiltinMethodVariable.can_handle(attr):
+        if BuiltinMethodVariable.can_handle(attr) and attr.__objclass__ is not object \
+                and not BuiltinVariable.has_handler(attr):
             # ``MyDict.__setitem__(obj, k, v)``: a C method inherited from a builtin base, run on
             # the object's builtin part; the class keeps it (a Python override would win).
             if src is not None:
