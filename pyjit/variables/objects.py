@@ -151,6 +151,11 @@ def construct(tx: "Translator", cls_var: VariableTracker, args: list[VariableTra
         unsupported("unsupported_call", f"constructing {cls.__name__}, whose metaclass {type(cls).__name__} defines __call__")
     if issubclass(cls, torch.nn.Module) and (cls.__module__ or "").startswith("torch.nn."):
         return _construct_module(tx, cls, args, kwargs)
+    from .builtin_subclass import construct_builtin_subclass
+
+    immutable = construct_builtin_subclass(tx, cls, args, kwargs)  # MyInt(3), MyTuple((x, y))
+    if immutable is not None:
+        return immutable
     new = lookup_class_attr(cls, "__new__")
     new = getattr(new, "__func__", new)  # staticmethod wrapper
     if new not in _PLAIN_NEW:

@@ -186,6 +186,40 @@ def test_list_subclass_passed_in_read_and_mutated():
     assert check(through_the_class, make, peer=False).frame_count == 1
 
 
+class MyTuple(tuple):
+    def first(self):
+        return self[0]
+
+    @property
+    def size(self):
+        return len(self)
+
+
+class Tagged(int):
+    def doubled(self):
+        return self * 2
+
+
+def test_int_str_and_tuple_subclasses_built_in_the_trace():
+    def fn(x):
+        n = Tagged(3)
+        s = MyStr("abc")
+        t = MyTuple((x, x + 1))
+        return x * n + n.doubled() + len(s.upper()) + t.first() + t[1] * t.size, n, t, s
+
+    def compare(expected, actual, *_):
+        for e, a in zip(expected, actual):
+            assert type(a) is type(e)
+        assert_same(expected[0], actual[0], exact=False)
+        assert_same(list(expected[2]), list(actual[2]), exact=False)
+        assert (actual[1], actual[3]) == (expected[1], expected[3])
+
+    jf = pyjit.jit(fn, backend=CountingBackend())
+    first, second = jf(_rand(0, 4))[1], jf(_rand(0, 4))[1]
+    assert first == second and first is not second, "a new instance per call, as eager builds"
+    check(fn, compare=compare)
+
+
 def test_int_and_str_subclasses_passed_in():
     def fn(x, n, s):
         if s.startswith("a"):
