@@ -28,6 +28,7 @@ from .constant import ConstantVariable
 from .lists import NamedTupleVariable
 
 if TYPE_CHECKING:
+    from ..guards.source import Source
     from ..trace.output_graph import OutputCodegen
     from ..trace.translator import Translator
 
@@ -75,14 +76,30 @@ class FreshConstantVariable(ConstantVariable):
 class TupleSubclassVariable(NamedTupleVariable):
     """An instance of a user ``tuple`` subclass built by the trace (see module docstring)."""
 
-    __slots__ = ()
+    __slots__ = ("cls_source",)
+
+    def __init__(self, items: list[VariableTracker], tuple_cls: type, source: "Source | None" = None,
+                 cls_source: "Source | None" = None) -> None:
+        super().__init__(items, tuple_cls, source)
+        self.cls_source = cls_source
+
+    def _method(self, tx: "Translator", name: str, fn: types.FunctionType) -> VariableTracker:
+        """``obj.name`` bound to this tuple; the class keeps that function (``Cls.name is fn``)."""
+        from .functions import UserMethodVariable
+
+        src = None
+        if self.cls_source is not None:
+            from ..guards.guards import GuardKind
+            from ..guards.source import AttrSource
+
+            src = AttrSource(self.cls_source, name)
+            tx.output.guards.add(GuardKind.ID_MATCH, src, fn)
+        return UserMethodVariable(fn, self, fn_source=src)
 
     def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
         attr = lookup_class_attr(self.tuple_cls, name)
         if isinstance(attr, types.FunctionType):
-            from .functions import UserMethodVariable
-
-            return UserMethodVariable(attr, self)
+            return self._method(tx, name, attr)
         if isinstance(attr, property) and isinstance(attr.fget, types.FunctionType):
             from .functions import UserFunctionVariable
 
@@ -101,9 +118,7 @@ class TupleSubclassVariable(NamedTupleVariable):
     def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         attr = lookup_class_attr(self.tuple_cls, name)
         if isinstance(attr, types.FunctionType):
-            from .functions import UserMethodVariable
-
-            return UserMethodVariable(attr, self).call_function(tx, args, kwargs)
+            return self._method(tx, name, attr).call_function(tx, args, kwargs)
         return super().call_method(tx, name, args, kwargs)
 
     def __repr__(self) -> str:
@@ -111,7 +126,7 @@ class TupleSubclassVariable(NamedTupleVariable):
 
 
 def construct_builtin_subclass(tx: "Translator", cls: type, args: list[VariableTracker],
-                               kwargs: dict[str, VariableTracker]) -> VariableTracker | None:
+                               kwargs: dict[str, VariableTracker], cls_source: "Source | None" = None) -> VariableTracker | None:
     """``cls(*args)`` for a plain subclass of an immutable builtin; None when it is not one."""
     base = _builtin_base(cls)
     if base is None or not _plain_subclass(cls, base):
@@ -120,7 +135,7 @@ def construct_builtin_subclass(tx: "Translator", cls: type, args: list[VariableT
         if kwargs or len(args) > 1:
             return None
         items = args[0].unpack(tx) if args else []
-        return TupleSubclassVariable(list(items), cls)
+        return TupleSubclassVariable(list(items), cls, cls_source=cls_source)
     if not (all(a.is_python_constant() for a in args) and all(v.is_python_constant() for v in kwargs.values())):
         return None
     from ..trace.graph_breaks import unsupported

@@ -153,7 +153,7 @@ def construct(tx: "Translator", cls_var: VariableTracker, args: list[VariableTra
         return _construct_module(tx, cls, args, kwargs)
     from .builtin_subclass import construct_builtin_subclass
 
-    immutable = construct_builtin_subclass(tx, cls, args, kwargs)  # MyInt(3), MyTuple((x, y))
+    immutable = construct_builtin_subclass(tx, cls, args, kwargs, cls_var.source)  # MyInt(3), MyTuple((x, y))
     if immutable is not None:
         return immutable
     new = lookup_class_attr(cls, "__new__")
