@@ -618,6 +618,11 @@ def _zip(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, Variab
 
 @_register(reversed)
 def _reversed(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    from .user_ops import user_reversed
+
+    by_protocol = user_reversed(tx, args[0])  # a user class's __reversed__ / sequence protocol
+    if by_protocol is not None:
+        return ListIteratorVariable(by_protocol)
     return ListIteratorVariable(list(reversed(_iter_items(tx, args[0]))))
 
 

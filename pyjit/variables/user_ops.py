@@ -252,6 +252,29 @@ def user_next(tx: "Translator", it: VariableTracker, default: VariableTracker | 
         raise
 
 
+def user_reversed(tx: "Translator", obj: VariableTracker) -> list[VariableTracker] | None:
+    """The items of ``reversed(obj)`` for a user object, as ``reversed`` finds them: the class's
+    ``__reversed__``, else the sequence protocol (``obj[len(obj) - 1]`` down to ``obj[0]``), else
+    TypeError; None when ``obj`` is no user object or its class answers in C."""
+    if not is_user_object(obj):
+        return None
+    cls = _cls(obj)
+    rev = lookup_class_attr(cls, "__reversed__")  # type: ignore[arg-type]
+    if isinstance(rev, types.FunctionType):
+        return unpack_iterator(tx, obj.call_method(tx, "__reversed__", [], {}))
+    if rev is not MISSING:
+        if rev is None:
+            unsupported("exception", f"TypeError: {_name(cls)!r} object is not reversible")
+        return None
+    _guard_lacks(tx, obj, "__reversed__")
+    if _python_method(obj, "__len__") is None or _python_method(obj, "__getitem__") is None:
+        if lookup_class_attr(cls, "__len__") is MISSING or lookup_class_attr(cls, "__getitem__") is MISSING:  # type: ignore[arg-type]
+            unsupported("exception", f"TypeError: {_name(cls)!r} object is not reversible")
+        return None
+    n = obj.call_method(tx, "__len__", [], {}).as_python_constant()
+    return [obj.call_method(tx, "__getitem__", [ConstantVariable(i)], {}) for i in range(n - 1, -1, -1)]
+
+
 def unpack_iterator(tx: "Translator", it: VariableTracker) -> list[VariableTracker]:
     """The items of what ``__iter__`` returned: a user iterator goes by its Python ``__next__``
     (it often returns itself, which must not be iterated again through ``__iter__``)."""

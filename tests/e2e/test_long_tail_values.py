@@ -312,6 +312,53 @@ def test_iter_and_next_protocols():
     check(fn)
 
 
+class Backwards:
+    """``reversed()`` must use ``__reversed__``, not the forward iteration reversed."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __len__(self):
+        return 3
+
+    def __getitem__(self, i):
+        if i >= 3:
+            raise IndexError(i)
+        return self.t + i
+
+    def __reversed__(self):
+        return iter([self.t, self.t * 10])
+
+
+class Indexed:
+    def __init__(self, t):
+        self.t = t
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        if i >= 2:
+            raise IndexError(i)
+        return self.t * (i + 1)
+
+
+class Generating:
+    def __init__(self, t):
+        self.t = t
+
+    def __iter__(self):
+        for i in range(3):
+            yield self.t * i
+
+
+def test_reversed_and_generator_iter():
+    def fn(x):
+        return list(reversed(Backwards(x))), list(reversed(Indexed(x))), list(Backwards(x)), sum(Generating(x))
+
+    check(fn)
+
+
 def test_iterating_an_iterator_passed_in_advances_it():
     def fn(x, it):
         for k in it:
