@@ -2,7 +2,7 @@
 ``list``, ``int``, ``str``, ``tuple``) and user classes with operator dunders (part 2:
 test_long_tail_values_keys.py).
 
-Every case (tests/e2e/long_tail_support.py) runs eagerly and under ``pyjit.jit`` on fresh, identical arguments for three calls
+Every case (tests/e2e/long_tail_values_support.py) runs eagerly and under ``pyjit.jit`` on fresh, identical arguments for three calls
 (so the later calls take the cache-hit path) and compares results and the arguments after the
 call. Its graph count is compared with torch.compile's on the same function (torch.compile is
 only the peer here, with a counting backend; skipped where it cannot run), and pyjit must not
@@ -14,7 +14,7 @@ import pytest
 
 import pyjit
 
-from .long_tail_support import check, plain_state, rand
+from .long_tail_values_support import check, plain_state, rand
 from .support import CountingBackend, assert_same
 
 pytestmark = pytest.mark.usefixtures("fresh_pyjit")  # tests/e2e/conftest.py

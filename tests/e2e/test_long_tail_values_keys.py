@@ -1,7 +1,7 @@
 """The long tail of Python values, part 2: ``collections`` (``defaultdict``, ``OrderedDict``,
 ``Counter``), dicts and sets keyed by tensors, parameters, modules and objects, ``id()``, sets of
 torch functions, function annotations, numpy scalars. How each case is checked:
-tests/e2e/long_tail_support.py (eager-equal results and arguments over three calls, torch.compile's
+tests/e2e/long_tail_values_support.py (eager-equal results and arguments over three calls, torch.compile's
 graph count, no graph break where torch.compile has none).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 import pyjit
 
-from .long_tail_support import check, rand
+from .long_tail_values_support import check, rand
 from .support import CountingBackend, assert_same
 
 pytestmark = pytest.mark.usefixtures("fresh_pyjit")  # tests/e2e/conftest.py
