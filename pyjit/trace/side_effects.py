@@ -80,8 +80,9 @@ def call_later(fn: Any, args: tuple, kwargs: dict) -> None:
 
 # -- replay helpers: called by the replacement code ---------------------------------------------
 def replace_list(target: list, items: list) -> None:
-    """The caller's list gets the traced final contents (same object)."""
-    target[:] = items
+    """The caller's list gets the traced final contents (same object), with list's own method
+    (a subclass's Python ``__setitem__`` already ran symbolically)."""
+    list.__setitem__(target, slice(None), items)
 
 
 def replace_dict(target: dict, items: dict) -> None:
@@ -124,10 +125,12 @@ def build_module(cls: type, args: tuple, kwargs: dict) -> Any:
     return cls(*args, **kwargs)
 
 
-def set_object_state(obj: Any, attrs: dict, items: dict | None) -> None:
-    """The state of an object built by the traced code: its ``__dict__`` and ``__slots__``
-    and, for a dict subclass, its items (set with the base type's methods, like the trace did)."""
-    if items is not None:
+def set_object_state(obj: Any, attrs: dict, items: dict | list | None) -> None:
+    """The state of an object built by the traced code: its ``__dict__`` and ``__slots__`` and,
+    for a dict or list subclass, its items (set with the base type's methods, like the trace did)."""
+    if isinstance(items, list):
+        list.__setitem__(obj, slice(None), items)
+    elif items is not None:
         replace_dict(obj, items)
     cls = type(obj)
     plain = {}
@@ -526,7 +529,9 @@ def _items_text(cg: "OutputCodegen", container: Any, text: Any) -> str:
     from ..variables.dicts import DictVariable
 
     if isinstance(container, DictVariable):
-        return "{" + ", ".join(f"{cg.constant(k)}: {text(v)}" for k, v in container.items.items()) + "}"
+        from ..variables.identity_keys import key_text  # a tensor key is rebuilt like a value
+
+        return "{" + ", ".join(f"{key_text(cg, k)}: {text(v)}" for k, v in container.items.items()) + "}"
     return "[" + ", ".join(text(v) for v in container.items) + "]"
 
 

@@ -98,7 +98,11 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
             guards.add(GuardKind.TYPE_MATCH, source, t)
         items = [wrap(tx, v, ItemSource(source, i) if source is not None else None) for i, v in enumerate(value)]
         return NamedTupleVariable(items, t, source)
-    if t is dict or t is collections.OrderedDict or t is collections.defaultdict and value.default_factory is None:
+    if t is collections.defaultdict:
+        from .defaultdicts import wrap_defaultdict  # its default_factory is tracked too
+
+        return wrap_defaultdict(tx, value, source)
+    if t is dict or t is collections.OrderedDict:
         if source is not None:
             guards.add(GuardKind.TYPE_MATCH, source, t)
             guards.add(GuardKind.DICT_KEYS, source, *dict_keys_expected(value))  # OrderedDict: both orders

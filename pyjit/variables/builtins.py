@@ -15,6 +15,7 @@ from ..trace.graph_breaks import unsupported
 from .base import KnownCallableVariable, VariableTracker
 from .constant import ConstantVariable
 from .lists import BaseListVariable, ListIteratorVariable, ListVariable, TupleVariable
+from .numpy_scalars import as_torch_operand
 from .symbolic import SymNodeVariable, contains_symbolic, symbolic_binary, symbolic_call
 
 if TYPE_CHECKING:
@@ -68,10 +69,13 @@ _INPLACE_TO_BINARY = {
 
 
 def binary_op(tx: "Translator", op: Callable[[Any, Any], Any], a: VariableTracker, b: VariableTracker) -> VariableTracker:
+    by_method = _user_protocol(tx, "user_binary_op", op, a, b)  # a user class's __add__/__radd__...
+    if by_method is not None:
+        return by_method
     if _is_tensor(a) or _is_tensor(b):
         if op in _INPLACE_TO_BINARY and not _is_tensor(a):
             op = _INPLACE_TO_BINARY[op]
-        return tx.output.call(tx, "call_function", op, [a, b], {})
+        return tx.output.call(tx, "call_function", op, [as_torch_operand(a), as_torch_operand(b)], {})
     symbolic = symbolic_binary(tx, op, a, b)  # a size or a symbolic scalar: recorded, not folded
     if symbolic is not None:
         return symbolic
@@ -114,6 +118,16 @@ def binary_op(tx: "Translator", op: Callable[[Any, Any], Any], a: VariableTracke
     unsupported("unsupported_call", f"{getattr(op, '__name__', op)} on {a} and {b}")
 
 
+def _user_protocol(tx: "Translator", name: str, *args: Any) -> VariableTracker | None:
+    """The operator protocol of a user class (pyjit/variables/user_ops.py) when an operand is an
+    instance of one; None otherwise."""
+    from . import user_ops
+
+    if not any(user_ops.is_user_object(v) for v in args if isinstance(v, VariableTracker)):
+        return None
+    return getattr(user_ops, name)(tx, *args)
+
+
 def _as_sequence(value: VariableTracker) -> VariableTracker:
     """A literal tuple/list constant as a tuple/list of constants (other values unchanged)."""
     if isinstance(value, ConstantVariable) and type(value.value) in (tuple, list):
@@ -123,6 +137,9 @@ def _as_sequence(value: VariableTracker) -> VariableTracker:
 
 
 def unary_op(tx: "Translator", op: Callable[[Any], Any], a: VariableTracker) -> VariableTracker:
+    by_method = _user_protocol(tx, "user_unary_op", op, a)
+    if by_method is not None:
+        return by_method
     if _is_tensor(a):
         return tx.output.call(tx, "call_function", op, [a], {})
     if op is operator.not_:
@@ -194,10 +211,13 @@ def identical_or_equal(tx: "Translator", a: VariableTracker, b: VariableTracker)
 
 
 def compare_op(tx: "Translator", op: Callable[[Any, Any], Any], a: VariableTracker, b: VariableTracker) -> VariableTracker:
+    by_method = _user_protocol(tx, "user_compare", op, a, b)
+    if by_method is not None:
+        return by_method
     if _is_tensor(a) or _is_tensor(b):
         if op in (operator.eq, operator.ne) and (isinstance(a, ConstantVariable) and a.value is None or isinstance(b, ConstantVariable) and b.value is None):
             return ConstantVariable(op is operator.ne)
-        return tx.output.call(tx, "call_function", op, [a, b], {})
+        return tx.output.call(tx, "call_function", op, [as_torch_operand(a), as_torch_operand(b)], {})
     symbolic = symbolic_binary(tx, op, a, b)
     if symbolic is not None:
         return symbolic
@@ -235,16 +255,19 @@ def contains(tx: "Translator", container: VariableTracker, item: VariableTracker
     from .dicts import DictVariable, SetVariable
 
     if isinstance(container, DictVariable):
-        return ConstantVariable(item.as_python_constant() in container.items)
+        return container.call_method(tx, "__contains__", [item], {})
     if isinstance(container, SetVariable):
-        return ConstantVariable(item.as_python_constant() in container.values)
+        return ConstantVariable(SetVariable.member(tx, item) in container.values)
     if isinstance(container, BaseListVariable):
         return ConstantVariable(any(identical_or_equal(tx, x, item) for x in container.items))
     if container.is_python_constant() and item.is_python_constant():
         return fold(tx, operator.contains, [container, item], {})
+    by_method = _user_protocol(tx, "user_contains", container, item)  # __contains__, or iteration
+    if by_method is not None:
+        return by_method
     from .user_defined import UserDefinedObjectVariable
 
-    if isinstance(container, UserDefinedObjectVariable):  # its own __contains__ (or a base's)
+    if isinstance(container, UserDefinedObjectVariable):  # a builtin base's __contains__
         return ConstantVariable(container.call_method(tx, "__contains__", [item], {}).truth(tx))
     if _is_tensor(container):
         unsupported("data_dependent", "`in` on a tensor")
@@ -585,7 +608,9 @@ def _print(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, Vari
 
 @_register(id)
 def _id(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
-    unsupported("unsupported_call", "id()")
+    from .identity_keys import object_id
+
+    return object_id(tx, args[0])
 
 
 @_register(range)
@@ -608,7 +633,9 @@ def _iter(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, Varia
 def _next(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
     it = args[0]
     if not isinstance(it, ListIteratorVariable):
-        unsupported("unsupported_call", f"next() on {it}")
+        from .user_ops import user_next
+
+        return user_next(tx, it, args[1] if len(args) > 1 else None)
     item = it.next_item()
     if item is None:
         if len(args) > 1:
@@ -634,6 +661,11 @@ def _zip(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, Variab
 
 @_register(reversed)
 def _reversed(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    from .user_ops import user_reversed
+
+    by_protocol = user_reversed(tx, args[0])  # a user class's __reversed__ / sequence protocol
+    if by_protocol is not None:
+        return ListIteratorVariable(by_protocol)
     return ListIteratorVariable(list(reversed(_iter_items(tx, args[0]))))
 
 
@@ -680,7 +712,7 @@ def _dict(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, Varia
 def _set(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
     from .dicts import SetVariable
 
-    return SetVariable([i.as_python_constant() for i in _iter_items(tx, args[0])] if args else [])
+    return SetVariable([SetVariable.member(tx, i) for i in _iter_items(tx, args[0])] if args else [])
 
 
 @_register(sorted)
@@ -795,3 +827,4 @@ def _super(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, Vari
 
 from . import stdlib  # noqa: E402,F401  (registers the standard-library handlers)
 from . import copying  # noqa: E402,F401  (copy.copy / copy.deepcopy)
+from . import defaultdicts  # noqa: E402,F401  (collections' C helpers)

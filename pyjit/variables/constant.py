@@ -1,5 +1,5 @@
 """Trackers of immutable Python constants: None, bool, int, float, complex, str, bytes,
-torch.dtype/device/Size, slice, range, Ellipsis, and tuples of those that are known constants.
+torch.dtype/device/Size, slice, range, Ellipsis, numpy number scalars, and tuples of those that are known constants.
 
 Operations on constants are folded at trace time (the inputs they came from are guarded by
 value), so they never reach the graph.
@@ -34,7 +34,11 @@ def is_constant_value(value: Any) -> bool:
         return all(is_constant_value(v) for v in value)
     import enum
 
-    return issubclass(t, enum.Enum)
+    if issubclass(t, enum.Enum):
+        return True
+    from .numpy_scalars import is_numpy_scalar
+
+    return is_numpy_scalar(value)
 
 
 def _own_equality(t: type) -> bool:

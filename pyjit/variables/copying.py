@@ -130,14 +130,24 @@ def deep_copy(tx: "Translator", v: VariableTracker, memo: dict[int, VariableTrac
         return v if all(a is b for a, b in zip(items, v.items)) else TupleVariable(items)
     if isinstance(v, NamedTupleVariable):
         # the reduce protocol: cls(*deepcopy(tuple(v))) (a new tuple even of constants)
-        return NamedTupleVariable([deep_copy(tx, i, memo) for i in v.items], v.tuple_cls)
+        return type(v)([deep_copy(tx, i, memo) for i in v.items], v.tuple_cls)
     if type(v) is DictVariable and v.dict_type in (dict, collections.OrderedDict):
+        from .constant import is_constant_value
+        from .dicts import is_identity_key
+
+        if not all(is_constant_value(k) or is_identity_key(k) for k in v.items):  # deepcopy would copy them
+            unsupported("unsupported_call", "copy.deepcopy of a dict keyed by tensors, modules or objects")
         y = DictVariable({}, dict_type=v.dict_type)
         memo[id(v)] = y
         for k, i in v.items.items():  # keys are immutable constants (or classes): their own copy
             y.items[k] = deep_copy(tx, i, memo)
         return y
     if type(v) is SetVariable:
+        from .constant import is_constant_value
+        from .dicts import is_identity_key
+
+        if not all(is_constant_value(m) or is_identity_key(m) for m in v.values):  # deepcopy would copy them
+            unsupported("unsupported_call", "copy.deepcopy of a set holding tensors or objects built by the trace")
         return SetVariable(list(v.values))  # type: ignore[attr-defined]
     return _copy_object(tx, v, memo, deep=True)
 
@@ -149,7 +159,7 @@ def shallow_copy(tx: "Translator", v: VariableTracker) -> VariableTracker:
     if _is_atomic(v) or type(v) is TupleVariable:
         return v
     if isinstance(v, NamedTupleVariable):
-        return NamedTupleVariable(list(v.items), v.tuple_cls)
+        return type(v)(list(v.items), v.tuple_cls)
     if type(v) is ListVariable:
         return ListVariable(list(v.items))
     if type(v) is DictVariable and v.dict_type in (dict, collections.OrderedDict):

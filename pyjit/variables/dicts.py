@@ -10,6 +10,7 @@ after the graph (pyjit/trace/side_effects.py).
 """
 from __future__ import annotations
 
+import collections
 import types
 import typing
 from typing import TYPE_CHECKING, Any
@@ -61,16 +62,28 @@ def key_variable(tx: "Translator", k: Any) -> VariableTracker:
 
     if is_constant_value(k):
         return ConstantVariable(k)
+    from .identity_keys import key_tracker
+
+    tracked = key_tracker(tx, k)  # a tensor or an object built by the trace
+    if tracked is not None:
+        return tracked
     from .builder import wrap
 
     # No source: the key object is pinned by the dict's DICT_KEYS guard (or was put there by the trace).
     return wrap(tx, k, None)
 
 
+def dict_key(tx: "Translator", k: VariableTracker) -> Any:
+    """The key a traced dict holds for the tracker ``k``."""
+    return _key(tx, k)
+
+
 def _key(tx: "Translator", k: VariableTracker) -> Any:
     if k.is_python_constant():
         return k.as_python_constant()
-    unsupported("unsupported_object", f"dict key {k} is not a Python constant")
+    from .identity_keys import identity_key
+
+    return identity_key(tx, k)  # tensors, modules, plain objects: keyed by identity
 
 
 def _is_fresh_varkw(tx: "Translator", source: Any) -> bool:
@@ -153,6 +166,21 @@ class DictVariable(VariableTracker):
             return ListVariable([TupleVariable([key_variable(tx, k), v]) for k, v in items.items()])
         if name == "copy":
             return DictVariable(items, dict_type=self.dict_type)
+        if name == "move_to_end" and issubclass(self.dict_type, collections.OrderedDict):
+            self._check_mutable(tx)
+            k = _key(tx, args[0])
+            last = (args[1] if len(args) > 1 else kwargs.get("last", ConstantVariable(True))).as_python_constant()
+            if k not in items:
+                unsupported("exception", f"KeyError: {k!r}")
+            value = items.pop(k)
+            if last:
+                items[k] = value
+            else:  # in place: other trackers may share this dict
+                rest = dict(items)
+                items.clear()
+                items[k] = value
+                items.update(rest)
+            return ConstantVariable(None)
         if name in ("__setitem__", "update", "pop", "setdefault", "__delitem__", "clear", "popitem"):
             self._check_mutable(tx)
             if name == "__setitem__":
@@ -195,7 +223,9 @@ class DictVariable(VariableTracker):
         shared = cg.output.side_effects.shared_container_token(cg, self)  # side-effect replay
         if shared is not None:  # also held by a replayed store or a built object: one object
             return shared
-        body = ", ".join(f"{cg.constant(k)}: {v.reconstruct(cg)}" for k, v in self.items.items())
+        from .identity_keys import key_text
+
+        body = ", ".join(f"{key_text(cg, k)}: {v.reconstruct(cg)}" for k, v in self.items.items())
         text = "{" + body + "}" if self.dict_type is dict else f"{cg.ref(self.dict_type, self.dict_type.__name__)}({{{body}}})"
         return cg.built_once(self, text, "dict")  # one object for every holder
 
@@ -204,7 +234,8 @@ class DictVariable(VariableTracker):
 
 
 class SetVariable(VariableTracker):
-    """A set of constants built in the trace (``{1, 2}``, ``set(...)``)."""
+    """A set built in the trace (``{1, 2}``, ``set(...)``) of constants and identity keys
+    (functions, modules, tensors: ``pyjit/variables/identity_keys.py``)."""
 
     __slots__ = ("values",)
 
@@ -215,11 +246,18 @@ class SetVariable(VariableTracker):
             if v not in self.values:
                 self.values.append(v)
 
+    @staticmethod
+    def member(tx: "Translator", v: VariableTracker) -> Any:
+        """What the set holds for the tracker ``v`` (as a dict key)."""
+        return _key(tx, v)
+
     def python_type(self) -> type:
         return set
 
     def is_python_constant(self) -> bool:
-        return True
+        from .identity_keys import TrackerKey
+
+        return not any(isinstance(v, TrackerKey) for v in self.values)
 
     def as_python_constant(self) -> Any:
         return set(self.values)
@@ -230,21 +268,23 @@ class SetVariable(VariableTracker):
         return method_or_unsupported(self, name)
 
     def unpack(self, tx: "Translator") -> list[VariableTracker]:
-        return [ConstantVariable(v) for v in self.values]
+        return [key_variable(tx, v) for v in self.values]
 
     def truth(self, tx: "Translator") -> bool:
         return bool(self.values)
 
     def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         if name == "add":
-            v = args[0].as_python_constant()
+            v = _key(tx, args[0])
             if v not in self.values:
                 self.values.append(v)
             return ConstantVariable(None)
         if name == "__contains__":
-            return ConstantVariable(args[0].as_python_constant() in self.values)
+            return ConstantVariable(_key(tx, args[0]) in self.values)
         if name == "__len__":
             return ConstantVariable(len(self.values))
+        if not self.is_python_constant():
+            unsupported("unsupported_call", f"set.{name} on a set holding tensors or objects built by the trace")
         result = getattr(set(self.values), name)(*[a.as_python_constant() for a in args])
         from .builder import wrap_constant_result
 
@@ -252,4 +292,6 @@ class SetVariable(VariableTracker):
 
     def reconstruct(self, cg: "OutputCodegen") -> str:
         # a new set on every call (a set constant in the code would be one object shared by all)
-        return f"{cg.ref(set, 'set')}({cg.constant(tuple(self.values))})"
+        from .identity_keys import key_text
+
+        return f"{cg.ref(set, 'set')}(({''.join(key_text(cg, v) + ', ' for v in self.values)}))"

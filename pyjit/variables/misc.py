@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..guards.source import AttrSource, ItemSource, Source
 from ..trace.graph_breaks import unsupported
 from .base import KnownValueVariable, VariableTracker
+from .constant import ConstantVariable
 
 if TYPE_CHECKING:
     from ..trace.translator import Translator
@@ -150,6 +151,16 @@ class BuiltinMethodVariable(VariableTracker):
                         "which pyjit does not model; call the OrderedDict's own method instead")
         view = getattr(obj, "builtin_base_view", None)
         target = view(tx, base) if view is not None else obj
+        if self.descr.__name__ == "__init__" and base in (dict, collections.OrderedDict, list):
+            # ``super().__init__(...)`` of a dict/list subclass: dict.__init__ updates, list.__init__
+            # replaces the contents
+            if base is list:
+                target.call_method(tx, "clear", [], {})
+                if rest:
+                    target.call_method(tx, "extend", rest[:1], {})
+            elif rest or kwargs:
+                target.call_method(tx, "update", rest, kwargs)
+            return ConstantVariable(None)
         return target.call_method(tx, self.descr.__name__, rest, kwargs)
 
     def __repr__(self) -> str:

@@ -46,11 +46,13 @@ if TYPE_CHECKING:
     from ..trace.translator import Translator
 
 # __new__ implementations that make a blank instance and ignore the constructor's arguments.
-_PLAIN_NEW = (object.__new__, dict.__new__)
+_PLAIN_NEW = (object.__new__, dict.__new__, list.__new__)
 # __init__ implementations of builtin bases that the trace models.
-_PLAIN_INIT = (object.__init__, dict.__init__, collections.OrderedDict.__init__)
+_PLAIN_INIT = (object.__init__, dict.__init__, collections.OrderedDict.__init__, list.__init__)
 _GENERIC_SETATTR = (object.__setattr__, torch.nn.Module.__setattr__)
 _DICT_BASES = (dict, collections.OrderedDict)
+# Builtin bases whose storage an ObjectVariable models (its ``items``).
+_STORAGE_BASES = (*_DICT_BASES, list)
 
 
 def _is_python_function(fn: Any) -> bool:
@@ -179,6 +181,11 @@ def construct(tx: "Translator", cls_var: VariableTracker, args: list[VariableTra
         unsupported("unsupported_call", f"constructing {cls.__name__}, whose metaclass {type(cls).__name__} defines __call__")
     if issubclass(cls, torch.nn.Module) and (cls.__module__ or "").startswith("torch.nn."):
         return _construct_module(tx, cls, args, kwargs)
+    from .builtin_subclass import construct_builtin_subclass
+
+    immutable = construct_builtin_subclass(tx, cls, args, kwargs, cls_var.source)  # MyInt(3), MyTuple((x, y))
+    if immutable is not None:
+        return immutable
     new = lookup_class_attr(cls, "__new__")
     new = new.__func__ if type(new) in (staticmethod, classmethod) else new
     if not is_one_of(new, _PLAIN_NEW):
@@ -187,7 +194,7 @@ def construct(tx: "Translator", cls_var: VariableTracker, args: list[VariableTra
         # the blank instance made for class lookups would run it when collected
         unsupported("unsupported_call", f"constructing {cls.__name__} (it defines __del__)")
     for base in cls.__mro__[1:]:
-        if base not in (object, dict, collections.OrderedDict) and base.__module__ == "builtins":
+        if base not in (object, dict, collections.OrderedDict, list) and base.__module__ == "builtins":
             unsupported("unsupported_call", f"constructing {cls.__name__}, a subclass of {base.__name__}")
     obj = ObjectVariable(cls, cls_var.source)
     tx.output.side_effects.created.append(obj)
@@ -198,6 +205,11 @@ def construct(tx: "Translator", cls_var: VariableTracker, args: list[VariableTra
         if init is object.__init__:
             if args or kwargs:
                 unsupported("exception", f"TypeError: {cls.__name__}() takes no arguments")
+        elif init is list.__init__:
+            if kwargs or len(args) > 1:
+                unsupported("exception", f"TypeError: {cls.__name__}() takes at most 1 argument")
+            if args:
+                obj.dict_view().call_method(tx, "extend", args, {})
         else:
             obj.dict_view().call_method(tx, "update", args, kwargs)
     else:
@@ -295,12 +307,20 @@ class ObjectVariable(VariableTracker):
         return self.cls
 
     def dict_view(self) -> Any:
+        """The builtin storage of a dict or list subclass: a dict or list tracker."""
         from .dicts import DictVariable
+        from .lists import ListVariable
 
+        if issubclass(self.cls, list):
+            if self.items is None:
+                self.items = ListVariable([])
+            return self.items
         if not issubclass(self.cls, dict):
             unsupported("unsupported_call", f"dict methods on a {self.cls.__name__}")
         if self.items is None:
-            self.items = DictVariable({}, None, dict_type=dict)
+            # an OrderedDict subclass keeps OrderedDict's methods (move_to_end) on its view
+            base = collections.OrderedDict if issubclass(self.cls, collections.OrderedDict) else dict
+            self.items = DictVariable({}, None, dict_type=base)
         return self.items
 
     def builtin_base_view(self, tx: "Translator", base: type) -> VariableTracker:
@@ -470,8 +490,13 @@ class ObjectVariable(VariableTracker):
             return ConstantVariable(None)
         if name == "__init__" and attr is object.__init__:
             return ConstantVariable(None)
-        if issubclass(self.cls, dict) and is_one_of(static_attr(attr, "__objclass__"), _DICT_BASES):
-            return self.dict_view().call_method(tx, name, args, kwargs)
+        if issubclass(self.cls, _STORAGE_BASES) and is_one_of(static_attr(attr, "__objclass__"), _STORAGE_BASES):
+            view = self.dict_view()
+            if name == "__getitem__" and issubclass(self.cls, dict) and len(args) == 1 \
+                    and _is_python_function(lookup_class_attr(self.cls, "__missing__")) \
+                    and not view.call_method(tx, "__contains__", args, {}).as_python_constant():
+                return self.call_method(tx, "__missing__", args, {})  # dict.__getitem__ calls it (Counter)
+            return view.call_method(tx, name, args, kwargs)
         return self.var_getattr(tx, name).call_function(tx, args, kwargs)
 
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
@@ -489,13 +514,15 @@ class ObjectVariable(VariableTracker):
         return self.call_method(tx, "__call__", args, kwargs)
 
     def unpack(self, tx: "Translator") -> list[VariableTracker]:
-        from .user_defined import iterate_by_index, iterates_by_index, unpack_iterator
+        from .user_defined import iterate_by_index, iterates_by_index
 
         if iterates_by_index(self.cls):  # the sequence protocol (obj[0], obj[1], ... until IndexError)
             return iterate_by_index(tx, self)
         if _is_python_function(lookup_class_attr(self.cls, "__iter__")):
+            from .user_ops import unpack_iterator
+
             return unpack_iterator(tx, self.call_method(tx, "__iter__", [], {}))
-        if issubclass(self.cls, dict):
+        if issubclass(self.cls, _STORAGE_BASES):
             return self.dict_view().unpack(tx)
         # Not an `exception` break: a C-level __iter__ pyjit cannot follow is not a TypeError.
         unsupported("unsupported_object", f"iterating over a {self.cls.__name__} object")
@@ -506,7 +533,7 @@ class ObjectVariable(VariableTracker):
             if _is_python_function(fn):
                 result = self.call_method(tx, hook, [], {})
                 return bool(result.as_python_constant())
-        if issubclass(self.cls, dict):
+        if issubclass(self.cls, _STORAGE_BASES):
             return self.dict_view().truth(tx)
         return True
 
@@ -519,7 +546,11 @@ class ObjectVariable(VariableTracker):
         attrs = "{" + ", ".join(f"{cg.constant(k)}: {text(v)}" for k, v in self.attrs.items() if v is not DELETED) + "}"
         if self.items is None:
             return [attrs, cg.constant(None) if issubclass(self.cls, dict) is False else "{}"]
-        items = "{" + ", ".join(f"{cg.constant(k)}: {text(v)}" for k, v in self.items.items.items()) + "}"
+        from .identity_keys import key_text
+
+        if issubclass(self.cls, list):
+            return [attrs, "[" + ", ".join(text(v) for v in self.items.items) + "]"]
+        items = "{" + ", ".join(f"{key_text(cg, k)}: {text(v)}" for k, v in self.items.items.items()) + "}"
         return [attrs, items]
 
     def __repr__(self) -> str:

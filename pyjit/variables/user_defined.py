@@ -20,7 +20,7 @@ from .base import KnownValueVariable, VariableTracker
 from .class_members import MISSING as _MISSING
 from .class_members import call_type_method, class_member, guard_not_shadowed, guard_type_lacks
 from .class_members import lookup_class_attr as _class_attr
-from .constant import ConstantVariable, is_constant_value
+from .constant import ConstantVariable
 
 if TYPE_CHECKING:
     from ..trace.translator import Translator
@@ -43,6 +43,18 @@ class UserDefinedClassVariable(KnownValueVariable):
         member = class_member(tx, self, name, attr, on_instance=False)
         if member is not None:
             return member
+        from .builtins import BuiltinVariable
+        from .misc import BuiltinMethodVariable
+
+        if BuiltinMethodVariable.can_handle(attr) and attr.__objclass__ is not object \
+                and not BuiltinVariable.has_handler(attr):
+            # ``MyDict.__setitem__(obj, k, v)``: a C method inherited from a builtin base, run on
+            # the object's builtin part; the class keeps it (a Python override would win).
+            if src is not None:
+                from ..guards.guards import GuardKind
+
+                tx.output.guards.add(GuardKind.ID_MATCH, src, attr)
+            return BuiltinMethodVariable(attr)
         return wrap(tx, getattr(self.value, name), src)
 
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
@@ -71,6 +83,16 @@ class UserDefinedClassVariable(KnownValueVariable):
             from .weakrefs import make_weakref
 
             return make_weakref(tx, args, kwargs)
+        from .numpy_scalars import construct_numpy_scalar, is_numpy_scalar_type
+
+        if is_numpy_scalar_type(cls):  # np.float32(2.0): a constant
+            folded = construct_numpy_scalar(tx, cls, args, kwargs)
+            if folded is not None:
+                return folded
+        if cls is collections.defaultdict:  # pyjit/variables/defaultdicts.py
+            from .defaultdicts import make_defaultdict
+
+            return make_defaultdict(tx, args, kwargs)
         if cls is functools.partial:
             from .functions import PartialVariable
 
@@ -194,10 +216,15 @@ class UserDefinedObjectVariable(VariableTracker):
         cls = type(obj)
         if base is object:
             return self
-        if not issubclass(cls, dict):
-            unsupported("unsupported_call", f"builtin {base.__name__} methods on a {cls.__name__} instance")
         if self.dict_view is not None:
             return self.dict_view
+        if base in (list, tuple) and issubclass(cls, base):
+            from .sequence_subclass import sequence_view
+
+            self.dict_view = sequence_view(tx, self, base)
+            return self.dict_view
+        if not issubclass(cls, dict):
+            unsupported("unsupported_call", f"builtin {base.__name__} methods on a {cls.__name__} instance")
         if issubclass(cls, collections.OrderedDict) and list(collections.OrderedDict.keys(obj)) != list(dict.keys(obj)):
             # move_to_end reorders OrderedDict's own list, not the storage the keys guard reads
             unsupported("unsupported_object", f"a {cls.__name__} reordered by move_to_end")
@@ -245,6 +272,8 @@ class UserDefinedObjectVariable(VariableTracker):
         if iterates_by_index(type(self.value)):
             return iterate_by_index(tx, self)
         if isinstance(it, types.FunctionType):
+            from .user_ops import unpack_iterator
+
             return unpack_iterator(tx, call_type_method(tx, self, "__iter__", it, [], {}))
         if BuiltinMethodVariable.can_handle(it) and it.__objclass__ is not object:
             return self.builtin_base_view(tx, it.__objclass__).unpack(tx)
@@ -255,6 +284,14 @@ class UserDefinedObjectVariable(VariableTracker):
         if _class_attr(cls, "__bool__") is _MISSING and _class_attr(cls, "__len__") is _MISSING:
             guard_type_lacks(tx, self, ("__bool__", "__len__"))  # adding either later changes the answer
             return True
+        for hook in ("__bool__", "__len__"):  # Python's order; each found one is guarded by identity
+            fn = _class_attr(cls, hook)
+            if isinstance(fn, types.FunctionType):
+                if hook == "__len__":
+                    guard_type_lacks(tx, self, ("__bool__",))
+                return bool(call_type_method(tx, self, hook, fn, [], {}).as_python_constant())
+            if fn is not _MISSING:
+                break
         unsupported("unsupported_call", f"truth value of a {cls.__name__} (custom __bool__/__len__)")
 
     def __repr__(self) -> str:
@@ -286,36 +323,6 @@ def iterate_by_index(tx: "Translator", obj: VariableTracker) -> list[VariableTra
             items.append(obj.call_method(tx, "__getitem__", [ConstantVariable(len(items))], {}))
         except Unsupported as e:
             if raised_exception_type(e) == "IndexError":
-                return items
-            raise
-
-
-def unpack_iterator(tx: "Translator", it: VariableTracker) -> list[VariableTracker]:
-    """The items of what a Python ``__iter__`` returned: a user iterator object (its class
-    defines ``__next__`` in Python; often ``__iter__`` returns ``self``) is driven by ``__next__``
-    until it raises StopIteration, as ``list(it)``/``for`` do; anything else unpacks itself."""
-    from .misc import raised_exception_type
-    from .objects import ObjectVariable
-
-    if type(it) is UserDefinedObjectVariable:
-        cls: type = type(it.value)
-    elif isinstance(it, ObjectVariable):
-        cls = it.cls
-    else:
-        return it.unpack(tx)
-    nxt = _class_attr(cls, "__next__")
-    if not isinstance(nxt, types.FunctionType):
-        unsupported("unsupported_object", f"iterating over a {cls.__name__} object without a Python __next__")
-    items: list[VariableTracker] = []
-    while True:
-        if len(items) > 10_000:
-            unsupported("loop_limit", f"iterating over a {cls.__name__} iterator")
-        try:
-            items.append(it.call_method(tx, "__next__", [], {}))
-        except Unsupported as e:
-            exc_type = getattr(e, "exc_type", None)
-            if raised_exception_type(e) == "StopIteration" or (
-                    isinstance(exc_type, type) and issubclass(exc_type, StopIteration)):
                 return items
             raise
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...variables.constant import ConstantVariable
-from ...variables.dicts import DictVariable, SetVariable
+from ...variables.dicts import DictVariable, SetVariable, dict_key
 from ...variables.lists import ListVariable, TupleVariable
 from ..graph_breaks import unsupported
 from ...variables.symbolic import SymNodeVariable, SymSliceVariable
@@ -27,13 +27,13 @@ def build_list(tx: "Translator", inst: "Instruction") -> None:
 
 @register("BUILD_SET")
 def build_set(tx: "Translator", inst: "Instruction") -> None:
-    tx.push(SetVariable([v.as_python_constant() for v in tx.popn(inst.arg)]))
+    tx.push(SetVariable([SetVariable.member(tx, v) for v in tx.popn(inst.arg)]))
 
 
 @register("BUILD_MAP")
 def build_map(tx: "Translator", inst: "Instruction") -> None:
     flat = tx.popn(2 * inst.arg)
-    tx.push(DictVariable({flat[i].as_python_constant(): flat[i + 1] for i in range(0, len(flat), 2)}))
+    tx.push(DictVariable({dict_key(tx, flat[i]): flat[i + 1] for i in range(0, len(flat), 2)}))
 
 
 @register("BUILD_CONST_KEY_MAP")
@@ -88,7 +88,7 @@ def map_add(tx: "Translator", inst: "Instruction") -> None:
     key = tx.pop()
     target = tx.stack[-inst.arg]
     assert isinstance(target, DictVariable)
-    target.items[key.as_python_constant()] = value
+    target.items[dict_key(tx, key)] = value
 
 
 @register("DICT_UPDATE", "DICT_MERGE")
