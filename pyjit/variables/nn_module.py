@@ -251,7 +251,11 @@ class NNModuleVariable(VariableTracker):
                 return ListVariable(vals)
             return ListVariable([TupleVariable([ConstantVariable(k), v]) for k, v in zip(keys, vals)])
         if name in ("parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children", "modules"):
-            return self._enumerate(tx, name, args, kwargs)
+            from .lists import ListIteratorVariable
+
+            # These are generators: ``next(m.parameters())`` (the ``dtype``/``device`` properties
+            # of model libraries) works on them, indexing does not.
+            return ListIteratorVariable(self._enumerate(tx, name, args, kwargs).items)
         if name == "__contains__" and isinstance(m, torch.nn.ModuleDict):
             self._guard_keys(tx, "_modules")
             return ConstantVariable(args[0].as_python_constant() in m._modules)
