@@ -215,15 +215,19 @@ def _check_level(tx: "Translator", inst: Instruction) -> None:
 
 
 def _closure_owner_cells(tx: "Translator") -> "list[tuple[str, Any]] | None":
-    """For each free variable of inlined frame ``tx``: ("class", real cell) for ``__class__``,
-    or ("cell", CellVariable) when the cell is a bound cell variable of an enclosing frame of
-    the chain (that frame passes it to its own resume function as a new cell, shared here).
-    None when some cell is neither."""
+    """For each free variable of inlined frame ``tx``: ("real", the cell) for ``__class__``
+    or a cell of a function read from outside the trace through a source (a decorator's
+    wrapper closing over the function it wraps: the function, and so its ``__closure__``, is
+    guarded by identity, and stores into the cell are replayed before the resume function
+    runs), or ("cell", CellVariable) when the cell is a bound cell variable of an enclosing
+    frame of the chain (that frame passes it to its own resume function as a new cell, shared
+    here). None when some cell is none of these."""
     out: list[tuple[str, Any]] = []
     for name in tx.code.co_freevars:
         cell = tx.cells.get(name)
-        if name == "__class__" and getattr(cell, "real_cell", None) is not None:
-            out.append(("class", cell.real_cell))  # type: ignore[union-attr]
+        real = getattr(cell, "real_cell", None)
+        if real is not None and (name == "__class__" or cell.source is not None):  # type: ignore[union-attr]
+            out.append(("real", real))
             continue
         owner = tx.parent
         found = False
@@ -646,19 +650,19 @@ def _load_resume_function(pycg: "PyCodegen", resume: types.CodeType, tx: "Transl
                           func: types.FunctionType, cell_temps: dict[int, str]) -> None:
     """Push the resume function of ``tx``'s frame. The root frame's is made here with the
     running frame's own cells when it has a closure (the replacement serves every closure of
-    this code); an inlined frame's is prebuilt with its globals (and class cell, the only
-    closure allowed there)."""
+    this code); an inlined frame's is prebuilt with its globals and the real cells it closes
+    over, or built when the replacement runs where it shares cells the replacement makes."""
     if tx.parent is not None:
         owners = _closure_owner_cells(tx) if resume.co_freevars else []
         assert owners is not None  # checked by _check_level
-        if all(kind == "class" for kind, _ in owners):
+        if all(kind == "real" for kind, _ in owners):
             closure = tuple(cell for _, cell in owners) or None
             pycg.load_const(types.FunctionType(resume, tx.f_globals, resume.co_name, None, closure))
             return
         # A closure over cells the replacement makes: build the function when it runs.
         def emit_closure() -> None:
             for kind, cell in owners:
-                if kind == "class":
+                if kind == "real":
                     pycg.load_const(cell)
                 else:
                     pycg.load_local(cell_temps[id(cell)])

@@ -157,3 +157,107 @@ def test_iterate_signature_parameters_views():
         return f
 
     check(build, _one, graphs=1)
+
+
+# -- breaks inside callees reached through other call forms -----------------------------------------
+# A break inside an inlined callee resumes inside it (docs/graph_breaks.md, "Breaks inside
+# inlined calls"): the prefix graph runs up to the break in the callee, then the callee's resume
+# function and the caller's, so every call form gives the graphs a plain function call gives.
+# torch.compile's default moves such a break out to the caller's call (one graph more); with
+# its nested graph breaks it merges the resume functions (fewer): pyjit lies in between.
+
+def _breaking(x, k=1):
+    y = x.sin() * k
+    print("inside the callee")
+    return y.cos()
+
+
+class _CallableObject:
+    def __call__(self, x):
+        return _breaking(x)
+
+
+class _Holder:
+    def method(self, x):
+        return _breaking(x)
+
+
+def _decorate(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+    return wrapper
+
+
+@_decorate
+def _decorated(x):
+    return _breaking(x)
+
+
+_lambda = lambda x: _breaking(x)  # noqa: E731
+_bound = _Holder().method
+_partial = functools.partial(_breaking, k=3)
+
+
+def _call_forms() -> dict[str, Callable[[], Callable[..., Any]]]:
+    obj = _CallableObject()
+
+    def plain(x):
+        return _breaking(x * 2) + 1
+
+    def callable_object(x):
+        return obj(x * 2) + 1
+
+    def bound_method(x):
+        return _bound(x * 2) + 1
+
+    def partial_global(x):
+        return _partial(x * 2) + 1
+
+    def partial_local(x):
+        p = functools.partial(_breaking, k=2)
+        return p(x * 2) + 1
+
+    def decorated(x):
+        return _decorated(x * 2) + 1
+
+    def lambda_global(x):
+        return _lambda(x * 2) + 1
+
+    def lambda_local(x):
+        f = lambda z: _breaking(z)  # noqa: E731
+        return f(x * 2) + 1
+
+    return {f.__name__: (lambda f=f: f) for f in (plain, callable_object, bound_method, partial_global,
+                                                   partial_local, decorated, lambda_global, lambda_local)}
+
+
+@pytest.mark.parametrize("form", sorted(_call_forms()))
+def test_break_resumes_inside_callee_of_call_form(form, capsys):
+    build = _call_forms()[form]
+    be = check(build, _one, same_as_peer=False)
+    # the prefix (mul, sin), the callee's resume (cos), the caller's resume (add); a lambda
+    # adds the level of the lambda itself (its resume returns the result: no graph)
+    assert be.frame_count == 3, be.graph_listing()
+    peer = _peer_graphs(build, _one, 3)
+    if peer is not None:
+        assert be.frame_count <= peer
+    assert capsys.readouterr().out.count("inside the callee") == 6 + (3 if peer is not None else 0)
+
+
+def test_decorator_wrapper_closure_resumes_with_its_real_cell(capsys):
+    def build():
+        def scaled(fn, k):
+            @functools.wraps(fn)
+            def wrapper(x):
+                out = fn(x)
+                print("after")
+                return out * k  # the resume function reads both cells of the wrapper
+            return wrapper
+
+        inner = scaled(lambda x: x.relu(), 3)
+        return lambda x: inner(x + 1) - 1
+
+    be = check(build, _one, same_as_peer=False)
+    # the prefix (add, relu), the wrapper's resume (mul), the caller's resume (sub)
+    assert be.frame_count == 3, be.graph_listing()
