@@ -55,6 +55,7 @@ from ..bytecode import (
 )
 from ..bytecode.instruction import ExnHandler
 from ..errors import PyjitError, Unsupported
+from ..guards.source import ClosureSource
 
 if TYPE_CHECKING:
     from ..variables.base import VariableTracker
@@ -221,11 +222,15 @@ def _closure_owner_cells(tx: "Translator") -> "list[tuple[str, Any]] | None":
     guarded by identity, and stores into the cell are replayed before the resume function
     runs), or ("cell", CellVariable) when the cell is a bound cell variable of an enclosing
     frame of the chain (that frame passes it to its own resume function as a new cell, shared
-    here). None when some cell is none of these."""
+    here), or ("frame", name) for a free variable of the compiled frame itself (the replacement's
+    own cell: another closure of the same code has another). None when some cell is none of these."""
     out: list[tuple[str, Any]] = []
     for name in tx.code.co_freevars:
         cell = tx.cells.get(name)
         real = getattr(cell, "real_cell", None)
+        if real is not None and isinstance(cell.source, ClosureSource):  # type: ignore[union-attr]
+            out.append(("frame", cell.source.var))  # type: ignore[union-attr]  # the root's own free cell
+            continue
         if real is not None and (name == "__class__" or cell.source is not None):  # type: ignore[union-attr]
             out.append(("real", real))
             continue
@@ -378,7 +383,7 @@ def _continuation(tx: "Translator", at: Instruction, stack: list[_Slot], pushed_
     live = sorted(n for n in point.live_locals if n in tx.locals and n not in cells)
     # Cell variables are read through LOAD_DEREF (not in the liveness of fast locals): every
     # bound one is passed, as a new cell holding its value (no closure made before the break
-    # can still need the old cell: such a closure has no reconstruction and stops the break).
+    # can still need the old cell: such a closure cannot be rebuilt, see _capture_all).
     live += sorted(n for n in cells if _bound_cell(tx, n) is not None)
     nulls = [i for i, s in enumerate(stack) if s.kind == "null"]
     contexts = [i for i, s in enumerate(stack) if s.kind == "context"]
@@ -414,6 +419,9 @@ def _bound_cell(tx: "Translator", name: str) -> "VariableTracker | None":
 
 def _capture_all(plan: BreakPlan, cg: "OutputCodegen") -> None:
     """Register the rebuild expression of every tracker the replacement needs (graph outputs)."""
+    # A resume function gets its cell variables as new cells, which it does not know to be the
+    # cells of closures it receives: a closure over one of them cannot be rebuilt here.
+    cg.cells_passed_on = {id(level.tx.cells[name]) for level in plan.levels for name in level.cell_names}
     for level in plan.levels:
         values: list[Any] = [s.value for s in level.stack if s.kind in ("value", "iter")]
         for c in level.continuations:
@@ -664,6 +672,8 @@ def _load_resume_function(pycg: "PyCodegen", resume: types.CodeType, tx: "Transl
             for kind, cell in owners:
                 if kind == "real":
                     pycg.load_const(cell)
+                elif kind == "frame":
+                    pycg.append(create_load_closure(cell))
                 else:
                     pycg.load_local(cell_temps[id(cell)])
             pycg.append(create_instruction("BUILD_TUPLE", arg=len(owners)))
