@@ -14,6 +14,7 @@ import types
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.nn.modules.lazy import LazyModuleMixin
 
 from ..guards.source import AttrSource, ModuleDictSource, Source
 from ..trace.graph_breaks import unsupported
@@ -96,6 +97,17 @@ class NNModuleVariable(VariableTracker):
 
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         m = self.value
+        if isinstance(m, LazyModuleMixin) and m.has_uninitialized_params():
+            _initialize_lazy(tx, m, args, kwargs)
+            if self.source is not None:
+                # The type guard was taken when the module was read, before this call switched
+                # its class: later calls meet the final class, which the rest was traced with.
+                from ..guards.guards import GuardKind
+
+                try:
+                    tx.output.guards.replace_expected(GuardKind.TYPE_MATCH, self.source, type(m))
+                except KeyError:
+                    pass
         if _has_hooks(m):
             if not _only_forward_hooks(m) or self.source is None \
                     or _lookup_class_attr(type(m), "__call__") is not _MODULE_CALL:
@@ -333,6 +345,33 @@ class NNModuleVariable(VariableTracker):
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 _GLOBAL_HOOK_DICTS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
                       "_global_backward_pre_hooks")
+
+
+def _initialize_lazy(tx: "Translator", m: torch.nn.Module, args: list[VariableTracker],
+                     kwargs: dict[str, VariableTracker]) -> None:
+    """The first call of a lazy module (``nn.LazyLinear``...): its pre-hook
+    (``_infer_parameters``) is run for real, as eager's first call runs it, with the fake
+    example inputs (only their shapes are read): the parameters are materialised and
+    initialised, the hook removed and the class switched (``LazyLinear`` -> ``Linear``). The
+    trace then calls the initialised module."""
+    from .tensor import TensorVariable
+
+    def example(v: VariableTracker) -> Any:
+        if isinstance(v, TensorVariable):
+            return v.example
+        if v.is_python_constant():
+            return v.as_python_constant()
+        unsupported("unsupported_call", f"initialising lazy {type(m).__name__} with a {v} argument")
+
+    fake_args = tuple(example(a) for a in args)
+    fake_kwargs = {k: example(v) for k, v in kwargs.items()}
+    if any(isinstance(s, torch.SymInt) for a in fake_args if isinstance(a, torch.Tensor) for s in a.shape):
+        unsupported("unsupported_call", f"initialising lazy {type(m).__name__} from a dynamic-shape input")
+    with torch.no_grad():
+        if fake_kwargs:
+            m._infer_parameters(m, fake_args, fake_kwargs)  # type: ignore[operator]
+        else:
+            m._infer_parameters(m, fake_args)  # type: ignore[operator]
 
 
 def _guard_no_hooks(tx: "Translator", var: "NNModuleVariable") -> None:
