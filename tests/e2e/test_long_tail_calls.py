@@ -520,3 +520,27 @@ def test_empty_tuple_concatenation_and_missing_module_attribute():
         return f
 
     check(build, _one, graphs=1)
+
+
+# -- storages --------------------------------------------------------------------------------------
+
+def test_untyped_storage_type_and_size_checks():
+    def build():
+        def f(x):
+            y = x[1:]
+            s = y.untyped_storage()
+            if isinstance(s, torch.UntypedStorage) and s.nbytes() == x.untyped_storage().size():
+                y = y * 2  # a view shares its base's storage
+            return y + len(s)
+        return f
+
+    # torch.compile breaks on the storage's size and length (3 graphs); pyjit answers them from
+    # the guarded metadata
+    check(build, _one, graphs=1, same_as_peer=False)
+
+
+def test_returned_storage_is_the_tensors():
+    jf = pyjit.jit(lambda x: (x + 1, x.untyped_storage()), backend=CountingBackend())
+    x = _rand(0)
+    _, storage = jf(x)
+    assert storage.data_ptr() == x.untyped_storage().data_ptr() and storage.nbytes() == 16
