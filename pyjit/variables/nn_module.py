@@ -10,11 +10,11 @@ guarded where they are found (``pyjit/variables/class_members.py``).
 """
 from __future__ import annotations
 
+import sys
 import types
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.nn.modules.lazy import LazyModuleMixin
 
 from ..guards.source import AttrSource, ModuleDictSource, Source
 from ..trace.graph_breaks import unsupported
@@ -97,7 +97,7 @@ class NNModuleVariable(VariableTracker):
 
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         m = self.value
-        if isinstance(m, LazyModuleMixin) and m.has_uninitialized_params():
+        if _uninitialised_lazy(m):
             _initialize_lazy(tx, m, args, kwargs)
             if self.source is not None:
                 # The type guard was taken when the module was read, before this call switched
@@ -345,6 +345,14 @@ class NNModuleVariable(VariableTracker):
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 _GLOBAL_HOOK_DICTS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
                       "_global_backward_pre_hooks")
+
+
+def _uninitialised_lazy(m: torch.nn.Module) -> bool:
+    """A lazy module (``nn.LazyLinear``...) before its first call. Every lazy module class comes
+    from ``torch.nn.modules.lazy``; when it was never imported, no such module exists."""
+    lazy = sys.modules.get("torch.nn.modules.lazy")
+    mixin = getattr(lazy, "LazyModuleMixin", None)
+    return mixin is not None and isinstance(m, mixin) and bool(m.has_uninitialized_params())
 
 
 def _initialize_lazy(tx: "Translator", m: torch.nn.Module, args: list[VariableTracker],
