@@ -374,10 +374,13 @@ def _inlines_as_call(fn: "VariableTracker") -> bool:
 
     if isinstance(fn, PartialVariable):
         return _inlines_as_call(fn.func)
-    if type(fn) is UserDefinedObjectVariable:
+    from ..variables.objects import ObjectVariable
+
+    if type(fn) is UserDefinedObjectVariable or type(fn) is ObjectVariable:  # read from outside / built here
         from ..variables.class_members import lookup_class_attr
 
-        return isinstance(lookup_class_attr(type(fn.value), "__call__"), types.FunctionType)
+        cls = fn.cls if isinstance(fn, ObjectVariable) else type(fn.value)
+        return isinstance(lookup_class_attr(cls, "__call__"), types.FunctionType)
     return isinstance(fn, (UserFunctionVariable, UserMethodVariable, NNModuleVariable, NestedFunctionVariable))
 
 

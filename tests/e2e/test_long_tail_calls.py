@@ -208,6 +208,9 @@ def _call_forms() -> dict[str, Callable[[], Callable[..., Any]]]:
     def callable_object(x):
         return obj(x * 2) + 1
 
+    def object_built_in_trace(x):
+        return _CallableObject()(x * 2) + 1
+
     def bound_method(x):
         return _bound(x * 2) + 1
 
@@ -228,8 +231,9 @@ def _call_forms() -> dict[str, Callable[[], Callable[..., Any]]]:
         f = lambda z: _breaking(z)  # noqa: E731
         return f(x * 2) + 1
 
-    return {f.__name__: (lambda f=f: f) for f in (plain, callable_object, bound_method, partial_global,
-                                                   partial_local, decorated, lambda_global, lambda_local)}
+    forms = (plain, callable_object, object_built_in_trace, bound_method, partial_global, partial_local,
+             decorated, lambda_global, lambda_local)
+    return {f.__name__: (lambda f=f: f) for f in forms}
 
 
 @pytest.mark.parametrize("form", sorted(_call_forms()))
