@@ -178,6 +178,10 @@ class NNModuleVariable(VariableTracker):
         def is_none(v: VariableTracker) -> bool:
             return v.is_python_constant() and v.as_python_constant() is None
 
+        # Only forward, and only without forward hooks after it, returns the call's result: a
+        # break inside a pre-hook must not resume there as if it were (translator.call_instruction).
+        direct = tx.direct_call_pending and not m.__dict__.get("_forward_hooks")
+        tx.direct_call_pending = False
         pre, pre_kw = hooks("_forward_pre_hooks"), hooks("_forward_pre_hooks_with_kwargs")
         args, kwargs = list(args), dict(kwargs)
         for hook_id, hook in pre.items.items():
@@ -194,7 +198,9 @@ class NNModuleVariable(VariableTracker):
                 res = hook.call_function(tx, [self, TupleVariable(list(args))], {})
                 if not is_none(res):
                     args = list(res.items) if isinstance(res, TupleVariable) else [res]
+        tx.direct_call_pending = direct
         out = self._inline_forward(tx, forward, args, kwargs)
+        tx.direct_call_pending = False
         post, post_kw = hooks("_forward_hooks"), hooks("_forward_hooks_with_kwargs")
         for hook_id, hook in post.items.items():
             if hook_id in post_kw.items:

@@ -10,6 +10,8 @@ import functools
 from typing import Any, Callable
 
 import pytest
+import torch
+import torch.nn as nn
 
 import pyjit
 
@@ -263,4 +265,21 @@ def test_nonlocal_store_into_cell_from_outside():
 
     # the count is a new integer on every call: how soon it becomes a symbolic input is the
     # dynamic-scalar policy's business (torch.compile: at the second change), not this test's
+    check(build, one, same_as_peer=False)
+
+
+def test_break_inside_a_forward_pre_hook_is_not_taken_for_the_call_result(capsys):
+    # the pre-hook is the first frame the module call inlines, but its result is the new
+    # arguments, not the call's: it resumes inside the pre-hook, then forward runs on them
+    def build():
+        torch.manual_seed(0)
+        m = nn.Linear(4, 4)
+
+        def pre(mod, args):
+            y = args[0] * 2
+            print("in the pre-hook")
+            return (y,)
+        m.register_forward_pre_hook(pre)
+        return lambda x: m(x + 1) - 1
+
     check(build, one, same_as_peer=False)
