@@ -20,10 +20,13 @@ middle of the call that inlined the next one. :func:`plan_break` describes the r
    whose resume function's result the replacement returns. A conditional jump gets one resume
    function per branch. The hook compiles resume functions like any other frame.
 
-This is how torch.compile resumes inside nested frames: a break deep in a call keeps the
-enclosing frames' graphs whole up to the break and after it. Where a level of the chain cannot
-be resumed (inside an exception handler or a ``try`` body, an autocast block, a generator, an
-inlining that was not a call, a closure made inside the trace) :class:`BreakUnsupported` says
+This is how torch.compile resumes inside nested frames (with its nested graph breaks): a break
+deep in a call keeps the enclosing frames' graphs whole up to the break and after it. Every call
+form whose callee is one frame returning the call's result takes part (functions, methods,
+modules, ``functools.partial``, objects with a Python ``__call__``, decorator wrappers closing
+over real cells). Where a level of the chain cannot be resumed (inside an exception handler or a
+``try`` body, an autocast block, a generator, an inlining that was not a call, a closure over
+cells pyjit cannot pass on, a value live there that cannot be rebuilt) :class:`BreakUnsupported` says
 why; the caller then breaks one level further out (at that frame's call instruction, the callee
 running natively as its own compiled frame), and at the root runs the frame eagerly.
 """
