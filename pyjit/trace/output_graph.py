@@ -91,6 +91,8 @@ class OutputGraph:
         self.entered_contexts: list[Any] = []
         self._last_placeholder: fx.Node | None = None
         self.side_effects = SideEffects()  # mutations of outside objects, replayed after the graph
+        # id(real closure cell) -> (the cell, its CellVariable): one tracker per cell in a trace
+        self.real_cells: dict[int, tuple[Any, Any]] = {}
 
     # -- inputs --------------------------------------------------------------------------
     def add_input(self, value: torch.Tensor, source: Source) -> "TensorVariable":
@@ -376,6 +378,8 @@ class OutputCodegen:
         self._return_text = ""
         self._out_local = "___graph_out"
         self.cells_passed_on: set[int] = set()  # id(CellVariable): made anew for a resume function
+        # the shared_value locals each PyCodegen has already made
+        self._shared_made: "weakref.WeakKeyDictionary[PyCodegen, set[str]]" = weakref.WeakKeyDictionary()
 
     # -- the reconstruct protocol of variable trackers --------------------------------------
     def _token(self, key: Any, emit: Callable[[PyCodegen], None], hint: str) -> str:
@@ -414,7 +418,7 @@ class OutputCodegen:
         def emit(cg: PyCodegen) -> None:
             from ..bytecode import create_instruction
 
-            made: set[str] = cg.__dict__.setdefault("_shared_locals", set())
+            made = self._shared_made.setdefault(cg, set())
             if local in made:
                 cg.load_local(local)
                 return

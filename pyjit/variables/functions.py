@@ -99,7 +99,7 @@ def _wrap_kwdefaults(tx: "Translator", values: dict[str, Any] | None, source: So
 def function_cells(tx: "Translator", fn: types.FunctionType, source: Source | None) -> tuple[CellVariable, ...]:
     """The trackers of ``fn``'s closure cells: one per real cell in a trace, so a store made
     through one closure (``nonlocal``) is seen by another closure over the same cell."""
-    known: dict[int, tuple[Any, CellVariable]] = tx.output.__dict__.setdefault("real_cells", {})
+    known = tx.output.real_cells
     cells = []
     for i, cell in enumerate(fn.__closure__ or ()):
         hit = known.get(id(cell))
