@@ -20,10 +20,13 @@ middle of the call that inlined the next one. :func:`plan_break` describes the r
    whose resume function's result the replacement returns. A conditional jump gets one resume
    function per branch. The hook compiles resume functions like any other frame.
 
-This is how torch.compile resumes inside nested frames: a break deep in a call keeps the
-enclosing frames' graphs whole up to the break and after it. Where a level of the chain cannot
-be resumed (inside an exception handler or a ``try`` body, an autocast block, a generator, an
-inlining that was not a call, a closure made inside the trace) :class:`BreakUnsupported` says
+This is how torch.compile resumes inside nested frames (with its nested graph breaks): a break
+deep in a call keeps the enclosing frames' graphs whole up to the break and after it. Every call
+form whose callee is one frame returning the call's result takes part (functions, methods,
+modules, ``functools.partial``, objects with a Python ``__call__``, decorator wrappers closing
+over real cells). Where a level of the chain cannot be resumed (inside an exception handler or a
+``try`` body, an autocast block, a generator, an inlining that was not a call, a closure over
+cells pyjit cannot pass on, a value live there that cannot be rebuilt) :class:`BreakUnsupported` says
 why; the caller then breaks one level further out (at that frame's call instruction, the callee
 running natively as its own compiled frame), and at the root runs the frame eagerly.
 """
@@ -55,6 +58,7 @@ from ..bytecode import (
 )
 from ..bytecode.instruction import ExnHandler
 from ..errors import PyjitError, Unsupported
+from ..guards.source import ClosureSource
 
 if TYPE_CHECKING:
     from ..variables.base import VariableTracker
@@ -215,15 +219,23 @@ def _check_level(tx: "Translator", inst: Instruction) -> None:
 
 
 def _closure_owner_cells(tx: "Translator") -> "list[tuple[str, Any]] | None":
-    """For each free variable of inlined frame ``tx``: ("class", real cell) for ``__class__``,
-    or ("cell", CellVariable) when the cell is a bound cell variable of an enclosing frame of
-    the chain (that frame passes it to its own resume function as a new cell, shared here).
-    None when some cell is neither."""
+    """For each free variable of inlined frame ``tx``: ("real", the cell) for ``__class__``
+    or a cell of a function read from outside the trace through a source (a decorator's
+    wrapper closing over the function it wraps: the function, and so its ``__closure__``, is
+    guarded by identity, and stores into the cell are replayed before the resume function
+    runs), or ("cell", CellVariable) when the cell is a bound cell variable of an enclosing
+    frame of the chain (that frame passes it to its own resume function as a new cell, shared
+    here), or ("frame", name) for a free variable of the compiled frame itself (the replacement's
+    own cell: another closure of the same code has another). None when some cell is none of these."""
     out: list[tuple[str, Any]] = []
     for name in tx.code.co_freevars:
         cell = tx.cells.get(name)
-        if name == "__class__" and getattr(cell, "real_cell", None) is not None:
-            out.append(("class", cell.real_cell))  # type: ignore[union-attr]
+        real = getattr(cell, "real_cell", None)
+        if real is not None and isinstance(cell.source, ClosureSource):  # type: ignore[union-attr]
+            out.append(("frame", cell.source.var))  # type: ignore[union-attr]  # the root's own free cell
+            continue
+        if real is not None and (name == "__class__" or cell.source is not None):  # type: ignore[union-attr]
+            out.append(("real", real))
             continue
         owner = tx.parent
         found = False
@@ -374,7 +386,7 @@ def _continuation(tx: "Translator", at: Instruction, stack: list[_Slot], pushed_
     live = sorted(n for n in point.live_locals if n in tx.locals and n not in cells)
     # Cell variables are read through LOAD_DEREF (not in the liveness of fast locals): every
     # bound one is passed, as a new cell holding its value (no closure made before the break
-    # can still need the old cell: such a closure has no reconstruction and stops the break).
+    # can still need the old cell: such a closure cannot be rebuilt, see _capture_all).
     live += sorted(n for n in cells if _bound_cell(tx, n) is not None)
     nulls = [i for i, s in enumerate(stack) if s.kind == "null"]
     contexts = [i for i, s in enumerate(stack) if s.kind == "context"]
@@ -410,6 +422,9 @@ def _bound_cell(tx: "Translator", name: str) -> "VariableTracker | None":
 
 def _capture_all(plan: BreakPlan, cg: "OutputCodegen") -> None:
     """Register the rebuild expression of every tracker the replacement needs (graph outputs)."""
+    # A resume function gets its cell variables as new cells, which it does not know to be the
+    # cells of closures it receives: a closure over one of them cannot be rebuilt here.
+    cg.cells_passed_on = {id(level.tx.cells[name]) for level in plan.levels for name in level.cell_names}
     for level in plan.levels:
         values: list[Any] = [s.value for s in level.stack if s.kind in ("value", "iter")]
         for c in level.continuations:
@@ -646,20 +661,22 @@ def _load_resume_function(pycg: "PyCodegen", resume: types.CodeType, tx: "Transl
                           func: types.FunctionType, cell_temps: dict[int, str]) -> None:
     """Push the resume function of ``tx``'s frame. The root frame's is made here with the
     running frame's own cells when it has a closure (the replacement serves every closure of
-    this code); an inlined frame's is prebuilt with its globals (and class cell, the only
-    closure allowed there)."""
+    this code); an inlined frame's is prebuilt with its globals and the real cells it closes
+    over, or built when the replacement runs where it shares cells the replacement makes."""
     if tx.parent is not None:
         owners = _closure_owner_cells(tx) if resume.co_freevars else []
         assert owners is not None  # checked by _check_level
-        if all(kind == "class" for kind, _ in owners):
+        if all(kind == "real" for kind, _ in owners):
             closure = tuple(cell for _, cell in owners) or None
             pycg.load_const(types.FunctionType(resume, tx.f_globals, resume.co_name, None, closure))
             return
         # A closure over cells the replacement makes: build the function when it runs.
         def emit_closure() -> None:
             for kind, cell in owners:
-                if kind == "class":
+                if kind == "real":
                     pycg.load_const(cell)
+                elif kind == "frame":
+                    pycg.append(create_load_closure(cell))
                 else:
                     pycg.load_local(cell_temps[id(cell)])
             pycg.append(create_instruction("BUILD_TUPLE", arg=len(owners)))

@@ -92,6 +92,7 @@ class OutputGraph:
         self.entered_contexts: list[Any] = []
         self._last_placeholder: fx.Node | None = None
         self.side_effects = SideEffects()  # mutations of outside objects, replayed after the graph
+        # id(real closure cell) -> (the cell, its CellVariable): one tracker per cell in a trace
 
     # -- inputs --------------------------------------------------------------------------
     def add_input(self, value: torch.Tensor, source: Source) -> "TensorVariable":
@@ -384,6 +385,9 @@ class OutputCodegen:
         self._pre_reads: dict[str, Source] = {}
         self._pre_reads_emitted = False
         self._keep_alive: list[Any] = []
+        self.cells_passed_on: set[int] = set()  # id(CellVariable): made anew for a resume function
+        # the shared_value locals each PyCodegen has already made
+        self._shared_made: "weakref.WeakKeyDictionary[PyCodegen, set[str]]" = weakref.WeakKeyDictionary()
 
     # -- the reconstruct protocol of variable trackers --------------------------------------
     def _token(self, key: Any, emit: Callable[[PyCodegen], None], hint: str) -> str:
@@ -428,6 +432,38 @@ class OutputCodegen:
 
     def constant(self, value: Any) -> str:
         return self.ref(value, "const")
+
+    def frame_cell(self, var: str) -> str:
+        """The cell of the compiled frame's free variable ``var`` (the replacement keeps the
+        original's free variables), not its contents."""
+        from ..bytecode import create_load_closure
+
+        return self._token(("frame_cell", var), lambda cg: cg.append(create_load_closure(var)), var)
+
+    def shared_value(self, key: Any, func: str, arg: str | None, hint: str) -> str:
+        """A name for ``func(arg)`` (expression texts of this protocol) evaluated once per
+        replacement: the first emission makes it and keeps it in a local, later ones read that
+        local (an object two rebuilt values share, such as a closure cell). Rebuilt values are
+        emitted in order along one path, so the first emission runs before the others."""
+        token = self._token_by_key.get(key)
+        if token is not None:
+            return token
+        local = f"___shared_{_identifier(hint)[:24]}_{len(self._leaves)}"
+        call = ast.Call(func=ast.Name(func), args=[] if arg is None else [ast.parse(arg, mode="eval").body], keywords=[])
+
+        def emit(cg: PyCodegen) -> None:
+            from ..bytecode import create_instruction
+
+            made = self._shared_made.setdefault(cg, set())
+            if local in made:
+                cg.load_local(local)
+                return
+            made.add(local)
+            self._emit_expression(cg, call)
+            cg.append(create_instruction("COPY", arg=1))
+            cg.store_local(local)
+
+        return self._token(key, emit, hint)
 
     def graph_output(self, node: fx.Node) -> str:
         idx = self._out_index.get(node)

@@ -318,11 +318,7 @@ class Translator:
         method or module, the frame inlined for it returns the instruction's result (a graph
         break inside it can resume there: see pyjit.trace.breaks); other callables (a class
         running ``__init__``, map/filter...) may inline frames whose return value is not it."""
-        from ..variables.functions import NestedFunctionVariable, UserFunctionVariable, UserMethodVariable
-        from ..variables.nn_module import NNModuleVariable
-
-        self.direct_call_pending = isinstance(
-            fn, (UserFunctionVariable, UserMethodVariable, NNModuleVariable, NestedFunctionVariable))
+        self.direct_call_pending = _inlines_as_call(fn)
         try:
             return fn.call_function(self, args, kwargs)
         finally:
@@ -366,6 +362,26 @@ class Translator:
             return ListIteratorVariable(child.yielded)
         result = child.run()
         return result
+
+
+def _inlines_as_call(fn: "VariableTracker") -> bool:
+    """Calling ``fn`` inlines one Python frame whose return value is the call's result: a
+    function, a bound method, a module, ``functools.partial`` of one, or an object whose class
+    defines ``__call__`` in Python (its ``__call__`` is the frame)."""
+    from ..variables.functions import NestedFunctionVariable, PartialVariable, UserFunctionVariable, UserMethodVariable
+    from ..variables.nn_module import NNModuleVariable
+    from ..variables.user_defined import UserDefinedObjectVariable
+
+    if isinstance(fn, PartialVariable):
+        return _inlines_as_call(fn.func)
+    from ..variables.objects import ObjectVariable
+
+    if type(fn) is UserDefinedObjectVariable or type(fn) is ObjectVariable:  # read from outside / built here
+        from ..variables.class_members import lookup_class_attr
+
+        cls = fn.cls if isinstance(fn, ObjectVariable) else type(fn.value)
+        return isinstance(lookup_class_attr(cls, "__call__"), types.FunctionType)
+    return isinstance(fn, (UserFunctionVariable, UserMethodVariable, NNModuleVariable, NestedFunctionVariable))
 
 
 def bind_arguments(

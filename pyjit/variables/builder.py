@@ -221,10 +221,10 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
         guards.add(GuardKind.EQUALS_MATCH, AttrSource(source, "__name__"), value.__name__)
         return BoundMethodVariable(wrap(tx, value.__self__, AttrSource(source, "__self__")), value.__name__)
     if _isa(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+        if _isa(static_attr(value, "__self__"), torch.Tensor):
+            return _bound_tensor_method(tx, value, source)
         if source is not None:
             guards.add(GuardKind.ID_MATCH, source, value)
-        if _isa(static_attr(value, "__self__"), torch.Tensor):
-            unsupported("unsupported_object", "a bound tensor method read from outside")
         return BuiltinVariable(value, source)
     known = side_effects.known(tx, value, source)
     if known is not None:
@@ -237,6 +237,23 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
 def _has_class_attr(cls: type, name: str) -> bool:
     """``hasattr(cls, name)`` from the MRO's dicts (a metaclass ``__getattr__`` never runs)."""
     return any(name in klass.__dict__ for klass in cls.__mro__)
+
+
+def _bound_tensor_method(tx: "Translator", value: Any, source: Source | None) -> VariableTracker:
+    """``fn = x.add`` read from a global, a closure or an argument: the method of the tensor
+    ``fn.__self__`` (a graph input), called like ``x.add(...)``. A fresh bound method object
+    is made at every attribute read, so the guards pin its type and name, not its identity."""
+    from .torch_fns import TensorMethodVariable
+
+    if source is None:
+        unsupported("unsupported_object", "a bound tensor method pyjit cannot reach from the frame")
+    name = value.__name__
+    if getattr(torch.Tensor, name, None) is None:
+        unsupported("unsupported_object", f"a bound tensor method {name!r} that torch.Tensor does not define")
+    tx.output.guards.add(GuardKind.TYPE_MATCH, source, type(value))
+    tx.output.guards.add(GuardKind.EQUALS_MATCH, AttrSource(source, "__name__"), name)
+    tensor = wrap(tx, value.__self__, AttrSource(source, "__self__"))
+    return TensorMethodVariable(tensor, name)
 
 
 def _is_typing_constant(value: Any) -> bool:

@@ -436,7 +436,21 @@ def _abs(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, Variab
 @_register(isinstance)
 def _isinstance(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
     obj, cls = args
-    return ConstantVariable(issubclass(obj.python_type(), cls.as_python_constant()))
+    classes = cls.as_python_constant()
+    from .tensor import TensorVariable
+
+    if isinstance(obj, TensorVariable):
+        # Legacy tensor types (torch.FloatTensor, torch.cuda.HalfTensor...) match on the dtype
+        # and device (guarded by the tensor-match guard), not on the Python class: ask the fake
+        # example, whose metadata is the real tensor's.
+        import torch
+
+        legacy = type(torch.FloatTensor)  # torch.tensortype
+        flat = classes if isinstance(classes, tuple) else (classes,)
+        if any(isinstance(c, legacy) for c in flat):
+            return ConstantVariable(any(isinstance(obj.example, c) if isinstance(c, legacy)
+                                        else issubclass(obj.python_type(), c) for c in flat))
+    return ConstantVariable(issubclass(obj.python_type(), classes))
 
 
 @_register(issubclass)

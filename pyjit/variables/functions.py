@@ -45,6 +45,9 @@ class CellVariable(VariableTracker):
             unsupported("exception", f"NameError: free variable {name!r} referenced before assignment")
         return self.contents
 
+    def reconstruct(self, cg: "OutputCodegen") -> str:
+        return _cell_expr(cg, self)
+
     def set(self, tx: "Translator", value: VariableTracker, name: str) -> None:
         if self.real_cell is not None:
             # side-effect replay (pyjit/trace/side_effects.py): the real cell gets the final value
@@ -336,8 +339,38 @@ class NestedFunctionVariable(VariableTracker):
             return ConstantVariable(self.code.co_name if name == "__name__" else self.qualname)
         unsupported("unsupported_attr", f"attribute {name} of a function created in the trace")
 
+    def reconstruct(self, cg: "OutputCodegen") -> str:
+        """The function made again after the graph: ``FunctionType(code, globals, name,
+        defaults, closure)``. Its cells are those of the trace, each made once per replacement
+        (two closures over one variable share the cell, as in eager), holding the final value."""
+        if self.kwdefaults:
+            unsupported("unsupported_return", f"a function with keyword-only defaults created in the trace ({self.qualname})")
+        defaults = cg.constant(None) if not self.defaults else f"({''.join(d.reconstruct(cg) + ', ' for d in self.defaults)})"
+        closure = cg.constant(None) if not self.closure else f"({''.join(_cell_expr(cg, c) + ', ' for c in self.closure)})"
+        make = cg.ref(types.FunctionType, "FunctionType")
+        return (f"{make}({cg.constant(self.code)}, {cg.ref(self.f_globals, 'globals')}, "
+                f"{cg.constant(self.code.co_name)}, {defaults}, {closure})")
+
     def __repr__(self) -> str:
         return f"NestedFunctionVariable({self.qualname})"
+
+
+def _cell_expr(cg: "OutputCodegen", cell: CellVariable) -> str:
+    """A closure cell in rebuilt code: a real cell read from outside (its function guarded by
+    identity) is itself, a free variable of the compiled frame is the replacement's own; a cell of the trace is a new cell, made the first time the replacement
+    needs it and shared by every later use (a local of the replacement)."""
+    if cell.real_cell is not None:
+        from ..guards.source import ClosureSource
+
+        if isinstance(cell.source, ClosureSource):  # the compiled frame's own free variable
+            return cg.frame_cell(cell.source.var)
+        if cell.source is None:
+            unsupported("unsupported_return", "a closure over a cell pyjit cannot reach from the frame")
+        return cg.ref(cell.real_cell, "cell")
+    if id(cell) in cg.cells_passed_on:
+        unsupported("unsupported_return", "a closure over a variable that a resume function continues to use")
+    contents = cell.contents.reconstruct(cg) if cell.contents is not None else None
+    return cg.shared_value(("cell", id(cell)), cg.ref(types.CellType, "CellType"), contents, "cell")
 
 
 class PartialVariable(VariableTracker):

@@ -10,6 +10,7 @@ guarded where they are found (``pyjit/variables/class_members.py``).
 """
 from __future__ import annotations
 
+import sys
 import types
 from typing import TYPE_CHECKING, Any
 
@@ -96,6 +97,17 @@ class NNModuleVariable(VariableTracker):
 
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         m = self.value
+        if _uninitialised_lazy(m):
+            _initialize_lazy(tx, m, args, kwargs)
+            if self.source is not None:
+                # The type guard was taken when the module was read, before this call switched
+                # its class: later calls meet the final class, which the rest was traced with.
+                from ..guards.guards import GuardKind
+
+                try:
+                    tx.output.guards.replace_expected(GuardKind.TYPE_MATCH, self.source, type(m))
+                except KeyError:
+                    pass
         if _has_hooks(m):
             if not _only_forward_hooks(m) or self.source is None \
                     or _lookup_class_attr(type(m), "__call__") is not _MODULE_CALL:
@@ -166,6 +178,10 @@ class NNModuleVariable(VariableTracker):
         def is_none(v: VariableTracker) -> bool:
             return v.is_python_constant() and v.as_python_constant() is None
 
+        # Only forward, and only without forward hooks after it, returns the call's result: a
+        # break inside a pre-hook must not resume there as if it were (translator.call_instruction).
+        direct = tx.direct_call_pending and not m.__dict__.get("_forward_hooks")
+        tx.direct_call_pending = False
         pre, pre_kw = hooks("_forward_pre_hooks"), hooks("_forward_pre_hooks_with_kwargs")
         args, kwargs = list(args), dict(kwargs)
         for hook_id, hook in pre.items.items():
@@ -182,7 +198,9 @@ class NNModuleVariable(VariableTracker):
                 res = hook.call_function(tx, [self, TupleVariable(list(args))], {})
                 if not is_none(res):
                     args = list(res.items) if isinstance(res, TupleVariable) else [res]
+        tx.direct_call_pending = direct
         out = self._inline_forward(tx, forward, args, kwargs)
+        tx.direct_call_pending = False
         post, post_kw = hooks("_forward_hooks"), hooks("_forward_hooks_with_kwargs")
         for hook_id, hook in post.items.items():
             if hook_id in post_kw.items:
@@ -251,7 +269,11 @@ class NNModuleVariable(VariableTracker):
                 return ListVariable(vals)
             return ListVariable([TupleVariable([ConstantVariable(k), v]) for k, v in zip(keys, vals)])
         if name in ("parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children", "modules"):
-            return self._enumerate(tx, name, args, kwargs)
+            from .lists import ListIteratorVariable
+
+            # These are generators: ``next(m.parameters())`` (the ``dtype``/``device`` properties
+            # of model libraries) works on them, indexing does not.
+            return ListIteratorVariable(self._enumerate(tx, name, args, kwargs).items)
         if name == "__contains__" and isinstance(m, torch.nn.ModuleDict):
             self._guard_keys(tx, "_modules")
             return ConstantVariable(args[0].as_python_constant() in m._modules)
@@ -329,6 +351,41 @@ class NNModuleVariable(VariableTracker):
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 _GLOBAL_HOOK_DICTS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
                       "_global_backward_pre_hooks")
+
+
+def _uninitialised_lazy(m: torch.nn.Module) -> bool:
+    """A lazy module (``nn.LazyLinear``...) before its first call. Every lazy module class comes
+    from ``torch.nn.modules.lazy``; when it was never imported, no such module exists."""
+    lazy = sys.modules.get("torch.nn.modules.lazy")
+    mixin = getattr(lazy, "LazyModuleMixin", None)
+    return mixin is not None and isinstance(m, mixin) and bool(m.has_uninitialized_params())
+
+
+def _initialize_lazy(tx: "Translator", m: torch.nn.Module, args: list[VariableTracker],
+                     kwargs: dict[str, VariableTracker]) -> None:
+    """The first call of a lazy module (``nn.LazyLinear``...): its pre-hook
+    (``_infer_parameters``) is run for real, as eager's first call runs it, with the fake
+    example inputs (only their shapes are read): the parameters are materialised and
+    initialised, the hook removed and the class switched (``LazyLinear`` -> ``Linear``). The
+    trace then calls the initialised module."""
+    from .tensor import TensorVariable
+
+    def example(v: VariableTracker) -> Any:
+        if isinstance(v, TensorVariable):
+            return v.example
+        if v.is_python_constant():
+            return v.as_python_constant()
+        unsupported("unsupported_call", f"initialising lazy {type(m).__name__} with a {v} argument")
+
+    fake_args = tuple(example(a) for a in args)
+    fake_kwargs = {k: example(v) for k, v in kwargs.items()}
+    if any(isinstance(s, torch.SymInt) for a in fake_args if isinstance(a, torch.Tensor) for s in a.shape):
+        unsupported("unsupported_call", f"initialising lazy {type(m).__name__} from a dynamic-shape input")
+    with torch.no_grad():
+        if fake_kwargs:
+            m._infer_parameters(m, fake_args, fake_kwargs)  # type: ignore[operator]
+        else:
+            m._infer_parameters(m, fake_args)  # type: ignore[operator]
 
 
 def _guard_no_hooks(tx: "Translator", var: "NNModuleVariable") -> None:

@@ -80,7 +80,7 @@ class TensorVariable(VariableTracker):
             from .optimizer import read_grad  # a parameter's gradient after backward (optimizer steps)
 
             return read_grad(tx, self)
-        if name in ("data", "grad", "grad_fn", "_base", "untyped_storage"):
+        if name in ("data", "grad", "grad_fn", "_base"):
             unsupported("unsupported_attr", f"Tensor.{name}")
         attr = getattr(torch.Tensor, name, None)
         if attr is not None and callable(attr):
@@ -105,6 +105,10 @@ class TensorVariable(VariableTracker):
             return tx.output.call(tx, "call_function", _getitem, [self, args[0]], {})
         if name == "__setitem__":
             return tx.output.call(tx, "call_function", _setitem, [self, args[0], args[1]], {})
+        if name == "untyped_storage":
+            from .storage import storage_of  # answered from the fake example's metadata
+
+            return storage_of(self, args, kwargs)
         if name in ("type",) and not args and not kwargs:
             return ConstantVariable(ex.type())
         if name in _SCALAR_VALUE_METHODS and isinstance(kwargs.get("value"), TensorVariable):

@@ -268,6 +268,12 @@ class UserDefinedObjectVariable(VariableTracker):
         """``for x in obj``: the class's ``__iter__`` (inlined), or a builtin base's iteration."""
         from .misc import BuiltinMethodVariable
 
+        if type(self.value) in _DICT_VIEW_TYPES and self.source is None:
+            # A dict view produced by a native call (``inspect.signature(f).parameters.keys()``):
+            # iterating it runs no user code; its items are unguarded like the call's result.
+            from .builder import wrap_constant_result
+
+            return [wrap_constant_result(tx, v) for v in self.value]
         it = _class_attr(type(self.value), "__iter__")
         if iterates_by_index(type(self.value)):
             return iterate_by_index(tx, self)
@@ -299,6 +305,10 @@ class UserDefinedObjectVariable(VariableTracker):
 
 
 import collections.abc as _abc  # noqa: E402
+
+_od: "collections.OrderedDict[int, int]" = collections.OrderedDict()
+_DICT_VIEW_TYPES = frozenset({type({}.keys()), type({}.values()), type({}.items()),
+                              type(_od.keys()), type(_od.values()), type(_od.items())})
 
 _SEQUENCE_ITER = _abc.Sequence.__iter__
 

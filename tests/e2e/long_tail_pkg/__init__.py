@@ -1,0 +1,1 @@
+"""A package whose module imports its sibling relatively inside a jitted function."""
