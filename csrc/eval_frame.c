@@ -246,6 +246,29 @@ static PyObject *run_replacement(PyThreadState *tstate, _PyInterpreterFrame *fra
     return res;
 }
 
+/* Whether every argument slot holds an object whose exact type is in `types` (the plain mark,
+ * CodeExtra.plain_types): a few pointer compares per argument, no Python calls. */
+static inline int plain_call(PyObject *types, PyObject **slots, Py_ssize_t nargs)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(types);
+    PyObject **items = &PyTuple_GET_ITEM(types, 0);
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        PyObject *slot = slots[i];
+        if (slot == NULL) {
+            return 0;
+        }
+        PyObject *tp = (PyObject *)Py_TYPE(slot);
+        Py_ssize_t j = 0;
+        while (j < n && items[j] != tp) {
+            j++;
+        }
+        if (j == n) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* Validate a replacement code object against the original (notes section 3). 0 or -1. */
 static int validate_replacement(PyCodeObject *original, PyObject *code, Py_ssize_t nargs)
 {
@@ -410,6 +433,9 @@ static PYJIT_NOINLINE PyObject *eval_frame_enabled(PyThreadState *tstate, _PyInt
         return run_original(tstate, frame, 0);
     }
     Py_ssize_t nargs = argument_slots(co);
+    if (ex != NULL && ex->plain_types != NULL && plain_call(ex->plain_types, frame->localsplus, nargs)) {
+        return run_original(tstate, frame, 0);
+    }
     if (ex != NULL && ex->head != NULL) {
         PyFunctionObject *func = PYJIT_FRAME_FUNC(frame);
         uint32_t version = ex->version;
