@@ -81,6 +81,11 @@ def _reaches(value: Any, torch: Any, depth: int) -> bool:
         return True  # torch objects: dtypes, devices, torch.Size, op overloads, ...
     if depth <= 0:
         return False
+    if tp is types.CellType:  # a resume function receives some cell variables as cells
+        try:
+            return _reaches(value.cell_contents, torch, depth - 1)
+        except ValueError:
+            return False
     if isinstance(value, (list, tuple)):
         seq = list.__iter__(value) if isinstance(value, list) else tuple.__iter__(value)
         for i, item in enumerate(seq):
