@@ -52,7 +52,6 @@ def _grad_enabled() -> bool:
 def _is_with_exit(handler: object) -> bool:
     """A ``with`` block's exit handler: PUSH_EXC_INFO then WITH_EXCEPT_START (3.11-3.13)."""
     return bool(getattr(handler, "lasti", False))
-_MAX_STEPS = 200_000  # per trace, all frames together: an unbounded loop is a graph break
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,6 +143,9 @@ class Translator:
         self.direct_return = False  # this frame's return value is its caller's call result
         self.step_at_start = -1   # the step at which ``current`` started
         self.depth_at_start = 0   # the stack depth when ``current`` started
+        # An inlined frame: the step and graph size when its call began (inline budget).
+        self.inline_start_step = self.steps[0]
+        self.inline_start_calls = output.call_count
 
     # -- stack helpers -----------------------------------------------------------------------
     def push(self, v: "VariableTracker") -> None:
@@ -168,6 +170,8 @@ class Translator:
         from .opcodes import OPCODES
 
         insts = self.instructions
+        max_steps = config.trace_instruction_limit
+        budget = self.output.inline_budget if self.parent is not None else None
         while self.return_value is None:
             if self.ip >= len(insts):
                 raise AssertionError(f"fell off the end of {self.code.co_name}")
@@ -186,8 +190,11 @@ class Translator:
             grad_at_start = _grad_enabled()
             self.ip += 1
             try:
-                if step > _MAX_STEPS:
-                    unsupported("loop_limit", f"more than {_MAX_STEPS} instructions")
+                if step > max_steps:
+                    unsupported("loop_limit", f"more than {max_steps} instructions")
+                if budget is not None and step - self.inline_start_step > budget and \
+                        self.output.call_count == self.inline_start_calls:
+                    self.run_call_natively(f"{self.code.co_name} ran {budget} instructions without tensor work")
                 handler = OPCODES.get(inst.opname)
                 if handler is None:
                     unsupported("unsupported_opcode", inst.opname)
@@ -206,6 +213,27 @@ class Translator:
                     located.break_at = step
                 raise located from None
         return self.return_value
+
+    def run_call_natively(self, detail: str, *, calling: bool = False) -> None:
+        """Stop tracing the pure-Python call this frame is part of (budgets in config): break
+        before the call instruction that inlined the outermost enclosing inlined frame that has
+        recorded no graph node since its call began, so that whole call runs natively (as its
+        own frame under the hook, itself only traced if it reaches tensors). ``calling``: this
+        frame is running the call of a function it has not inlined yet (that call is the
+        innermost candidate)."""
+        from ..errors import Unsupported as _Unsupported
+
+        break_at = self.step_at_start if calling else None
+        t: Translator = self
+        # Frames inlined after a pure frame began are pure too: walk outwards while pure.
+        while t.parent is not None and t.inline_start_calls == self.output.call_count:
+            break_at = t.parent.step_at_start
+            t = t.parent
+        try:
+            unsupported("inline_budget", detail)
+        except _Unsupported as e:
+            e.break_at = break_at
+            raise
 
     # -- exceptions raised by the traced code ------------------------------------------------
     def _catchable(self, e: Unsupported, inst: Instruction, contexts_at_start: int, grad_at_start: bool) -> type | None:
@@ -346,6 +374,19 @@ class Translator:
 
         if self.depth + 1 > config.inline_depth_limit:
             unsupported("inline_depth", f"inlining {code.co_name}")
+        if self.output.inline_budget is not None:
+            recursion = 0
+            t: Translator | None = self
+            while t is not None:
+                recursion += t.code is code
+                t = t.parent
+            pure = self.inline_start_calls == self.output.call_count if self.parent is not None \
+                else self.output.call_count == 0
+            if recursion > config.inline_recursion_limit and pure:
+                # Recursion without tensor work: the outermost pure call runs natively.
+                # Recursion that records tensor work keeps inlining (inline_depth_limit).
+                self.run_call_natively(f"{code.co_name} recursed more than {config.inline_recursion_limit} times",
+                                       calling=True)
         is_gen = bool(code.co_flags & (0x20 | 0x80 | 0x200))
         if code.co_flags & (0x80 | 0x200):
             unsupported("generator", f"{code.co_name} is a coroutine")
