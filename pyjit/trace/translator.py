@@ -225,10 +225,16 @@ class Translator:
 
         break_at = self.step_at_start if calling else None
         t: Translator = self
-        # Frames inlined after a pure frame began are pure too: walk outwards while pure.
+        # Frames inlined after a pure frame began are pure too: walk outwards while pure. A
+        # comprehension, generator expression or lambda is made inside the traced code: the
+        # call that runs it natively could not rebuild it, so it is never the one to break at.
         while t.parent is not None and t.inline_start_calls == self.output.call_count:
-            break_at = t.parent.step_at_start
+            if not t.code.co_name.startswith("<"):
+                break_at = t.parent.step_at_start
             t = t.parent
+        if break_at is None:
+            self.inline_start_step = self.steps[0]  # nothing to run natively: a new budget
+            return
         try:
             unsupported("inline_budget", detail)
         except _Unsupported as e:
