@@ -251,7 +251,7 @@ static PyObject *run_replacement(PyThreadState *tstate, _PyInterpreterFrame *fra
 static inline int plain_call(PyObject *types, PyObject **slots, Py_ssize_t nargs)
 {
     Py_ssize_t n = PyTuple_GET_SIZE(types);
-    PyObject **items = &PyTuple_GET_ITEM(types, 0);
+    PyObject **items = ((PyTupleObject *)types)->ob_item;
     for (Py_ssize_t i = 0; i < nargs; i++) {
         PyObject *slot = slots[i];
         if (slot == NULL) {

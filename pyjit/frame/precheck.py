@@ -19,8 +19,8 @@ argument of a marked type that holds tensors on a later call, or a global reboun
 after the mark was set; such calls run natively (eager results, no graph) until
 ``pyjit.reset()``.
 
-Reading never calls user code: no ``__getattr__``, ``__iter__``, ``__len__`` or
-``__instancecheck__`` of user classes runs (container contents are read through the built-in
+Reading never calls user code: no ``__getattr__``, ``__iter__``, ``__len__``, ``__class__``
+or ``__instancecheck__`` of user classes runs (types are read with ``type()``) (container contents are read through the built-in
 types' own slots, objects through their instance ``__dict__``).
 """
 from __future__ import annotations
@@ -69,12 +69,12 @@ def _reaches(value: Any, torch: Any, depth: int) -> bool:
     verdict = _type_verdict(tp, torch)
     if verdict != 2:
         return verdict == 1
-    if isinstance(value, types.ModuleType):
+    if issubclass(tp, types.ModuleType):
         return _is_torch_name(value.__name__)
-    if isinstance(value, type):
+    if issubclass(tp, type):
         return issubclass(value, (torch.Tensor, torch.nn.Module)) or _is_torch_name(type.__getattribute__(value, "__module__"))
-    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
-        if isinstance(value, types.MethodType):
+    if issubclass(tp, (types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
+        if tp is types.MethodType:
             return depth > 0 and _reaches(value.__self__, torch, depth - 1)
         return _is_torch_name(getattr(value, "__module__", None))
     if tp.__module__ is not None and _is_torch_name(tp.__module__):
@@ -86,23 +86,23 @@ def _reaches(value: Any, torch: Any, depth: int) -> bool:
             return _reaches(value.cell_contents, torch, depth - 1)
         except ValueError:
             return False
-    if isinstance(value, (list, tuple)):
-        seq = list.__iter__(value) if isinstance(value, list) else tuple.__iter__(value)
+    if issubclass(tp, (list, tuple)):
+        seq = list.__iter__(value) if issubclass(tp, list) else tuple.__iter__(value)
         for i, item in enumerate(seq):
             if i >= _SCAN_ITEMS:
                 return False
             if _reaches(item, torch, depth - 1):
                 return True
         return False
-    if isinstance(value, dict):
+    if issubclass(tp, dict):
         return _any_value(value, torch, depth)
-    if isinstance(value, (set, frozenset)):
+    if issubclass(tp, (set, frozenset)):
         return False  # set items are hashable: tensors hash by id but are rare there
     try:
         attrs = object.__getattribute__(value, "__dict__")
     except AttributeError:
         return False  # slots-only objects: not looked into
-    if not isinstance(attrs, dict):
+    if type(attrs) is not dict:
         return False
     return _any_value(attrs, torch, depth)
 

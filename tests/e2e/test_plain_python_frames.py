@@ -221,3 +221,29 @@ def test_fullgraph_jit_of_a_plain_function_is_still_traced(counts):
     traced, _ = counts
     assert pyjit.jit(add, backend=CountingBackend(), fullgraph=True)(1, 2) == 3
     assert traced.get("add") == 1
+
+
+class _Trap:
+    """Any user dunder the look would call fails the test."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"__getattr__({name!r}) called")
+
+    @property
+    def __class__(self):
+        raise AssertionError("__class__ read")
+
+    def __len__(self):
+        raise AssertionError("__len__ called")
+
+
+def test_the_look_calls_no_user_code_and_sees_tensors_in_containers_and_objects():
+    def f(a, b=None):
+        return a
+
+    trap = _Trap()
+    assert not precheck.reaches_tensors(f, (trap, [1, 2, {"k": "v"}]))
+    holder = Node(torch.ones(1), None)
+    assert precheck.reaches_tensors(f, (holder, None))
+    assert precheck.reaches_tensors(f, ([1, (2, {"t": torch.ones(1)})], None))
+    assert precheck.reaches_tensors(f, (torch.nn.Linear(2, 2), None))
