@@ -57,8 +57,8 @@ class Config:
     # Maximum depth of inlined user-function calls while tracing.
     inline_depth_limit: int = 32
     # Tracing budgets for calls with no tensor work (docs/graph_breaks.md, `inline_budget`):
-    # an inlined call that runs this many instructions (its own and its callees') without
-    # recording a graph node, or a function inlined into its own recursion more than
+    # an inlined call handed no tensor that runs this many instructions (its own and its
+    # callees') without recording a graph node, or a function inlined into its own recursion more than
     # `inline_recursion_limit` times, is not traced further: the outermost such call runs
     # natively (as its own frame under the hook) and tracing resumes after it. Not applied
     # under fullgraph=True.

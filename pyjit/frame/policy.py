@@ -272,9 +272,13 @@ def _runs_plain(func: types.FunctionType, args: tuple[Any, ...]) -> bool:
     run natively without calling back."""
     from .precheck import plain_types, reaches_tensors
 
+    code = func.__code__
+    if "__resume_at_" in code.co_name:
+        # pyjit's resume functions are shared by every frame that breaks at the same place;
+        # one that got plain values from one caller may carry another's tensor work.
+        return False
     if reaches_tensors(func, args):
         return False
-    code = func.__code__
     marked = plain_types(_C.get_plain(code), args)
     if marked is not None:
         _C.set_plain(code, marked)

@@ -404,6 +404,10 @@ class Translator:
             cellmap[name] = cell
         child = Translator(code, f_locals, cellmap, f_globals, self.output, parent=self,
                            fn_source=fn_source, root_globals=self.root_globals)
+        if _passes_tensors([*args, *kwargs.values()]):
+            # A call handed tensors (building an output object around them, say) is tensor
+            # work even while it records no graph node: never run natively by the budget.
+            child.inline_start_calls = -1
         child.direct_return = self.direct_call_pending  # only the first frame a call inlines
         self.direct_call_pending = False
         if is_gen:
@@ -413,6 +417,25 @@ class Translator:
             return ListIteratorVariable(child.yielded)
         result = child.run()
         return result
+
+
+def _passes_tensors(values: list["VariableTracker"], depth: int = 2) -> bool:
+    """Whether any of the trackers is a tensor or symbolic value, or a list/tuple/dict holding
+    one (``depth`` levels down)."""
+    from ..variables.dicts import DictVariable
+    from ..variables.lists import BaseListVariable
+    from ..variables.symbolic import SymNodeVariable
+    from ..variables.tensor import TensorVariable
+
+    for v in values:
+        if isinstance(v, (TensorVariable, SymNodeVariable)):
+            return True
+        if depth > 0:
+            if isinstance(v, BaseListVariable) and _passes_tensors(v.items, depth - 1):
+                return True
+            if isinstance(v, DictVariable) and _passes_tensors(list(v.items.values()), depth - 1):
+                return True
+    return False
 
 
 def bind_arguments(
