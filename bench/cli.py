@@ -81,6 +81,9 @@ def _list(device: Any) -> int:
     from bench.dynamic import DYNAMIC
 
     print("dynamic workloads (20 sizes of one dimension):", ", ".join(w.name for w in DYNAMIC))
+    from bench.hook_overhead import WORKLOADS as HOOK
+
+    print("hook workloads (plain Python under pyjit.enable()):", ", ".join(w.name for w in HOOK))
     print(f"backends on {device}:")
     for name in ALL_BACKENDS:
         b = make_backend(name, device)
@@ -133,7 +136,9 @@ def main(argv: list[str] | None = None) -> int:
         from bench.workloads import by_name
 
         try:
-            for wname in workload_filter - {w.name for w in DYNAMIC}:
+            from bench.hook_overhead import WORKLOADS as HOOK
+
+            for wname in workload_filter - {w.name for w in DYNAMIC} - {w.name for w in HOOK}:
                 by_name(wname)
         except KeyError as exc:
             print(f"{exc.args[0]}; see python -m bench --list", file=sys.stderr)

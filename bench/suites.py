@@ -1,5 +1,5 @@
 """The suites: ``overhead``, ``compile``, ``kernels``, ``models``, ``dynamic`` (see
-:mod:`bench.dynamic`) and ``quick`` (the default).
+:mod:`bench.dynamic`), ``hook`` (see :mod:`bench.hook_overhead`) and ``quick`` (the default).
 
 Each suite appends result rows to a :class:`RunContext`. Time is shared out by
 :class:`Budget`: a suite gets an equal share of what is left when it starts (so time a suite does
@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import torch
 
-from bench import dynamic, external, models, probes, workloads
+from bench import dynamic, external, hook_overhead, models, probes, workloads
 from bench.backends import Backend
 from bench.compile_worker import RESULT_TAG
 from bench.env import REPO_ROOT
@@ -105,6 +105,8 @@ def planned_units(suite: str, ctx: RunContext) -> int:
         return len(_compile_workloads(ctx)) * len(_compile_backends(ctx))
     if suite == "dynamic":
         return len(dynamic.selected(ctx.quick, ctx.workload_filter)) * len(_dynamic_backends(ctx))
+    if suite == "hook":
+        return len(hook_overhead.selected(ctx.workload_filter))
     return 0
 
 
@@ -317,6 +319,14 @@ def run_dynamic(ctx: RunContext) -> None:
             ctx.add(dynamic.run_one(w, b, ctx.device, ctx.size, ctx.plan))
 
 
+def run_hook(ctx: RunContext) -> None:
+    """Plain-Python (and mixed) workloads natively vs inside ``pyjit.enable()``: one line each."""
+    for w in hook_overhead.selected(ctx.workload_filter):
+        row = hook_overhead.run_one(w, ctx.size, ctx.plan.samples)
+        print(hook_overhead.describe(row), flush=True)
+        ctx.add(row)
+
+
 RUNNERS: dict[str, Callable[[RunContext], None]] = {
     "quick": run_quick,
     "overhead": run_overhead,
@@ -324,4 +334,5 @@ RUNNERS: dict[str, Callable[[RunContext], None]] = {
     "kernels": run_kernels,
     "models": run_models,
     "dynamic": run_dynamic,
+    "hook": run_hook,
 }

@@ -57,10 +57,12 @@ static void extra_free(void *ptr)
     }
     registry_unlink(ex);
     CacheEntry *entries = ex->head;
+    PyObject *plain = ex->plain_types;
     ex->head = NULL;
     PyMem_Free(ex);
     /* DECREFs last: they may free other code objects, re-entering this function. */
     free_entries(entries);
+    Py_XDECREF(plain);
 }
 
 /* Check the mirrored co_extra layout on a scratch code object (see compat.h): attach real
@@ -175,7 +177,17 @@ void pyjit_cache_reset_all(void)
     /* Detach everything first, DECREF afterwards: a DECREF may free a code object and so
      * unlink a CodeExtra from the registry we are walking. */
     CacheEntry *doomed = NULL;
+    /* Plain marks are parked in a list (which keeps them alive) and released with it. */
+    PyObject *doomed_plain = PyList_New(0);
     for (CodeExtra *ex = registry; ex != NULL; ex = ex->reg_next) {
+        if (ex->plain_types != NULL) {
+            if (doomed_plain == NULL || PyList_Append(doomed_plain, ex->plain_types) < 0) {
+                PyErr_Clear(); /* out of memory: keep the mark rather than free it while walking */
+            }
+            else {
+                Py_SETREF(ex->plain_types, NULL); /* the list holds it: no deallocation here */
+            }
+        }
         CacheEntry *e = ex->head;
         if (e != NULL) {
             CacheEntry *tail = e;
@@ -193,6 +205,7 @@ void pyjit_cache_reset_all(void)
         ex->limit_reported = 0;
     }
     free_entries(doomed);
+    Py_XDECREF(doomed_plain);
 }
 
 Py_ssize_t pyjit_cache_count_extras(void)

@@ -22,6 +22,10 @@ typedef struct CodeExtra {
     uint8_t skip;           /* never call back, never look at entries: default evaluator */
     uint8_t run_only;       /* use entries, never call back */
     uint8_t limit_reported; /* the limit callback already ran for this code object */
+    /* Strong tuple of types, or NULL. A "plain" mark: a call whose every argument slot holds
+     * an object of exactly one of these types runs natively with no callback (Python proved
+     * such calls reach no tensor); any other call is looked up / called back as usual. */
+    PyObject *plain_types;
 } CodeExtra;
 
 int pyjit_cache_init(void);

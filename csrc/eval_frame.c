@@ -246,6 +246,29 @@ static PyObject *run_replacement(PyThreadState *tstate, _PyInterpreterFrame *fra
     return res;
 }
 
+/* Whether every argument slot holds an object whose exact type is in `types` (the plain mark,
+ * CodeExtra.plain_types): a few pointer compares per argument, no Python calls. */
+static inline int plain_call(PyObject *types, PyObject **slots, Py_ssize_t nargs)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(types);
+    PyObject **items = ((PyTupleObject *)types)->ob_item;
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        PyObject *slot = slots[i];
+        if (slot == NULL) {
+            return 0;
+        }
+        PyObject *tp = (PyObject *)Py_TYPE(slot);
+        Py_ssize_t j = 0;
+        while (j < n && items[j] != tp) {
+            j++;
+        }
+        if (j == n) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* Validate a replacement code object against the original (notes section 3). 0 or -1. */
 static int validate_replacement(PyCodeObject *original, PyObject *code, Py_ssize_t nargs)
 {
@@ -453,18 +476,22 @@ static PYJIT_NOINLINE PyObject *eval_frame_switch_thread(PyThreadState *tstate, 
 static PYJIT_NOINLINE PyObject *eval_frame_unmirrored(PyThreadState *tstate, _PyInterpreterFrame *frame,
                                                       ThreadState *t)
 {
-    CodeExtra *ex = pyjit_extra_get_slow(PYJIT_FRAME_CODE(frame));
-    if (ex != NULL && ex->skip) {
+    PyCodeObject *co = PYJIT_FRAME_CODE(frame);
+    CodeExtra *ex = pyjit_extra_get_slow(co);
+    if (ex != NULL && (ex->skip || (ex->plain_types != NULL &&
+                                    plain_call(ex->plain_types, frame->localsplus, argument_slots(co))))) {
         return run_original(tstate, frame, 0);
     }
     return eval_frame_enabled(tstate, frame, t, ex);
 }
 
-/* The hook. Fast path, taken by every frame of a thread that has not enabled pyjit and by
- * every frame of code marked skip: a thread-id compare, two flag reads, one co_extra read, a
- * tail call. Checking skip before the frame filter is safe: every filtered frame runs its
- * original code too, and a skip-marked replacement code's `expected_code` is cleared by
- * run_replacement after the call. */
+/* The hook. Fast path, taken by every frame of a thread that has not enabled pyjit, by every
+ * frame of code marked skip and by every plain call (CodeExtra.plain_types): a thread-id
+ * compare, two flag reads, one co_extra read (plus one type compare per argument for a plain
+ * mark), a tail call. Checking the marks before the frame filter is safe: every filtered frame
+ * runs its original code too, and a marked replacement code's `expected_code` is cleared by
+ * run_replacement after the call. A skip mark stops only this code object's lookups and
+ * callbacks: the frames it calls reach this hook as their own frames. */
 PyObject *pyjit_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, int throwflag)
 {
     if (tstate->id != cached_thread_id) {
@@ -477,8 +504,10 @@ PyObject *pyjit_eval_frame(PyThreadState *tstate, _PyInterpreterFrame *frame, in
     if (!pyjit_mirror_ok) {
         return eval_frame_unmirrored(tstate, frame, t);
     }
-    CodeExtra *ex = pyjit_extra_get_mirrored(PYJIT_FRAME_CODE(frame));
-    if (ex != NULL && ex->skip) {
+    PyCodeObject *co = PYJIT_FRAME_CODE(frame);
+    CodeExtra *ex = pyjit_extra_get_mirrored(co);
+    if (ex != NULL && (ex->skip || (ex->plain_types != NULL &&
+                                    plain_call(ex->plain_types, frame->localsplus, argument_slots(co))))) {
         return run_original(tstate, frame, 0);
     }
     return eval_frame_enabled(tstate, frame, t, ex);

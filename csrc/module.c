@@ -76,6 +76,51 @@ static PyObject *py_is_run_only(PyObject *Py_UNUSED(m), PyObject *arg)
     return PyBool_FromLong(ex != NULL && ex->run_only);
 }
 
+/* set_plain(code, types | None): see CodeExtra.plain_types. */
+static PyObject *py_set_plain(PyObject *Py_UNUSED(m), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "set_plain(code, types_tuple | None)");
+        return NULL;
+    }
+    PyCodeObject *co = as_code(args[0], "set_plain");
+    if (co == NULL) {
+        return NULL;
+    }
+    PyObject *types = args[1];
+    if (types != Py_None) {
+        if (!PyTuple_CheckExact(types)) {
+            PyErr_SetString(PyExc_TypeError, "set_plain: expected a tuple of types or None");
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(types); i++) {
+            if (!PyType_Check(PyTuple_GET_ITEM(types, i))) {
+                PyErr_SetString(PyExc_TypeError, "set_plain: expected a tuple of types or None");
+                return NULL;
+            }
+        }
+    }
+    CodeExtra *ex = types == Py_None ? pyjit_extra_get(co) : pyjit_extra_ensure(co);
+    if (ex == NULL) {
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    Py_XSETREF(ex->plain_types, types == Py_None ? NULL : Py_NewRef(types));
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_get_plain(PyObject *Py_UNUSED(m), PyObject *arg)
+{
+    PyCodeObject *co = as_code(arg, "get_plain");
+    if (co == NULL) {
+        return NULL;
+    }
+    CodeExtra *ex = pyjit_extra_get(co);
+    return Py_NewRef(ex != NULL && ex->plain_types != NULL ? ex->plain_types : Py_None);
+}
+
 static PyObject *py_cache_entries(PyObject *Py_UNUSED(m), PyObject *arg)
 {
     PyCodeObject *co = as_code(arg, "cache_entries");
@@ -117,6 +162,10 @@ static PyMethodDef cache_methods[] = {
     {"set_run_only", (PyCFunction)(void (*)(void))py_set_run_only, METH_FASTCALL,
      "set_run_only(code, flag): use this code object's entries, never call back for it."},
     {"is_run_only", py_is_run_only, METH_O, "is_run_only(code) -> bool."},
+    {"set_plain", (PyCFunction)(void (*)(void))py_set_plain, METH_FASTCALL,
+     "set_plain(code, types | None): calls whose every argument's exact type is in `types` run as is, "
+     "with no lookup and no callback."},
+    {"get_plain", py_get_plain, METH_O, "get_plain(code) -> tuple of types or None."},
     {"cache_entries", py_cache_entries, METH_O,
      "cache_entries(code) -> [(guard | None, replacement_code)], most recently hit first."},
     {"reset", py_reset, METH_NOARGS, "reset(): drop every cache entry and mark of every code object."},

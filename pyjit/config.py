@@ -57,6 +57,17 @@ class Config:
     suppress_errors: bool = False
     # Maximum depth of inlined user-function calls while tracing.
     inline_depth_limit: int = 32
+    # Tracing budgets for calls with no tensor work (docs/graph_breaks.md, `inline_budget`):
+    # an inlined call handed no tensor that runs this many instructions (its own and its
+    # callees') without recording a graph node, or a function inlined into its own recursion more than
+    # `inline_recursion_limit` times, is not traced further: the outermost such call runs
+    # natively (as its own frame under the hook) and tracing resumes after it. Not applied
+    # under fullgraph=True.
+    inline_instruction_budget: int = 2000
+    inline_recursion_limit: int = 4
+    # Instructions one trace may run in all (the frame and every call it inlines) before it
+    # stops with a `loop_limit` break.
+    trace_instruction_limit: int = 200_000
     # Triton launch: default number of warps for pointwise kernels when no heuristic applies.
     triton_default_num_warps: int = 4
     # Backend (owner: backend): fuse loop nodes into shared kernels (off = one kernel per buffer).

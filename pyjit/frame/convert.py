@@ -124,6 +124,8 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
     first_break: GraphBreak | None = None
     while True:
         output = OutputGraph(code.co_qualname if hasattr(code, "co_qualname") else code.co_name, dynamic)
+        if not fullgraph:
+            output.inline_budget = config.inline_instruction_budget
         tx = root_translator(func, args, output)
         tx.stop_step[0] = stop_step
         install_global_state_guards(tx)

@@ -9,6 +9,9 @@ Decisions, in order, for ``callback(func, args)``:
   callee*: registered with the options of the call that installed the callback (never
   ``fullgraph``), so code running natively between graphs still compiles what it calls;
   ``pyjit.disable``d functions are skipped;
+- a frame that reaches no tensor (arguments, closure cells, the globals it names:
+  :mod:`pyjit.frame.precheck`) is not traced: it runs natively and gets the C core's *plain
+  mark* (later calls with arguments of the same exact types run natively with no callback);
 - otherwise convert the frame (:func:`pyjit.frame.convert.convert_frame`):
   * no tensor operation -> mark skip (one look only);
   * a graph break -> compiled around it (``pyjit.trace.breaks``); ``GraphBreakError`` under
@@ -119,6 +122,7 @@ def register_target(code: types.CodeType, options: JitOptions) -> CodeState:
         _targets[id(code)] = state
     if _C is not None:
         _C.mark_skip(code, False)  # it may have been marked while running inside another jitted call
+        _C.set_plain(code, None)
     return state
 
 
@@ -211,11 +215,15 @@ def callback(target: CodeState | None, func: types.FunctionType, args: tuple[Any
     fullgraph_ok = True
     if target is not None and target.code is code:
         state = target
+        if not state.options.fullgraph and _runs_plain(func, args):
+            return None
     else:
         # A callee of a jitted call is compiled around its breaks, whatever jitted it elsewhere.
         fullgraph_ok = target is None
         if is_library_code(code):
             _C.mark_skip(code)
+            return None
+        if _runs_plain(func, args):
             return None
         state = _targets.get(id(code))
         if state is None:
@@ -262,6 +270,27 @@ def callback(target: CodeState | None, func: types.FunctionType, args: tuple[Any
         _C.mark_skip(code)
         return None
     return tree, frame.code
+
+
+def _runs_plain(func: types.FunctionType, args: tuple[Any, ...]) -> bool:
+    """A frame that reaches no tensor (``pyjit.frame.precheck``) is not traced: it runs
+    natively, and the C core's plain mark makes later calls with arguments of the same types
+    run natively without calling back."""
+    from .precheck import plain_types, reaches_tensors
+
+    code = func.__code__
+    if "__resume_at_" in code.co_name:
+        # pyjit's resume functions are shared by every frame that breaks at the same place;
+        # one that got plain values from one caller may carry another's tensor work.
+        return False
+    if reaches_tensors(func, args):
+        return False
+    marked = plain_types(_C.get_plain(code), args)
+    if marked is not None:
+        _C.set_plain(code, marked)
+    if _observers:
+        _notify("skipped", code, "no tensor in reach")
+    return True
 
 
 def compile_for(func: types.FunctionType, args: tuple[Any, ...], state: CodeState, *, fullgraph: bool | None = None) -> Any:

@@ -57,6 +57,12 @@ BREAK_KINDS: dict[str, tuple[str, str]] = {
         "remove the hooks while the module runs under pyjit.jit",
     ),
     "inline_depth": ("calls nest deeper than config.inline_depth_limit", "raise pyjit.config.inline_depth_limit"),
+    "inline_budget": (
+        "a called function runs long without tensor work (config.inline_instruction_budget) or recurses "
+        "(config.inline_recursion_limit); the call runs natively, as its own frame",
+        "nothing to do: the call runs natively and the rest keeps compiling; move tensor work out of "
+        "long Python loops to keep it in one graph",
+    ),
     "loop_limit": ("the trace ran too many instructions (an unbounded loop?)", "bound the loop by a constant"),
     "user_break": (
         "pyjit.graph_break() was called",

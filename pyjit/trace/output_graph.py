@@ -87,6 +87,9 @@ class OutputGraph:
         self.inputs: list[GraphInput] = []
         self._input_by_id: dict[int, GraphInput] = {}
         self.call_count = 0
+        # Steps an inlined call may run without recording a graph node before it runs natively
+        # instead (config.inline_instruction_budget); None under fullgraph (no breaks wanted).
+        self.inline_budget: int | None = None
         self.mutates = False  # the graph contains an in-place operation
         # Real autocast/inference-mode contexts entered while tracing (exited if tracing stops).
         self.entered_contexts: list[Any] = []

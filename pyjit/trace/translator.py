@@ -52,7 +52,6 @@ def _grad_enabled() -> bool:
 def _is_with_exit(handler: object) -> bool:
     """A ``with`` block's exit handler: PUSH_EXC_INFO then WITH_EXCEPT_START (3.11-3.13)."""
     return bool(getattr(handler, "lasti", False))
-_MAX_STEPS = 200_000  # per trace, all frames together: an unbounded loop is a graph break
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,6 +143,9 @@ class Translator:
         self.direct_return = False  # this frame's return value is its caller's call result
         self.step_at_start = -1   # the step at which ``current`` started
         self.depth_at_start = 0   # the stack depth when ``current`` started
+        # An inlined frame: the step and graph size when its call began (inline budget).
+        self.inline_start_step = self.steps[0]
+        self.inline_start_calls = output.call_count
 
     # -- stack helpers -----------------------------------------------------------------------
     def push(self, v: "VariableTracker") -> None:
@@ -168,6 +170,8 @@ class Translator:
         from .opcodes import OPCODES
 
         insts = self.instructions
+        max_steps = config.trace_instruction_limit
+        budget = self.output.inline_budget if self.parent is not None else None
         while self.return_value is None:
             if self.ip >= len(insts):
                 raise AssertionError(f"fell off the end of {self.code.co_name}")
@@ -186,8 +190,11 @@ class Translator:
             grad_at_start = _grad_enabled()
             self.ip += 1
             try:
-                if step > _MAX_STEPS:
-                    unsupported("loop_limit", f"more than {_MAX_STEPS} instructions")
+                if step > max_steps:
+                    unsupported("loop_limit", f"more than {max_steps} instructions")
+                if budget is not None and step - self.inline_start_step > budget and \
+                        self.output.call_count == self.inline_start_calls:
+                    self.run_call_natively(f"{self.code.co_name} ran {budget} instructions without tensor work")
                 handler = OPCODES.get(inst.opname)
                 if handler is None:
                     unsupported("unsupported_opcode", inst.opname)
@@ -206,6 +213,33 @@ class Translator:
                     located.break_at = step
                 raise located from None
         return self.return_value
+
+    def run_call_natively(self, detail: str, *, calling: bool = False) -> None:
+        """Stop tracing the pure-Python call this frame is part of (budgets in config): break
+        before the call instruction that inlined the outermost enclosing inlined frame that has
+        recorded no graph node since its call began, so that whole call runs natively (as its
+        own frame under the hook, itself only traced if it reaches tensors). ``calling``: this
+        frame is running the call of a function it has not inlined yet (that call is the
+        innermost candidate)."""
+        from ..errors import Unsupported as _Unsupported
+
+        break_at = self.step_at_start if calling else None
+        t: Translator = self
+        # Frames inlined after a pure frame began are pure too: walk outwards while pure. A
+        # comprehension, generator expression or lambda is made inside the traced code: the
+        # call that runs it natively could not rebuild it, so it is never the one to break at.
+        while t.parent is not None and t.inline_start_calls == self.output.call_count:
+            if not t.code.co_name.startswith("<"):
+                break_at = t.parent.step_at_start
+            t = t.parent
+        if break_at is None:
+            self.inline_start_step = self.steps[0]  # nothing to run natively: a new budget
+            return
+        try:
+            unsupported("inline_budget", detail)
+        except _Unsupported as e:
+            e.break_at = break_at
+            raise
 
     # -- exceptions raised by the traced code ------------------------------------------------
     def _catchable(self, e: Unsupported, inst: Instruction, contexts_at_start: int, grad_at_start: bool) -> type | None:
@@ -342,6 +376,19 @@ class Translator:
 
         if self.depth + 1 > config.inline_depth_limit:
             unsupported("inline_depth", f"inlining {code.co_name}")
+        if self.output.inline_budget is not None:
+            recursion = 0
+            t: Translator | None = self
+            while t is not None:
+                recursion += t.code is code
+                t = t.parent
+            pure = self.inline_start_calls == self.output.call_count if self.parent is not None \
+                else self.output.call_count == 0
+            if recursion > config.inline_recursion_limit and pure:
+                # Recursion without tensor work: the outermost pure call runs natively.
+                # Recursion that records tensor work keeps inlining (inline_depth_limit).
+                self.run_call_natively(f"{code.co_name} recursed more than {config.inline_recursion_limit} times",
+                                       calling=True)
         is_gen = bool(code.co_flags & (0x20 | 0x80 | 0x200))
         if code.co_flags & (0x80 | 0x200):
             unsupported("generator", f"{code.co_name} is a coroutine")
@@ -353,6 +400,10 @@ class Translator:
             cellmap[name] = cell
         child = Translator(code, f_locals, cellmap, f_globals, self.output, parent=self,
                            fn_source=fn_source, root_globals=self.root_globals)
+        if _passes_tensors([*args, *kwargs.values()]):
+            # A call handed tensors (building an output object around them, say) is tensor
+            # work even while it records no graph node: never run natively by the budget.
+            child.inline_start_calls = -1
         child.direct_return = self.direct_call_pending  # only the first frame a call inlines
         self.direct_call_pending = False
         if is_gen:
@@ -382,6 +433,25 @@ def _inlines_as_call(fn: "VariableTracker") -> bool:
         cls = fn.cls if isinstance(fn, ObjectVariable) else type(fn.value)
         return isinstance(lookup_class_attr(cls, "__call__"), types.FunctionType)
     return isinstance(fn, (UserFunctionVariable, UserMethodVariable, NNModuleVariable, NestedFunctionVariable))
+
+
+def _passes_tensors(values: list["VariableTracker"], depth: int = 2) -> bool:
+    """Whether any of the trackers is a tensor or symbolic value, or a list/tuple/dict holding
+    one (``depth`` levels down)."""
+    from ..variables.dicts import DictVariable
+    from ..variables.lists import BaseListVariable
+    from ..variables.symbolic import SymNodeVariable
+    from ..variables.tensor import TensorVariable
+
+    for v in values:
+        if isinstance(v, (TensorVariable, SymNodeVariable)):
+            return True
+        if depth > 0:
+            if isinstance(v, BaseListVariable) and _passes_tensors(v.items, depth - 1):
+                return True
+            if isinstance(v, DictVariable) and _passes_tensors(list(v.items.values()), depth - 1):
+                return True
+    return False
 
 
 def bind_arguments(

@@ -133,17 +133,20 @@ def test_nested_calls_inside_jitted_frame_are_not_compiled_separately():
     assert backend.frame_count == 1
 
 
-def test_frame_without_tensor_ops_is_marked_skip_after_one_look():
-    # Issue 4: "mark the code skip" -- through the C core's per-code mark (docs/contracts.md).
+def test_frame_without_tensor_ops_is_marked_plain_after_one_look():
+    # A frame that reaches no tensor gets the C core's plain mark for its argument types
+    # (pyjit/frame/precheck.py): later calls with ints run natively without a callback.
     from pyjit import _C
 
     def only_ints(a, b):
         return a * b - 1
 
-    jf = pyjit.jit(only_ints, backend=CountingBackend())
-    assert not _C.is_skip(only_ints.__code__)
+    be = CountingBackend()
+    jf = pyjit.jit(only_ints, backend=be)
+    assert _C.get_plain(only_ints.__code__) is None
     assert jf(3, 4) == only_ints(3, 4)
-    assert _C.is_skip(only_ints.__code__)
+    assert _C.get_plain(only_ints.__code__) == (int,)
     assert jf(5, 6) == only_ints(5, 6)
+    assert _C.cache_entries(only_ints.__code__) == [] and be.frame_count == 0
     pyjit.reset()
-    assert not _C.is_skip(only_ints.__code__), "pyjit.reset() forgets skip marks too"
+    assert _C.get_plain(only_ints.__code__) is None, "pyjit.reset() forgets plain marks too"
