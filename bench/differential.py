@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import io
+import logging
 import sys
 import tempfile
 import time
@@ -32,6 +33,8 @@ def run(count: int, seed: int, backend: str, markdown: str | None = None) -> int
     from tests.e2e.diff_harness import Difference, compare_program
 
     pyjit_backend, tol = ("pyjit", 1e-4) if backend == "default" else ("eager", 1e-6)
+    # Fake-tensor propagation logs the programs' own shape errors (they are compared, not noise to show).
+    logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
     directory = Path(tempfile.mkdtemp(prefix="pyjit_bench_differential_"))
     found: dict[str, list[Difference]] = collections.defaultdict(list)
     harness_errors: list[str] = []
@@ -39,7 +42,10 @@ def run(count: int, seed: int, backend: str, markdown: str | None = None) -> int
     for s in range(seed, seed + count):
         pyjit.reset()
         try:
-            with contextlib.redirect_stderr(io.StringIO()), pyjit.config.patch(raise_on_internal_error=False):
+            # No warm start from records earlier runs left in the disk cache (as in tests/e2e): each
+            # program is traced here, so a difference repeats with the test's.
+            with contextlib.redirect_stderr(io.StringIO()), pyjit.config.patch(raise_on_internal_error=False,
+                                                                                warm_start=False):
                 diff = compare_program(s, directory, pyjit_backend, rtol=tol, atol=tol)
         except Exception as e:  # noqa: BLE001 - reported, the run goes on
             harness_errors.append(f"seed {s}: {type(e).__name__}: {str(e)[:200]}")

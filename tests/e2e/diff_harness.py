@@ -300,7 +300,12 @@ def first_difference(expected: dict[str, Any], actual: dict[str, Any], rtol: flo
 def compare_program(seed: int, directory: Path, backend: Any, *, rtol: float = 1e-6, atol: float = 1e-6,
                     calls: int = CALLS) -> Difference | None:
     """Run program ``seed`` eagerly and jitted; the first difference, or None when they agree."""
-    path = write_program(seed, directory)
+    return compare_path(write_program(seed, directory), seed, backend, rtol=rtol, atol=atol, calls=calls)
+
+
+def compare_path(path: Path, seed: int, backend: Any, *, rtol: float = 1e-6, atol: float = 1e-6,
+                 calls: int = CALLS) -> Difference | None:
+    """``compare_program`` for a program file (``seed`` only labels the difference)."""
     eager_mod, jit_mod = load(path, "eager"), load(path, "jit")
     eager_fn, eager_peek = eager_mod.build()
     fn, jit_peek = jit_mod.build()
