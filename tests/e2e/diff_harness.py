@@ -153,21 +153,22 @@ def _leaves(value: Any, out: list[torch.Tensor]) -> list[torch.Tensor]:
     return out
 
 
-def aliasing(args: tuple[Any, ...], result: Any) -> list[tuple[Any, ...]]:
-    """Per returned tensor: (index of the input tensor it is, index of the input tensor whose storage
-    it shares, has a _base); per returned top-level item: index of the argument object it is."""
+def aliasing(args: tuple[Any, ...], result: Any) -> list[dict[str, Any]]:
+    """Per returned tensor: the input tensor it is, the input tensor whose storage it shares, whether
+    it is a view (has a ``_base``), the earlier output it is; per returned top-level item: the
+    argument object it is (indices into the inputs' tensors / the arguments, -1 for none)."""
     inputs = _leaves(list(args), [])
     by_id = {id(t): i for i, t in enumerate(inputs)}
     ptrs = {t.untyped_storage().data_ptr(): i for i, t in reversed(list(enumerate(inputs))) if t.numel()}
-    out: list[tuple[Any, ...]] = []
+    out: list[dict[str, Any]] = []
     leaves = _leaves(result, [])
     for j, t in enumerate(leaves):
-        shares = ptrs.get(t.untyped_storage().data_ptr(), -1) if t.numel() else -1
-        same = next((i for i in range(j) if leaves[i] is t), -1)
-        out.append(("tensor", j, by_id.get(id(t), -1), shares, t._base is not None, same))
+        out.append({"output_tensor": j, "is_input": by_id.get(id(t), -1),
+                    "shares_storage_with_input": ptrs.get(t.untyped_storage().data_ptr(), -1) if t.numel() else -1,
+                    "is_view": t._base is not None, "is_output": next((i for i in range(j) if leaves[i] is t), -1)})
     items = result if isinstance(result, (tuple, list)) else (result,)
     for j, item in enumerate(items):
-        out.append(("item", j, next((i for i, a in enumerate(args) if a is item), -1)))
+        out.append({"output_item": j, "is_argument": next((i for i, a in enumerate(args) if a is item), -1)})
     return out
 
 

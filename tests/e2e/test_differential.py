@@ -19,6 +19,7 @@ from __future__ import annotations
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -36,7 +37,7 @@ DEFAULT_BACKEND_SEEDS = (3, 100, 402, 777)
 DEFAULT_RTOL = DEFAULT_ATOL = 1e-4
 
 
-def _check(seed: int, directory: Path, backend, **tolerances) -> None:
+def _check(seed: int, directory: Path, backend: Any, **tolerances: float) -> None:
     diff = compare_program(seed, directory, backend, **tolerances)
     if diff is not None:
         listing = getattr(backend, "graph_listing", lambda: "")()
