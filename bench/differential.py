@@ -11,7 +11,8 @@ to eager as for a user (``raise_on_internal_error`` off), so a fallback that hid
 PYJIT_INTERNAL and one that changes behaviour as WRONG or NEW_ERROR.
 
 It never fails on a difference: the exit status is 0 unless the harness itself breaks.
-``--markdown PATH`` also writes every failing seed with its first difference line.
+``--markdown PATH`` also writes every failing seed with its first difference line;
+``python -m tests.e2e.diff_reduce SEED`` shrinks one failing program by deleting lines.
 """
 from __future__ import annotations
 
