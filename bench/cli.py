@@ -6,6 +6,7 @@ Examples::
     python -m bench --suite kernels,compile,models --out docs/results/gpu --time-budget 540
     python -m bench --suite overhead --backends eager,pyjit --compare bench/out/quick_cpu.json
     python -m bench --list                            # suites, workloads, backend availability
+    python -m bench --suite differential --count 1000 --seed 0 --backend eager   # eager vs pyjit, by category
 
 Outputs go to ``--out`` (default ``bench/out``): ``<name>.json`` (every raw number, schema in
 :mod:`bench.schema`), ``<name>_speedup.png`` / ``<name>_compile.png`` and, with ``--csv``,
@@ -60,6 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not run the layers' plug-in scripts (bench/core_overhead.py ...): reported as SKIPPED")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--list", action="store_true", help="list suites, workloads and backend availability, then exit")
+    g = p.add_argument_group("differential suite (generated programs, eager vs pyjit; bench/differential.py)")
+    g.add_argument("--count", type=int, default=100, help="how many programs (default 100)")
+    g.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
+    g.add_argument("--backend", default="default", choices=("default", "eager"),
+                   help="pyjit's backend: default (generated kernels) or eager (the captured graph as is)")
+    g.add_argument("--markdown", default=None, metavar="PATH", help="also write the failing seeds as Markdown")
     return p
 
 
@@ -95,6 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     args.argv = argv
+    if "differential" in _split(args.suite):
+        if _split(args.suite) != ["differential"]:
+            print("the differential suite runs alone (--suite differential)", file=sys.stderr)
+            return 2
+        from bench.differential import run
+
+        return run(args.count, args.seed, args.backend, args.markdown)
     from bench import env
     from bench.backends import make_backends
 

@@ -1,5 +1,5 @@
 """Seeded generator of small Python+PyTorch programs for the differential test
-(``test_differential.py``, issue 9).
+(``test_differential.py``).
 
 Every program is the SOURCE of one module (``generate_program(seed)``), written to a real file
 so tracebacks and pyjit's file:line locations point at readable code. ``random.Random(seed)``
@@ -7,18 +7,22 @@ is the only source of randomness: the same seed always gives the same text.
 
 Module layout (every program)::
 
-    import torch
+    import dataclasses, torch
     G_COUNT, G_SCALE, G_LOG, G_T          # module globals: read, rebound (`global`), mutated
     class Box                             # small object passed in; attributes read and stored
+    PRELUDE of diff_constructs.py         # user classes (class counters, slots, dataclasses,
+                                          # dunders, properties), TICK closure, G_N, bump_global
+    LIN                                   # small seeded nn.Linear (some programs)
     def inner_<m>(a, k) / outer_<m>(a, b, k)   # helpers, outer calls inner (two levels deep)
     def build() -> (fn, peek)             # fn is a closure over `calls`/`acc` (nonlocal stores)
                                           # or a module-level function; peek() reads the cells
     def make_inputs(call) -> args         # fresh inputs of call 0, 1, 2 (different branches)
 
-``fn(x, y, n, flag, lst, d, box)``: ``x``, ``y`` float tensors of one shape (``x`` requires
-grad in some programs; call 2 may use another shape), ``n`` a small int, ``flag`` a bool,
-``lst`` a list of floats, ``d`` a dict, ``box`` a ``Box``. Some programs alias inputs:
-``y is x``, or ``d["lst"] is lst``.
+``fn(x, y, n, flag, lst, d, box, fl, tl)``: ``x``, ``y`` float tensors of one shape (``x``
+requires grad in some programs; call 2 may use another shape unless the program uses ``LIN``),
+``n`` a small int, ``flag`` a bool, ``lst`` a list of floats, ``d`` a dict, ``box`` a ``Box``,
+``fl`` a float and ``tl`` a list of tensors of x's shape (``n``, ``fl`` and ``tl`` change between
+calls). Some programs alias inputs: ``y is x``, or ``d["lst"] is lst``.
 
 Grammar of the body of ``fn`` (``S`` = statement; nested bodies hold 1-3 ``S`` and only rebind
 variables that already exist, so every name is defined on every path; depth <= 2)::
@@ -53,7 +57,10 @@ variables that already exist, so every name is defined on every path; depth <= 2
        | try: d["missing"] except KeyError: K = K + 1
        | if <condition true on some calls>: raise ValueError/RuntimeError(f"...")
        | v = lst[n + 10]                            (IndexError)
+       | <the statements of diff_constructs.py>     (objects, pops then breaks, views across
+                                                     breaks, x += LIN(x), masks, float args)
     return (T..., K, F) | {"out": T, ...} | [T, K] | T, lst, d, box   (inputs returned themselves)
+         | x | x[0] | y.t() | x.detach() | torch.cat([y]) | tl ...     (aliasing of inputs)
 
 Numbers printed are ints, bools, shapes or ``round(F, 3)``; exception messages hold Python
 values only. ``feature_tags(seed)`` lists the constructs a program uses (for statistics).
@@ -62,13 +69,15 @@ from __future__ import annotations
 
 import random
 
+from .diff_constructs import CONSTRUCT_KINDS, PRELUDE, ConstructStatements, lin_source
+
 _UNARY = ["torch.sin", "torch.cos", "torch.tanh", "torch.relu", "torch.sigmoid", "torch.abs", "torch.neg"]
 _BINARY = ["+", "-", "*"]
 _CONSTS = ["0.5", "2", "1.5", "-1.0", "0.25", "3"]
 _SHAPES = [(3, 4), (2, 5), (4, 4), (5, 3), (2, 2)]
 
 
-class _Gen:
+class _Gen(ConstructStatements):
     def __init__(self, seed: int):
         self.seed = seed
         self.r = random.Random(seed)
@@ -83,6 +92,8 @@ class _Gen:
         self.n_helpers = self.r.randrange(1, 3)
         self.in_loop = 0  # > 0 inside a for/while body: break/continue allowed
         self.iterating_lst = False  # inside `for ... in enumerate(lst)`: no appends (no endless loop)
+        self.shape = self.r.choice(_SHAPES)
+        self.use_lin = self.r.random() < 0.25  # LIN needs one feature size: no shape change then
 
     # -- small pieces -------------------------------------------------------------------------
     def t(self) -> str:
@@ -124,6 +135,9 @@ class _Gen:
         r = self.r
         kinds = ["tensor"] * 6 + ["item", "int", "print", "print", "mut_list", "mut_dict", "mut_box",
                                   "mut_global", "helper", "container", "container", "try"]
+        kinds += CONSTRUCT_KINDS
+        if self.use_lin:
+            kinds += ["inplace_lin", "inplace_lin"]
         if self.closure:
             kinds.append("nonlocal")
         if self.has_bump:
@@ -459,12 +473,14 @@ class _Gen:
 
     def make_inputs(self) -> list[str]:
         r = self.r
-        shape = r.choice(_SHAPES)
-        shapes = [shape, shape, r.choice(_SHAPES) if r.random() < 0.3 else shape]
+        shape = self.shape
+        shapes = [shape, shape, r.choice(_SHAPES) if r.random() < 0.3 and not self.use_lin else shape]
         signs = [1.0, -1.0, r.choice([1.0, -1.0, 0.5])]
         ns = [r.randrange(4) for _ in range(3)]
         flags = [True, False, r.random() < 0.5]
         lens = [r.randrange(4) for _ in range(3)]
+        fls = [r.choice([0.1, 0.5, -0.7, 2.5, 3.0]) for _ in range(3)]
+        tlens = [r.randrange(4) for _ in range(3)]
         grad = r.random() < 0.3
         if grad:
             self.tags.add("requires_grad")
@@ -485,13 +501,15 @@ class _Gen:
             '    d = {"scale": 0.5, "name": "d"}',
             *(["    y = x"] if alias_y else []),
             *(['    d["lst"] = lst'] if alias_lst else []),
-            "    return x, y, n, flag, lst, d, Box()",
+            f"    fl = {fls}[call]",
+            f"    tl = [torch.randn(*shape, generator=g) for _ in range({tlens}[call])]",
+            "    return x, y, n, flag, lst, d, Box(), fl, tl",
         ]
 
     def body(self) -> list[str]:
         self.lines = []
         ind = 2 if self.closure else 1
-        self.emit(ind, "global G_COUNT, G_T")
+        self.emit(ind, "global G_COUNT, G_T, G_N")
         if self.closure:
             self.emit(ind, "nonlocal calls, acc")
         self.emit(ind, "k0 = n * 2 - 1")
@@ -500,12 +518,14 @@ class _Gen:
             self.has_bump = True
             self.tags.add("closure")
             self.emit(ind, "loc = 0\n\ndef bump(v):\n    nonlocal loc\n    loc = loc + v\n    return loc\n")
-        for _ in range(self.r.randrange(5, 11)):
+        for _ in range(self.r.randrange(3, 7)):
             self.stmt(ind, 0, top=True)
         r = self.r
         ts = r.sample(self.tensors, min(len(self.tensors), r.randrange(1, 4)))
-        choice = r.randrange(4)
-        if choice == 3:
+        choice = r.randrange(5)
+        if choice == 4:
+            self.emit(ind, self.alias_return())
+        elif choice == 3:
             self.emit(ind, f"return {ts[0]}, lst, d, box")
         elif choice == 0:
             self.emit(ind, f"return ({', '.join(ts)}, {self.k()}, {self.f()})")
@@ -520,11 +540,14 @@ class _Gen:
         inputs = self.make_inputs()
         body = self.body()
         src = [f'"""Generated by tests/e2e/diff_programs.py, seed {self.seed} (do not edit)."""',
-               "import torch", "", "G_COUNT = 0", "G_SCALE = 1.5", "G_LOG = []", "G_T = None", "", "",
+               "import dataclasses", "", "import torch", "", "G_COUNT = 0", "G_SCALE = 1.5", "G_LOG = []", "G_T = None", "", "",
                "class Box:", "    def __init__(self):", "        self.count = 0", "        self.scale = 0.5",
                "        self.hist = []", "        self.t = None", "", ""]
+        src += PRELUDE.strip("\n").split("\n") + ["", ""]
+        if self.use_lin:
+            src += lin_source(self.shape[1], self.seed).strip("\n").split("\n") + ["", ""]
         src += helpers
-        sig = "def fn(x, y, n, flag, lst, d, box):"
+        sig = "def fn(x, y, n, flag, lst, d, box, fl, tl):"
         if self.closure:
             src += ["def build():", "    calls = 0", "    acc = 0", "", "    " + sig] + body + [
                 "", "    def peek():", '        return {"calls": calls, "acc": acc}', "",
@@ -536,7 +559,8 @@ class _Gen:
 
 
 def generate_program(seed: int) -> str:
-    """The source of program ``seed`` (a module defining ``build``, ``make_inputs``, ``Box``, ``G_*``)."""
+    """The source of program ``seed`` (a module defining ``build``, ``make_inputs``, ``Box``, ``G_*``, the
+    prelude's classes)."""
     return _Gen(seed).module()
 
 
