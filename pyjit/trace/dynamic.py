@@ -233,7 +233,12 @@ def python_function_of(expr: "sympy.Expr", origins: dict[Any, SlotOrigin], *, fl
     body = PythonPrinter().doprint(expr.xreplace(renamed))
     conv = "float" if float_result else "int"
     params = ", ".join(f"a{i}" for i in range(len(sources)))
-    namespace: dict[str, Any] = {}
+    import math
+
+    import torch
+
+    # torch's printer writes casts and integer functions as torch.sym_float(...), math.floor(...)
+    namespace: dict[str, Any] = {"torch": torch, "math": math}
     exec(f"def ___pyjit_symbolic_value({params}):\n    return {conv}({body})\n", namespace)  # noqa: S102 - our own text
     fn = namespace["___pyjit_symbolic_value"]
     try:  # pyjit's own helper: never a frame to compile

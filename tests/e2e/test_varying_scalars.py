@@ -122,12 +122,17 @@ def float_step_arange(x, f):
     return torch.arange(0, 3, f).sum() + x  # ceil(3 / f) elements: a size computed on the host
 
 
+def returns_float_of_int(x, n):
+    f = 0.5 * n  # a Python float the caller gets back: rebuilt from n after the graph
+    return x * f, f
+
+
 CASES: list[tuple[Callable[..., Any], tuple[Any, ...]]] = [
     (loop, INTS), (recursion, INTS), (branch, INTS), (list_index, INTS), (slice_columns, (2, 1, 3, 4, 2)),
     (times, INTS), (floordiv, SIGNED_INTS), (select_half, SIGNED_INTS), (modulo, SIGNED_INTS), (to_float, INTS), (range_length, INTS),
     (truth, INTS), (int_abs_max, SIGNED_INTS), (rounded, FLOATS), (float_min, FLOATS), (float_max, FLOATS),
     (float_abs, FLOATS), (floor, FLOATS), (truncate, FLOATS), (float_branch, FLOATS), (float_power, FLOATS),
-    (float_step_arange, (0.5, 0.25, 1.0, 0.7, 0.3)),
+    (float_step_arange, (0.5, 0.25, 1.0, 0.7, 0.3)), (returns_float_of_int, INTS),
 ]
 
 
