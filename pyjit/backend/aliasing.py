@@ -207,10 +207,14 @@ def created_grad_leaf(gm: torch.fx.GraphModule) -> torch.fx.Node | None:
     """A node making a new leaf that requires grad (``torch.ones(..., requires_grad=True)``), by
     the tracer's fake values: eager gives the caller a tensor autograd accumulates into, which
     compiled kernels (and a joint graph, differentiating the inputs only) do not make."""
+    inputs = [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]
+    input_ids = {id(v) for v in inputs if isinstance(v, torch.Tensor)}
     for n in gm.graph.nodes:
         value = n.meta.get("example_value")
         if n.op in ("call_function", "call_method") and isinstance(value, torch.Tensor) and value.requires_grad \
-                and value.is_leaf and value._base is None:
+                and value.is_leaf and value._base is None and id(value) not in input_ids:
+            # an in-place op returns its input itself (an optimizer's param.add_ under no_grad):
+            # an existing leaf updated, not a new one
             return n
     return None
 

@@ -341,6 +341,7 @@ def test_entry_limit_default_runs_eagerly_and_correctly():
     limit = pyjit.config.config.entry_limit
     assert limit == 8
     backend = CountingBackend()
+    backend.pyjit_dynamic = False  # one static entry per size, so the sizes reach the limit
     f = _jit(_affine, backend)
     for n in range(1, limit + 4):
         _check(f, _affine, torch.randn(n, 3))
@@ -354,6 +355,7 @@ def test_entry_limit_default_runs_eagerly_and_correctly():
 def test_entry_limit_from_config():
     with pyjit.config.patch(entry_limit=3):
         backend = CountingBackend()
+        backend.pyjit_dynamic = False  # one static entry per size, so the sizes reach the limit
         f = _jit(_affine, backend)
         for n in range(1, 7):
             _check(f, _affine, torch.randn(n, 2))
