@@ -8,4 +8,7 @@ PY=${PYTHON:-python3}
 "$PY" setup.py -q build_ext --inplace
 # Two worker processes (pytest-xdist): the CI machine has 2 cores and the suite is CPU-bound
 # (tracing, lowering, Triton's interpreter); PYJIT_TEST_WORKERS=0 runs it in one process.
-"$PY" -m pytest -q -p no:cacheprovider -n "${PYJIT_TEST_WORKERS:-2}" tests "$@"
+# CI unset, as users run it: pytest takes other code paths then (it builds frozen slots
+# dataclasses while explaining a failed assert, frames pyjit sees), and CI would otherwise never
+# exercise them. The suite passes either way (run it with CI=true by hand as well).
+env -u CI "$PY" -m pytest -q -p no:cacheprovider -n "${PYJIT_TEST_WORKERS:-2}" tests "$@"

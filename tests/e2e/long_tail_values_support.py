@@ -58,7 +58,9 @@ def check(fn, make_args=one_tensor, *, calls: int = 3, breaks: int = 0, compare=
     assert explained.break_count <= breaks, str(explained)
     if peer:
         tc = torch_compile_graphs(fn, make_args, calls)
-        if tc is not None:
+        # tc == 0: this torch's compiler gave up on the frame (older releases do on some builtin
+        # subclasses); pyjit compiling it is no difference to report
+        if tc:
             assert backend.frame_count == tc, f"pyjit made {backend.frame_count} graphs, torch.compile {tc}\n" + backend.graph_listing()
     return backend
 

@@ -71,6 +71,7 @@ def test_unchanged_inputs_never_recompile_and_reset_forgets(rec):
 
 
 def test_entry_limit_then_eager(rec, caplog):
+    rec.pyjit_dynamic = False  # one static entry per size, so the sizes reach the limit
     with patch(entry_limit=2), caplog.at_level(logging.WARNING, logger="pyjit.recompiles"):
         jf = pyjit.jit(affine, backend=rec)
         for n in (1, 2, 3, 4):
