@@ -211,10 +211,14 @@ def created_grad_leaf(gm: torch.fx.GraphModule) -> torch.fx.Node | None:
     input_ids = {id(v) for v in inputs if isinstance(v, torch.Tensor)}
     for n in gm.graph.nodes:
         value = n.meta.get("example_value")
-        if n.op in ("call_function", "call_method") and isinstance(value, torch.Tensor) and value.requires_grad \
-                and value.is_leaf and value._base is None and id(value) not in input_ids:
-            # an in-place op returns its input itself (an optimizer's param.add_ under no_grad):
-            # an existing leaf updated, not a new one
+        if n.op not in ("call_function", "call_method") or not isinstance(value, torch.Tensor) \
+                or id(value) in input_ids:  # an in-place op returns its input: an existing leaf updated
+            continue
+        try:
+            new_leaf = value.requires_grad and value.is_leaf and value._base is None
+        except RuntimeError:  # autograd refuses to describe a view of a base written under no_grad
+            continue
+        if new_leaf:
             return n
     return None
 

@@ -24,8 +24,47 @@ BREAK_KINDS: dict[str, tuple[str, str]] = {
         "move this construct outside the jitted function",
     ),
     "unsupported_call": (
-        "a call to a function pyjit cannot trace or put in the graph",
+        "a call of a value pyjit has no call model for",
         "call it outside the jitted function, or pass its result in as an argument",
+    ),
+    "autograd_call": (
+        "a call into autograd (backward(), tensor hooks, retain_grad) that runs natively between graphs",
+        "nothing to do for backward(): the compiled graphs' backward runs through it; move hooks outside the jitted function",
+    ),
+    "c_function": (
+        "a function implemented in C (no Python bytecode to inline, not a torch op for the graph)",
+        "call it outside the jitted function and pass its result in, or write the step in Python or torch ops",
+    ),
+    "builtin_arguments": (
+        "a builtin or library function called with arguments pyjit cannot model (tensors or traced "
+        "values where it needs Python constants)",
+        "pass Python constants to it, or compute the value with torch ops (torch.maximum, torch.where, ...)",
+    ),
+    "untracked_method": (
+        "a method of a type pyjit models only in part (containers, tensors, modules, storages)",
+        "use the common methods of the type, or call this one outside the jitted function",
+    ),
+    "object_construction": (
+        "constructing an object pyjit cannot build symbolically (its own __new__, a C __init__, a "
+        "metaclass __call__, a module with parameters)",
+        "build the object outside the jitted function and pass it in",
+    ),
+    "copy_unsupported": (
+        "copy.copy/deepcopy of a value pyjit cannot copy symbolically",
+        "copy it outside the jitted function, or .clone() tensors",
+    ),
+    "context_manager": (
+        "a `with` block, lock or ContextVar use pyjit cannot follow",
+        "keep only torch.no_grad/enable_grad/set_grad_enabled/autocast blocks inside the jitted function",
+    ),
+    "weak_reference": (
+        "a weak reference whose callback or referent lifetime pyjit cannot model",
+        "make the weak reference outside the jitted function",
+    ),
+    "introspection": (
+        "introspection of a value whose answer is not fixed by a guard (id(), inspect.signature(), "
+        "vars(), super() outside a method, a Python __len__/__bool__ of a module)",
+        "read the value outside the jitted function and pass it in",
     ),
     "side_effect": (
         "a mutation of a Python object that lives outside the traced frame (list/dict/attribute/global)",

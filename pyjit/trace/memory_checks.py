@@ -19,7 +19,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.utils import _pytree as pytree
 
 # The stand-in storage is allocated for real: larger written tensors are not checked.
 _MAX_BYTES = 1 << 24
@@ -42,6 +41,8 @@ def overlap_error(kind: str, target: Any, args: list[Any], kwargs: dict[str, Any
     if not args or not isinstance(args[0], torch.Tensor) or not _static(args[0]):
         return None
     written = args[0]
+    from torch.utils import _pytree as pytree  # imported when used: the other-Python self-check runs on a torch stub
+
     leaves = [a for a in pytree.tree_leaves((args[1:], kwargs)) if isinstance(a, torch.Tensor)]
     key = _storage_key(written)
     sharing = [a for a in leaves if _storage_key(a) == key]

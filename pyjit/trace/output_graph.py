@@ -349,7 +349,7 @@ def _refuse_input_restride(kind: str, target: Any, args: list["VariableTracker"]
     if name not in _RESTRIDING_METHODS or not args or not isinstance(args[0], TensorVariable):
         return
     if args[0].node.op == "placeholder":
-        unsupported("unsupported_call", f"Tensor.{name}() on a graph input changes the caller's tensor metadata; "
+        unsupported("untracked_method", f"Tensor.{name}() on a graph input changes the caller's tensor metadata; "
                     "it runs eagerly")
 
 

@@ -72,7 +72,7 @@ def call_apply(tx: "Translator", cls_var: VariableTracker, args: list[VariableTr
         return _apply_with_grad(tx, cls_var, cls, args, kwargs)
     forward = lookup_class_attr(cls, "forward")
     if not isinstance(forward, staticmethod) or not isinstance(forward.__func__, types.FunctionType):
-        unsupported("unsupported_call", f"{cls.__name__}.forward is not a Python staticmethod")
+        unsupported("c_function", f"{cls.__name__}.forward is not a Python staticmethod")
     fwd = class_member(tx, cls_var, "forward", forward, on_instance=False)  # guarded where found
     assert fwd is not None
     if _defines(cls, "setup_context"):
@@ -106,7 +106,7 @@ def apply_target(cls: type) -> Callable[..., Any]:
 
 
 def _refuse(cls: type, why: str) -> NoReturn:
-    unsupported("unsupported_call", f"{cls.__name__}.apply with gradients needed: {why}")
+    unsupported("builtin_arguments", f"{cls.__name__}.apply with gradients needed: {why}")
 
 
 def _defines(cls: type, name: str) -> bool:

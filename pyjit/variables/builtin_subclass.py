@@ -15,7 +15,7 @@ have to run): then
   ``MyTuple((items...))``.
 
 Anything else (a Python ``__new__``/``__init__``, an override, an attribute store on the new
-object) stays an ``unsupported_call``/``side_effect`` break.
+object) stays an ``object_construction``/``side_effect`` break.
 """
 from __future__ import annotations
 

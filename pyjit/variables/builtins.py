@@ -115,7 +115,7 @@ def binary_op(tx: "Translator", op: Callable[[Any, Any], Any], a: VariableTracke
 
     if isinstance(a, DictVariable) and isinstance(b, DictVariable) and base is operator.or_:
         return DictVariable({**a.items, **b.items})
-    unsupported("unsupported_call", f"{getattr(op, '__name__', op)} on {a} and {b}")
+    unsupported("builtin_arguments", f"{getattr(op, '__name__', op)} on {a} and {b}")
 
 
 def _user_protocol(tx: "Translator", name: str, *args: Any) -> VariableTracker | None:
@@ -148,7 +148,7 @@ def unary_op(tx: "Translator", op: Callable[[Any], Any], a: VariableTracker) -> 
         return symbolic_call(tx, op, [a])
     if a.is_python_constant():
         return fold(tx, op, [a], {})
-    unsupported("unsupported_call", f"{op.__name__} on {a}")
+    unsupported("builtin_arguments", f"{op.__name__} on {a}")
 
 
 def identical(tx: "Translator", a: VariableTracker, b: VariableTracker) -> bool:
@@ -167,7 +167,7 @@ def identical(tx: "Translator", a: VariableTracker, b: VariableTracker) -> bool:
         return va is vb
     if a.python_type() is not b.python_type():
         return False
-    unsupported("unsupported_call", f"`is` between {a} and {b}")
+    unsupported("builtin_arguments", f"`is` between {a} and {b}")
 
 
 _NO = object()
@@ -236,10 +236,10 @@ def compare_op(tx: "Translator", op: Callable[[Any, Any], Any], a: VariableTrack
             return by_method
         if not (_compares_by_identity(a) and _compares_by_identity(b)):
             # A class with its own __eq__/__ne__: identity would be a silent wrong answer.
-            unsupported("unsupported_call", f"comparison {op.__name__} of {a} and {b} (a class with its own __eq__)")
+            unsupported("builtin_arguments", f"comparison {op.__name__} of {a} and {b} (a class with its own __eq__)")
         same = identical(tx, a, b)
         return ConstantVariable(same if op is operator.eq else not same)
-    unsupported("unsupported_call", f"comparison {op.__name__} of {a} and {b}")
+    unsupported("builtin_arguments", f"comparison {op.__name__} of {a} and {b}")
 
 
 def _compares_by_identity(v: VariableTracker) -> bool:
@@ -271,7 +271,7 @@ def contains(tx: "Translator", container: VariableTracker, item: VariableTracker
         return ConstantVariable(container.call_method(tx, "__contains__", [item], {}).truth(tx))
     if _is_tensor(container):
         unsupported("data_dependent", "`in` on a tensor")
-    unsupported("unsupported_call", f"`in` on {container}")
+    unsupported("builtin_arguments", f"`in` on {container}")
 
 
 def subscript(tx: "Translator", obj: VariableTracker, key: VariableTracker) -> VariableTracker:
@@ -310,11 +310,11 @@ class BuiltinVariable(KnownCallableVariable):
         if not _is_pure(self.fn):
             # time.time(), random.random(), os.getpid(): folding would freeze one answer into
             # the compiled code. Running it natively needs a graph break.
-            unsupported("unsupported_call", f"{_describe(self.fn)} (a C function whose result or effect "
+            unsupported("c_function", f"{_describe(self.fn)} (a C function whose result or effect "
                                             f"pyjit cannot reproduce inside a graph)")
         if getattr(self.fn, "__module__", None) == "math" and any(_is_tensor(a) for a in args):
             unsupported("data_dependent", f"math.{self.fn.__name__} on a tensor")
-        unsupported("unsupported_call", f"{getattr(self.fn, '__name__', self.fn)} with non-constant arguments")
+        unsupported("builtin_arguments", f"{getattr(self.fn, '__name__', self.fn)} with non-constant arguments")
 
     def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
         if name in ("__name__", "__qualname__", "__module__"):
@@ -463,7 +463,7 @@ def _type(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, Varia
     from .builder import wrap
 
     if len(args) != 1:
-        unsupported("unsupported_call", "type() with 3 arguments (class creation)")
+        unsupported("object_construction", "type() with 3 arguments (class creation)")
     return wrap(tx, args[0].python_type(), class_source_of(args[0]))
 
 
@@ -734,7 +734,7 @@ def _sorted(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, Var
     items = _iter_items(tx, args[0])
     if all(i.is_python_constant() for i in items) and all_constant([], kwargs):
         return ListVariable([ConstantVariable(v) for v in sorted([i.as_python_constant() for i in items], **{k: v.as_python_constant() for k, v in kwargs.items()})])
-    unsupported("unsupported_call", "sorted() of non-constants")
+    unsupported("builtin_arguments", "sorted() of non-constants")
 
 
 @_register(all, any)
@@ -792,7 +792,7 @@ def _minmax(fn: Callable[..., Any]) -> Handler:
         if any(_is_tensor(i) for i in items):
             # Python's max/min compare with `>`: that needs the tensor's truth value.
             unsupported("data_dependent", f"{fn.__name__}() comparing tensors")
-        unsupported("unsupported_call", f"{fn.__name__}() of non-constants")
+        unsupported("builtin_arguments", f"{fn.__name__}() of non-constants")
 
     return handler
 
@@ -828,14 +828,14 @@ def _super(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, Vari
     # zero-argument super(): the __class__ cell and the first argument of the current frame
     cell = tx.cells.get("__class__")
     if cell is None or not tx.code.co_varnames:
-        unsupported("unsupported_call", "super() outside a method")
+        unsupported("introspection", "super() outside a method")
     cls = cell.get(tx, "__class__").as_python_constant()
     first = tx.code.co_varnames[0]
     obj = tx.locals.get(first)
     if obj is None and first in tx.cells:
         obj = tx.cells[first].get(tx, first)
     if obj is None:
-        unsupported("unsupported_call", "super() without self")
+        unsupported("introspection", "super() without self")
     return SuperVariable(cls, obj)
 
 

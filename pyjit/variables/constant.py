@@ -110,7 +110,7 @@ class ConstantVariable(KnownValueVariable):
             from .lists import TupleVariable
 
             return TupleVariable([ConstantVariable(v) for v in self.value]).call_method(tx, name, args, kwargs)
-        unsupported("unsupported_call", f"{type(self.value).__name__}.{name} with non-constant arguments")
+        unsupported("builtin_arguments", f"{type(self.value).__name__}.{name} with non-constant arguments")
 
     def unpack(self, tx: "Translator") -> list[VariableTracker]:
         try:

@@ -132,7 +132,7 @@ class ContextVarVariable(VariableTracker):
             return self._set(tx, args[0])
         if name == "reset" and len(args) == 1:
             return self._reset(tx, args[0])
-        unsupported("unsupported_call", f"ContextVar.{name}() with {len(args)} arguments")
+        unsupported("builtin_arguments", f"ContextVar.{name}() with {len(args)} arguments")
 
     def _get(self, tx: "Translator", default: VariableTracker | None) -> VariableTracker:
         from .builder import wrap
@@ -154,7 +154,7 @@ class ContextVarVariable(VariableTracker):
         except LookupError:
             unsupported("exception", f"LookupError: <ContextVar name={self.value.name!r}>")
         if not is_constant_value(var_default):
-            unsupported("unsupported_call", f"ContextVar {self.value.name!r}: reading its default, a "
+            unsupported("context_manager", f"ContextVar {self.value.name!r}: reading its default, a "
                         f"{type(var_default).__name__} object (only immutable defaults are traced)")
         return ConstantVariable(var_default)
 
@@ -176,7 +176,7 @@ class ContextVarVariable(VariableTracker):
             if token.used:
                 unsupported("exception", "RuntimeError: the token has already been used once")
             if not st.live or st.live[-1] is not token:
-                unsupported("unsupported_call", f"ContextVar {self.value.name!r}: resetting tokens in another order "
+                unsupported("context_manager", f"ContextVar {self.value.name!r}: resetting tokens in another order "
                             "than they were set")
             # set + reset of the same token leaves the context unchanged: nothing to replay
             tx.output.side_effects.drop_step(token.step)
@@ -202,7 +202,7 @@ class ContextVarVariable(VariableTracker):
             # would for a used token or another context)
             tx.output.side_effects.record_step(contextvar_reset, self, (token,))
             return ConstantVariable(None)
-        unsupported("unsupported_call", f"ContextVar.reset() with {token}")
+        unsupported("builtin_arguments", f"ContextVar.reset() with {token}")
 
     def reconstruct(self, cg: "OutputCodegen") -> str:
         if self.source is not None:
@@ -290,13 +290,13 @@ class LockVariable(VariableTracker):
     def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
         if name in ("__enter__", "__exit__"):
             return BoundMethodVariable(self, name)
-        unsupported("unsupported_call", f"lock.{name} inside the traced code (only `with lock:` around a block "
+        unsupported("context_manager", f"lock.{name} inside the traced code (only `with lock:` around a block "
                     "that changes nothing is traced)")
 
     def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         if name == "__enter__":
             if self.value.locked():
-                unsupported("unsupported_call", "`with lock:` on a lock held (by another thread) while tracing")
+                unsupported("context_manager", "`with lock:` on a lock held (by another thread) while tracing")
             tx.output.guards.add(GuardKind.GLOBAL_STATE, None, False, extra=_locked_getter(self.value))
             self.marks.append((tx.output.side_effects.deferred_mark(), len(tx.output.graph.nodes)))
             return ConstantVariable(True)

@@ -70,7 +70,7 @@ class DeepcopyMemoVariable(VariableTracker):
         return dict
 
     def _refuse(self, what: str) -> Any:
-        unsupported("unsupported_call", f"using the memo of copy.deepcopy() directly ({what}); only passing it "
+        unsupported("copy_unsupported", f"using the memo of copy.deepcopy() directly ({what}); only passing it "
                     "on to copy.deepcopy(value, memo) is traced")
 
     def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
@@ -136,7 +136,7 @@ def deep_copy(tx: "Translator", v: VariableTracker, memo: dict[int, VariableTrac
         from .dicts import is_identity_key
 
         if not all(is_constant_value(k) or is_identity_key(k) for k in v.items):  # deepcopy would copy them
-            unsupported("unsupported_call", "copy.deepcopy of a dict keyed by tensors, modules or objects")
+            unsupported("copy_unsupported", "copy.deepcopy of a dict keyed by tensors, modules or objects")
         y = DictVariable({}, dict_type=v.dict_type)
         memo[id(v)] = y
         for k, i in v.items.items():  # keys are immutable constants (or classes): their own copy
@@ -147,7 +147,7 @@ def deep_copy(tx: "Translator", v: VariableTracker, memo: dict[int, VariableTrac
         from .dicts import is_identity_key
 
         if not all(is_constant_value(m) or is_identity_key(m) for m in v.values):  # deepcopy would copy them
-            unsupported("unsupported_call", "copy.deepcopy of a set holding tensors or objects built by the trace")
+            unsupported("copy_unsupported", "copy.deepcopy of a set holding tensors or objects built by the trace")
         return SetVariable(list(v.values))  # type: ignore[attr-defined]
     return _copy_object(tx, v, memo, deep=True)
 
@@ -179,13 +179,13 @@ def _copy_object(tx: "Translator", v: VariableTracker, memo: dict[int, VariableT
 
     what = _name(deep)
     if isinstance(v, TensorVariable):
-        unsupported("unsupported_call", f"{what} of a tensor inside the traced code (copy it with .clone() "
+        unsupported("copy_unsupported", f"{what} of a tensor inside the traced code (copy it with .clone() "
                     "or move the copy out of the compiled function)")
     if isinstance(v, NNModuleVariable):
-        unsupported("unsupported_call", f"{what} of a module inside the traced code (build the copy outside "
+        unsupported("copy_unsupported", f"{what} of a module inside the traced code (build the copy outside "
                     "the compiled function)")
     if not isinstance(v, (UserDefinedObjectVariable, ObjectVariable)):
-        unsupported("unsupported_call", f"{what} of {v}")
+        unsupported("copy_unsupported", f"{what} of {v}")
     cls = v.python_type()
     hook = "__deepcopy__" if deep else "__copy__"
     if has_attr(tx, v, hook):  # getattr(x, hook, None), as copy does (HASATTR-guarded)
@@ -193,7 +193,7 @@ def _copy_object(tx: "Translator", v: VariableTracker, memo: dict[int, VariableT
         from .functions import UserMethodVariable
 
         if not isinstance(method, UserMethodVariable):
-            unsupported("unsupported_call", f"{what} of a {cls.__name__}: its {hook} is not a Python function")
+            unsupported("copy_unsupported", f"{what} of a {cls.__name__}: its {hook} is not a Python function")
         args: list[VariableTracker] = [DeepcopyMemoVariable(memo if memo is not None else {})] if deep else []
         result = method.call_function(tx, args, {})
         if memo is not None:
@@ -225,26 +225,26 @@ def _copy_object(tx: "Translator", v: VariableTracker, memo: dict[int, VariableT
 def _check_default_protocol(tx: "Translator", cls: type, cls_source: Source | None, what: str) -> None:
     """The class copies through ``object``'s reduce protocol; guard that it keeps doing so."""
     if cls.__dict__.get("__slots__") is not None or any("__slots__" in k.__dict__ for k in cls.__mro__[1:-1]):
-        unsupported("unsupported_call", f"{what} of a {cls.__name__} (__slots__)")
+        unsupported("copy_unsupported", f"{what} of a {cls.__name__} (__slots__)")
     for base in cls.__mro__[1:]:
         if base is not object and base.__module__ == "builtins":
-            unsupported("unsupported_call", f"{what} of a {cls.__name__}, a subclass of {base.__name__}")
+            unsupported("copy_unsupported", f"{what} of a {cls.__name__}, a subclass of {base.__name__}")
     if cls in copyreg.dispatch_table:
-        unsupported("unsupported_call", f"{what} of a {cls.__name__} (registered with copyreg.pickle)")
+        unsupported("copy_unsupported", f"{what} of a {cls.__name__} (registered with copyreg.pickle)")
     new = lookup_class_attr(cls, "__new__")
     if not is_one_of(new.__func__ if type(new) in (staticmethod, classmethod) else new, _PLAIN_NEW):
-        unsupported("unsupported_call", f"{what} of a {cls.__name__} (its own __new__)")
+        unsupported("copy_unsupported", f"{what} of a {cls.__name__} (its own __new__)")
     if lookup_class_attr(cls, "__del__") is not MISSING:
-        unsupported("unsupported_call", f"{what} of a {cls.__name__} (it defines __del__)")
+        unsupported("copy_unsupported", f"{what} of a {cls.__name__} (it defines __del__)")
     for name in _OBJECT_PROTOCOL:
         if lookup_class_attr(cls, name) is not getattr(object, name):
-            unsupported("unsupported_call", f"{what} of a {cls.__name__}: it defines its own {name}")
+            unsupported("copy_unsupported", f"{what} of a {cls.__name__}: it defines its own {name}")
     for name in _ABSENT_PROTOCOL:
         if lookup_class_attr(cls, name) is not MISSING:
-            unsupported("unsupported_call", f"{what} of a {cls.__name__}: it defines {name}")
+            unsupported("copy_unsupported", f"{what} of a {cls.__name__}: it defines {name}")
     setstate = lookup_class_attr(cls, "__setstate__")
     if setstate is not MISSING and not isinstance(setstate, types.FunctionType):
-        unsupported("unsupported_call", f"{what} of a {cls.__name__}: its __setstate__ is not a Python function")
+        unsupported("copy_unsupported", f"{what} of a {cls.__name__}: its __setstate__ is not a Python function")
     guards = tx.output.guards
     guards.add(GuardKind.DICT_CONTAINS, ModuleGlobalSource("copyreg", "dispatch_table"), False, extra=cls)
     if cls_source is None:
@@ -271,7 +271,7 @@ def _instance_dict(tx: "Translator", v: VariableTracker) -> dict[str, VariableTr
     real = v.value  # type: ignore[attr-defined]
     d = getattr(real, "__dict__", None)
     if not isinstance(d, dict):
-        unsupported("unsupported_call", f"copying a {type(real).__name__} without an instance __dict__")
+        unsupported("copy_unsupported", f"copying a {type(real).__name__} without an instance __dict__")
     src = AttrSource(v.source, "__dict__") if v.source is not None else None
     dict_var = wrap(tx, d, src)  # keys guarded, each value wrapped (and guarded) through its item
     state = dict(dict_var.items)  # type: ignore[attr-defined]
@@ -296,16 +296,16 @@ def _copy_copy(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, 
 def _copy_deepcopy(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
     bound = list(args) + [kwargs[k] for k in ("memo", "_nil") if k in kwargs]
     if not 1 <= len(bound) <= 2 or set(kwargs) - {"memo"}:
-        unsupported("unsupported_call", "copy.deepcopy() with arguments other than (x, memo)")
+        unsupported("copy_unsupported", "copy.deepcopy() with arguments other than (x, memo)")
     memo: dict[int, VariableTracker] = {}
     if len(bound) == 2:
         m = bound[1]
         if isinstance(m, DeepcopyMemoVariable):
             memo = m.memo  # a traced __deepcopy__ passing its memo on
         elif not (isinstance(m, ConstantVariable) and m.value is None):
-            unsupported("unsupported_call", "copy.deepcopy() with a memo dict of the program's own")
+            unsupported("copy_unsupported", "copy.deepcopy() with a memo dict of the program's own")
     try:
         return deep_copy(tx, args[0], memo)
     except RecursionError:
-        unsupported("unsupported_call", "copy.deepcopy() of a structure too deep to model")
+        unsupported("copy_unsupported", "copy.deepcopy() of a structure too deep to model")
 

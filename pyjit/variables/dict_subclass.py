@@ -189,7 +189,7 @@ class DictViewVariable(DictVariable):
         if name == "copy":
             # dict.copy/OrderedDict.copy of a subclass instance: a plain dict, or type(obj)() filled
             # through its Python item methods; not what DictVariable.copy models.
-            unsupported("unsupported_call", f"copy() of a {self.dict_type.__name__} instance")
+            unsupported("untracked_method", f"copy() of a {self.dict_type.__name__} instance")
         needs = _DISPATCHES.get(name) if issubclass(self.dict_type, collections.OrderedDict) else None
         if needs:
             self._guard_base_item_methods(tx, needs)
@@ -207,7 +207,7 @@ class DictViewVariable(DictVariable):
         for n in names:
             attr = lookup_class_attr(self.dict_type, n)
             if attr is not getattr(collections.OrderedDict, n):
-                unsupported("unsupported_call", f"OrderedDict methods that call {self.dict_type.__name__}.{n} "
+                unsupported("untracked_method", f"OrderedDict methods that call {self.dict_type.__name__}.{n} "
                             "(defined in Python) on its instance")
             if src is not None:
                 tx.output.guards.add(GuardKind.ID_MATCH, AttrSource(src, n), attr)

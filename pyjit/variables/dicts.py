@@ -213,9 +213,9 @@ class DictVariable(VariableTracker):
             elif name == "clear":
                 items.clear()
             else:
-                unsupported("unsupported_call", f"dict.{name}")
+                unsupported("untracked_method", f"dict.{name}")
             return ConstantVariable(None)
-        unsupported("unsupported_call", f"dict.{name}")
+        unsupported("untracked_method", f"dict.{name}")
 
     def reconstruct(self, cg: "OutputCodegen") -> str:
         if self.source is not None:
@@ -284,7 +284,7 @@ class SetVariable(VariableTracker):
         if name == "__len__":
             return ConstantVariable(len(self.values))
         if not self.is_python_constant():
-            unsupported("unsupported_call", f"set.{name} on a set holding tensors or objects built by the trace")
+            unsupported("untracked_method", f"set.{name} on a set holding tensors or objects built by the trace")
         result = getattr(set(self.values), name)(*[a.as_python_constant() for a in args])
         from .builder import wrap_constant_result
 

@@ -247,7 +247,7 @@ class _FunctionGet(VariableTracker):
 
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         if kwargs or not 1 <= len(args) <= 2:
-            unsupported("unsupported_call", "function.__get__ with these arguments")
+            unsupported("builtin_arguments", "function.__get__ with these arguments")
         obj = args[0]
         if obj.is_python_constant() and obj.as_python_constant() is None:
             return self.func

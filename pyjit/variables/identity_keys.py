@@ -125,5 +125,5 @@ def object_id(tx: "Translator", var: VariableTracker) -> VariableTracker:
         if isinstance(fn, (types.FunctionType, types.BuiltinFunctionType)) and var.source is not None:
             obj = fn
     if obj is None:
-        unsupported("unsupported_call", f"id() of {var} (its identity is not fixed by a guard)")
+        unsupported("introspection", f"id() of {var} (its identity is not fixed by a guard)")
     return ConstantVariable(id(obj))

@@ -79,7 +79,7 @@ class BaseListVariable(VariableTracker):
             from .builtins import identical_or_equal
 
             return ConstantVariable(sum(1 for i in self.items if identical_or_equal(tx, i, args[0])))
-        unsupported("unsupported_call", f"{self.python_type().__name__}.{name}")
+        unsupported("untracked_method", f"{self.python_type().__name__}.{name}")
 
     def reconstruct(self, cg: "OutputCodegen") -> str:
         if self.source is not None:
@@ -280,7 +280,7 @@ class ListIteratorVariable(VariableTracker):
             return item
         if name == "__iter__":
             return self
-        unsupported("unsupported_call", f"iterator.{name}")
+        unsupported("untracked_method", f"iterator.{name}")
 
     def truth(self, tx: "Translator") -> bool:
         return True

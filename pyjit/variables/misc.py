@@ -98,7 +98,7 @@ class SuperVariable(VariableTracker):
                         return PartialVariable(BuiltinVariable(attr), [self.obj], {})
                     if BuiltinMethodVariable.can_handle(attr):  # e.g. dict.get of a dict subclass
                         return PartialVariable(BuiltinMethodVariable(attr), [self.obj], {})
-                    unsupported("unsupported_call", f"super().{name} implemented in C")
+                    unsupported("c_function", f"super().{name} implemented in C")
                 return wrap(tx, attr, None)
         unsupported("exception", f"AttributeError: 'super' object has no attribute {name!r}")
 
@@ -143,11 +143,11 @@ class BuiltinMethodVariable(VariableTracker):
         except Exception:
             ptype = None
         if ptype is None or not issubclass(ptype, base):
-            unsupported("unsupported_call", f"{self.descr.__qualname__} on {obj}")
+            unsupported("untracked_method", f"{self.descr.__qualname__} on {obj}")
         if base is dict and issubclass(ptype, collections.OrderedDict) and self.descr.__name__ in _STORAGE_ORDERED:
             # dict's own methods walk an OrderedDict's storage, whose order differs from its
             # iteration order after move_to_end; the tracer models only the latter.
-            unsupported("unsupported_call", f"{self.descr.__qualname__} on an OrderedDict reads its storage order, "
+            unsupported("untracked_method", f"{self.descr.__qualname__} on an OrderedDict reads its storage order, "
                         "which pyjit does not model; call the OrderedDict's own method instead")
         view = getattr(obj, "builtin_base_view", None)
         target = view(tx, base) if view is not None else obj

@@ -117,7 +117,7 @@ class NNModuleVariable(VariableTracker):
         call = _lookup_class_attr(type(m), "__call__")
         if call is not _MODULE_CALL:
             if not isinstance(call, types.FunctionType):
-                unsupported("unsupported_call", f"{type(m).__name__}.__call__ is not a Python function")
+                unsupported("c_function", f"{type(m).__name__}.__call__ is not a Python function")
             from .class_members import call_type_method
 
             return call_type_method(tx, self, "__call__", call, args, kwargs)
@@ -126,9 +126,9 @@ class NNModuleVariable(VariableTracker):
             guard_identity(tx, shared_class_source(tx, type(m), class_source(self.source), "__call__"), _MODULE_CALL)
         forward = _lookup_class_attr(type(m), "forward")
         if "forward" in m.__dict__:
-            unsupported("unsupported_call", f"{type(m).__name__} instance has its own forward attribute")
+            unsupported("introspection", f"{type(m).__name__} instance has its own forward attribute")
         if not isinstance(forward, types.FunctionType):
-            unsupported("unsupported_call", f"{type(m).__name__}.forward is not a Python function")
+            unsupported("c_function", f"{type(m).__name__}.forward is not a Python function")
         _guard_no_hooks(tx, self)
         return self._inline_forward(tx, forward, args, kwargs)
 
@@ -157,7 +157,7 @@ class NNModuleVariable(VariableTracker):
         assert self.source is not None
         forward = _lookup_class_attr(type(m), "forward")
         if "forward" in m.__dict__ or not isinstance(forward, types.FunctionType):
-            unsupported("unsupported_call", f"{type(m).__name__}.forward is not a plain Python method")
+            unsupported("c_function", f"{type(m).__name__}.forward is not a plain Python method")
         guards = tx.output.guards
         from torch.nn.modules import module as _mod
 
@@ -236,7 +236,7 @@ class NNModuleVariable(VariableTracker):
         m = self.value
         dict_name = self._container_dict()
         if dict_name is None or _user_overrides(type(m), "__len__"):
-            unsupported("unsupported_call", f"len() of a {type(m).__name__} (its own __len__)")
+            unsupported("introspection", f"len() of a {type(m).__name__} (its own __len__)")
         self._guard_keys(tx, dict_name)
         return len(m)  # type: ignore[arg-type]
 
@@ -303,7 +303,7 @@ class NNModuleVariable(VariableTracker):
             return ListVariable(out)
         if name == "modules":
             return ListVariable([sv for _, _, sv in self._walk(tx, True)])
-        unsupported("unsupported_call", f"Module.{name}")
+        unsupported("untracked_method", f"Module.{name}")
 
     def _walk(self, tx: "Translator", recurse: bool) -> list[tuple[str, torch.nn.Module, "NNModuleVariable"]]:
         result = [("", self.value, self)]
@@ -339,7 +339,7 @@ class NNModuleVariable(VariableTracker):
 
     def truth(self, tx: "Translator") -> bool:
         if _user_overrides(type(self.value), "__bool__"):
-            unsupported("unsupported_call", f"truth value of a {type(self.value).__name__} (its own __bool__)")
+            unsupported("introspection", f"truth value of a {type(self.value).__name__} (its own __bool__)")
         if hasattr(self.value, "__len__"):
             return self._len(tx) > 0
         return True
@@ -375,12 +375,12 @@ def _initialize_lazy(tx: "Translator", m: torch.nn.Module, args: list[VariableTr
             return v.example
         if v.is_python_constant():
             return v.as_python_constant()
-        unsupported("unsupported_call", f"initialising lazy {type(m).__name__} with a {v} argument")
+        unsupported("object_construction", f"initialising lazy {type(m).__name__} with a {v} argument")
 
     fake_args = tuple(example(a) for a in args)
     fake_kwargs = {k: example(v) for k, v in kwargs.items()}
     if any(isinstance(s, torch.SymInt) for a in fake_args if isinstance(a, torch.Tensor) for s in a.shape):
-        unsupported("unsupported_call", f"initialising lazy {type(m).__name__} from a dynamic-shape input")
+        unsupported("object_construction", f"initialising lazy {type(m).__name__} from a dynamic-shape input")
     with torch.no_grad():
         if fake_kwargs:
             m._infer_parameters(m, fake_args, fake_kwargs)  # type: ignore[operator]
@@ -456,7 +456,7 @@ class ModuleSliceVariable(ListVariable):
 
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         if not isinstance(self.container.value, torch.nn.Sequential) or kwargs or len(args) != 1:
-            unsupported("unsupported_call", f"calling a slice of a {type(self.container.value).__name__}")
+            unsupported("untracked_method", f"calling a slice of a {type(self.container.value).__name__}")
         out = args[0]
         for child in self.items:
             out = child.call_function(tx, [out], {})

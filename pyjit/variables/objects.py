@@ -178,7 +178,7 @@ def construct(tx: "Translator", cls_var: VariableTracker, args: list[VariableTra
     cls: type = cls_var.value  # type: ignore[attr-defined]
     if lookup_class_attr(type(cls), "__call__") is not type.__call__:
         # type.__call__ is what runs __new__ then __init__ below (a metaclass may override it)
-        unsupported("unsupported_call", f"constructing {cls.__name__}, whose metaclass {type(cls).__name__} defines __call__")
+        unsupported("object_construction", f"constructing {cls.__name__}, whose metaclass {type(cls).__name__} defines __call__")
     if issubclass(cls, torch.nn.Module) and (cls.__module__ or "").startswith("torch.nn."):
         return _construct_module(tx, cls, args, kwargs)
     from .builtin_subclass import construct_builtin_subclass
@@ -189,13 +189,13 @@ def construct(tx: "Translator", cls_var: VariableTracker, args: list[VariableTra
     new = lookup_class_attr(cls, "__new__")
     new = new.__func__ if type(new) in (staticmethod, classmethod) else new
     if not is_one_of(new, _PLAIN_NEW):
-        unsupported("unsupported_call", f"constructing {cls.__name__} (its own __new__)")
+        unsupported("object_construction", f"constructing {cls.__name__} (its own __new__)")
     if lookup_class_attr(cls, "__del__") is not MISSING:
         # the blank instance made for class lookups would run it when collected
-        unsupported("unsupported_call", f"constructing {cls.__name__} (it defines __del__)")
+        unsupported("object_construction", f"constructing {cls.__name__} (it defines __del__)")
     for base in cls.__mro__[1:]:
         if base not in (object, dict, collections.OrderedDict, list) and base.__module__ == "builtins":
-            unsupported("unsupported_call", f"constructing {cls.__name__}, a subclass of {base.__name__}")
+            unsupported("object_construction", f"constructing {cls.__name__}, a subclass of {base.__name__}")
     obj = ObjectVariable(cls, cls_var.source)
     tx.output.side_effects.created.append(obj)
     init = lookup_class_attr(cls, "__init__")
@@ -213,7 +213,7 @@ def construct(tx: "Translator", cls_var: VariableTracker, args: list[VariableTra
         else:
             obj.dict_view().call_method(tx, "update", args, kwargs)
     else:
-        unsupported("unsupported_call", f"constructing {cls.__name__} (__init__ implemented in C)")
+        unsupported("c_function", f"constructing {cls.__name__} (__init__ implemented in C)")
     return obj
 
 
@@ -240,7 +240,7 @@ def compare_objects(tx: "Translator", op: Any, a: VariableTracker, b: VariableTr
             if not (result.is_python_constant() and result.as_python_constant() is NotImplemented):
                 return result
         elif fn is not getattr(object, name):
-            unsupported("unsupported_call", f"comparing a {x.cls.__name__} with {name} implemented in C")
+            unsupported("c_function", f"comparing a {x.cls.__name__} with {name} implemented in C")
     return None
 
 
@@ -252,9 +252,9 @@ def _construct_module(tx: "Translator", cls: type, args: list[VariableTracker],
     from .nn_module import NNModuleVariable
 
     if not (cls.__module__ or "").startswith("torch.nn."):
-        unsupported("unsupported_call", f"constructing the module {cls.__name__} inside the traced code")
+        unsupported("object_construction", f"constructing the module {cls.__name__} inside the traced code")
     if not all(a.is_python_constant() for a in [*args, *kwargs.values()]):
-        unsupported("unsupported_call", f"constructing {cls.__name__} from values that are not constants")
+        unsupported("object_construction", f"constructing {cls.__name__} from values that are not constants")
     const_args = tuple(a.as_python_constant() for a in args)
     const_kwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
     rng = torch.get_rng_state()  # tracing must not consume random numbers (parameter init)
@@ -266,7 +266,7 @@ def _construct_module(tx: "Translator", cls: type, args: list[VariableTracker],
         torch.set_rng_state(rng)
     if any(True for _ in module.parameters()) or any(True for _ in module.buffers()):
         # eager makes new (randomly initialised) tensors on every call
-        unsupported("unsupported_call", f"constructing {cls.__name__}, which has parameters or buffers, inside the traced code")
+        unsupported("object_construction", f"constructing {cls.__name__}, which has parameters or buffers, inside the traced code")
     var = NewModuleVariable(module, None)
     var.args, var.kwargs = const_args, const_kwargs
     return var
@@ -316,7 +316,7 @@ class ObjectVariable(VariableTracker):
                 self.items = ListVariable([])
             return self.items
         if not issubclass(self.cls, dict):
-            unsupported("unsupported_call", f"dict methods on a {self.cls.__name__}")
+            unsupported("untracked_method", f"dict methods on a {self.cls.__name__}")
         if self.items is None:
             # an OrderedDict subclass keeps OrderedDict's methods (move_to_end) on its view
             base = collections.OrderedDict if issubclass(self.cls, collections.OrderedDict) else dict
@@ -451,7 +451,7 @@ class ObjectVariable(VariableTracker):
             return False
         params, buffers, modules = (self._module_dict(n) for n in ("_parameters", "_buffers", "_modules"))
         if name in params or isinstance(value, TensorVariable) and issubclass(value.python_type(), torch.nn.Parameter):
-            unsupported("unsupported_call", f"parameters of a {self.cls.__name__} built inside the traced code")
+            unsupported("object_construction", f"parameters of a {self.cls.__name__} built inside the traced code")
         if isinstance(value, NNModuleVariable) or isinstance(value, ObjectVariable) and value.is_module():
             self.attrs.pop(name, None)
             buffers.pop(name, None)

@@ -178,7 +178,7 @@ class _FoldedCallVariable(VariableTracker):
         from .builder import wrap_constant_result
 
         if args or kwargs:
-            unsupported("unsupported_call", f"{self.fn.__name__} with arguments")
+            unsupported("builtin_arguments", f"{self.fn.__name__} with arguments")
         return wrap_constant_result(tx, self.fn())
 
     def reconstruct(self, cg: "OutputCodegen") -> str:
@@ -206,7 +206,7 @@ class WeakRefVariable(VariableTracker):
             return ConstantVariable(None)
         hit = tx.output.side_effects._known.get(id(target))
         if self.source is None or hit is None or hit[0] is not target:
-            unsupported("unsupported_call", "calling a weakref to an object the frame does not reach otherwise")
+            unsupported("weak_reference", "calling a weakref to an object the frame does not reach otherwise")
         return hit[1]
 
     def reconstruct(self, cg: "OutputCodegen") -> str:
@@ -232,7 +232,7 @@ class ProfilerRangeClassVariable(VariableTracker):
             cargs = [a.as_python_constant() for a in args]
             ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
         except Exception:  # noqa: BLE001 - a tensor-valued argument: not a plain label
-            unsupported("unsupported_call", f"{self.value.__name__}() with non-constant arguments")
+            unsupported("builtin_arguments", f"{self.value.__name__}() with non-constant arguments")
         return ProfilerRangeVariable(self.value, cargs, ckw)
 
     def reconstruct(self, cg: "OutputCodegen") -> str:
@@ -359,7 +359,7 @@ class OptimizerStateVariable(VariableTracker):
     def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         if name == "__getitem__" and len(args) == 1 and not kwargs:
             return self._entry(tx, args[0])
-        unsupported("unsupported_call", f"optimizer state .{name}() (only state[param] is traced)")
+        unsupported("untracked_method", f"optimizer state .{name}() (only state[param] is traced)")
 
     def _entry(self, tx: "Translator", key: VariableTracker) -> VariableTracker:
         from .builder import wrap

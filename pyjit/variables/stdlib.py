@@ -48,14 +48,14 @@ def _signature(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, 
     from .constant import is_constant_value
 
     if len(args) != 1 or kwargs:
-        unsupported("unsupported_call", "inspect.signature() with options")
+        unsupported("builtin_arguments", "inspect.signature() with options")
     real = _real_callable(tx, args[0])
     try:
         sig = inspect.signature(real)
     except (TypeError, ValueError) as e:
         unsupported("exception", f"inspect.signature() raised {type(e).__name__}: {e}")
     if not all(p.default is inspect.Parameter.empty or is_constant_value(p.default) for p in sig.parameters.values()):
-        unsupported("unsupported_call", "inspect.signature() of a function with non-constant defaults")
+        unsupported("builtin_arguments", "inspect.signature() of a function with non-constant defaults")
     return ConstantVariable(sig)
 
 
@@ -69,7 +69,7 @@ def _real_callable(tx: "Translator", v: VariableTracker) -> Any:
     if isinstance(v, UserMethodVariable):
         obj = getattr(v.obj, "value", _NO)
         if obj is _NO:
-            unsupported("unsupported_call", "inspect.signature() of a method of an object built in the trace")
+            unsupported("introspection", "inspect.signature() of a method of an object built in the trace")
         _guard_signature(tx, v.fn, v.fn_source)
         return types.MethodType(v.fn, obj)
     if isinstance(v, UserFunctionVariable):
@@ -77,7 +77,7 @@ def _real_callable(tx: "Translator", v: VariableTracker) -> Any:
         return v.fn
     if isinstance(v, KnownCallableVariable) or v.is_python_constant():
         return v.as_python_constant()
-    unsupported("unsupported_call", f"inspect.signature() of {v}")
+    unsupported("introspection", f"inspect.signature() of {v}")
 
 
 def _guard_signature(tx: "Translator", fn: Any, source: Any) -> None:
@@ -87,7 +87,7 @@ def _guard_signature(tx: "Translator", fn: Any, source: Any) -> None:
 
     if source is None or getattr(fn, "__wrapped__", None) is not None or "__signature__" in getattr(fn, "__dict__", {}):
         if source is not None:
-            unsupported("unsupported_call", "inspect.signature() of a wrapped function")
+            unsupported("introspection", "inspect.signature() of a wrapped function")
         return
     tx.output.guards.add(GuardKind.ID_MATCH, FuncAttrSource(source, "__code__"), fn.__code__)
     _wrap_defaults(tx, fn.__defaults__, source, "__defaults__")
@@ -148,7 +148,7 @@ def _keys(tx: "Translator", items: list[VariableTracker], key: VariableTracker |
     for item in items:
         k = tx.call(key, [item], {}) if key is not None and not (key.is_python_constant() and key.as_python_constant() is None) else item
         if not k.is_python_constant():
-            unsupported("unsupported_call", "sorting or comparing values that are not Python constants")
+            unsupported("builtin_arguments", "sorting or comparing values that are not Python constants")
         out.append(k.as_python_constant())
     return out
 
@@ -206,5 +206,5 @@ _HANDLERS[max] = _with_key_fallback(_HANDLERS[max], _minmax_by_key(max))
 @_register(vars)
 def _vars(tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
     if len(args) != 1:
-        unsupported("unsupported_call", "vars() without an argument")
+        unsupported("introspection", "vars() without an argument")
     return args[0].var_getattr(tx, "__dict__")

@@ -39,7 +39,7 @@ class StorageVariable(VariableTracker):
 
     def _nbytes(self) -> int:
         if self.tensor.is_symbolic():
-            unsupported("unsupported_call", "the storage size of a tensor with symbolic sizes")
+            unsupported("builtin_arguments", "the storage size of a tensor with symbolic sizes")
         return int(self.tensor.example.untyped_storage().nbytes())
 
     def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
@@ -58,7 +58,7 @@ class StorageVariable(VariableTracker):
             return ConstantVariable(1)  # an untyped storage counts bytes
         if name == "data_ptr":
             unsupported("data_dependent", "UntypedStorage.data_ptr()")
-        unsupported("unsupported_call", f"UntypedStorage.{name}()")
+        unsupported("untracked_method", f"UntypedStorage.{name}()")
 
     def truth(self, tx: "Translator") -> bool:
         return self._nbytes() > 0
@@ -73,5 +73,5 @@ class StorageVariable(VariableTracker):
 
 def storage_of(tensor: "TensorVariable", args: list[Any], kwargs: dict[str, Any]) -> VariableTracker:
     if args or kwargs:
-        unsupported("unsupported_call", "Tensor.untyped_storage() with arguments")
+        unsupported("builtin_arguments", "Tensor.untyped_storage() with arguments")
     return StorageVariable(tensor)

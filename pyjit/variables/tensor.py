@@ -116,7 +116,7 @@ class TensorVariable(VariableTracker):
 
             return call_with_tensor_value(tx, self, name, args, kwargs)
         if name in ("register_hook", "retain_grad", "backward", "record_stream"):
-            unsupported("unsupported_call", f"Tensor.{name}()")
+            unsupported("autograd_call", f"Tensor.{name}()")
         return tx.output.call(tx, "call_method", name, [self, *args], kwargs)
 
     def unpack(self, tx: "Translator") -> list[VariableTracker]:

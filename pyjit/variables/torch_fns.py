@@ -88,7 +88,7 @@ class TorchFunctionVariable(KnownCallableVariable):
         if fn in _EFFECTFUL or getattr(fn, "__name__", "").startswith("_set_"):
             unsupported("side_effect", f"{getattr(fn, '__name__', fn)}() changes global state")
         if isinstance(fn, type) and issubclass(fn, torch.nn.Module):
-            unsupported("unsupported_call", f"constructing {fn.__name__} inside the traced code")
+            unsupported("object_construction", f"constructing {fn.__name__} inside the traced code")
         if getattr(fn, "__name__", "").startswith("_foreach_"):
             from .foreach import call_foreach  # multi-tensor ops as the per-tensor ops eager runs
 
@@ -190,7 +190,7 @@ class GradModeVariable(VariableTracker):
 
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         # @torch.no_grad() used as a decorator inside the trace
-        unsupported("unsupported_call", "torch.no_grad() as a decorator inside traced code")
+        unsupported("context_manager", "torch.no_grad() as a decorator inside traced code")
 
     def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
         if name == "clone":  # torch's decorator support makes a fresh context per call

@@ -224,7 +224,7 @@ class UserDefinedObjectVariable(VariableTracker):
             self.dict_view = sequence_view(tx, self, base)
             return self.dict_view
         if not issubclass(cls, dict):
-            unsupported("unsupported_call", f"builtin {base.__name__} methods on a {cls.__name__} instance")
+            unsupported("untracked_method", f"builtin {base.__name__} methods on a {cls.__name__} instance")
         if issubclass(cls, collections.OrderedDict) and list(collections.OrderedDict.keys(obj)) != list(dict.keys(obj)):
             # move_to_end reorders OrderedDict's own list, not the storage the keys guard reads
             unsupported("unsupported_object", f"a {cls.__name__} reordered by move_to_end")
@@ -248,7 +248,7 @@ class UserDefinedObjectVariable(VariableTracker):
         call = _class_attr(type(self.value), "__call__")
         if isinstance(call, types.FunctionType):
             return call_type_method(tx, self, "__call__", call, args, kwargs)
-        unsupported("unsupported_call", f"calling a {type(self.value).__name__} instance")
+        unsupported("c_function", f"calling a {type(self.value).__name__} instance")
 
     def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         from .misc import BuiltinMethodVariable
@@ -298,7 +298,7 @@ class UserDefinedObjectVariable(VariableTracker):
                 return bool(call_type_method(tx, self, hook, fn, [], {}).as_python_constant())
             if fn is not _MISSING:
                 break
-        unsupported("unsupported_call", f"truth value of a {cls.__name__} (custom __bool__/__len__)")
+        unsupported("introspection", f"truth value of a {cls.__name__} (custom __bool__/__len__)")
 
     def __repr__(self) -> str:
         return f"UserDefinedObjectVariable({type(self.value).__name__})"

@@ -136,7 +136,7 @@ def user_binary_op(tx: "Translator", op: Callable[[Any, Any], Any], a: VariableT
     for v, name, other in candidates:
         if _python_method(v, name) is None:
             if _opaque_operand(v, name):
-                unsupported("unsupported_call", f"{name} of {v} is implemented in C")
+                unsupported("c_function", f"{name} of {v} is implemented in C")
             _guard_lacks(tx, v, name)
             continue
         result = _call(tx, v, name, [other])
@@ -172,7 +172,7 @@ def user_compare(tx: "Translator", op: Callable[[Any, Any], Any], a: VariableTra
         name = name.rstrip("!")
         if _python_method(v, name) is None:
             if _opaque_operand(v, name):
-                unsupported("unsupported_call", f"{name} of {v} is implemented in C")
+                unsupported("c_function", f"{name} of {v} is implemented in C")
             continue
         result = _call(tx, v, name, [other])
         if result is not None:
@@ -241,7 +241,7 @@ def user_next(tx: "Translator", it: VariableTracker, default: VariableTracker | 
     from .misc import raised_exception_type
 
     if _python_method(it, "__next__") is None:
-        unsupported("unsupported_call", f"next() on {it}")
+        unsupported("untracked_method", f"next() on {it}")
     if default is None:
         return it.call_method(tx, "__next__", [], {})
     try:

@@ -34,10 +34,10 @@ def make_weakref(tx: "Translator", args: list[VariableTracker], kwargs: dict[str
         if len(args) == 2 and not kwargs and args[1].is_python_constant() and args[1].as_python_constant() is None:
             pass  # weakref.ref(obj, None): no callback
         else:
-            unsupported("unsupported_call", "weakref.ref with a callback")
+            unsupported("weak_reference", "weakref.ref with a callback")
     referent = args[0]
     if not (referent.source is not None or isinstance(referent, ObjectVariable)):
-        unsupported("unsupported_call", f"weakref.ref to {referent}, which pyjit cannot rebuild as the same object")
+        unsupported("weak_reference", f"weakref.ref to {referent}, which pyjit cannot rebuild as the same object")
     t = referent.python_type()
     if not t.__weakrefoffset__:
         unsupported("exception", f"TypeError: cannot create weak reference to {t.__name__!r} object")
@@ -60,7 +60,7 @@ class WeakRefVariable(VariableTracker):
         return True  # ``ref`` defines no __bool__ / __len__
 
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
-        unsupported("unsupported_call", "dereferencing a weakref.ref (its referent's lifetime is not traced)")
+        unsupported("weak_reference", "dereferencing a weakref.ref (its referent's lifetime is not traced)")
 
     def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
         unsupported("unsupported_attr", f"weakref.ref.{name}")

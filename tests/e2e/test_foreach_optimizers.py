@@ -87,7 +87,7 @@ def test_update_is_inside_a_graph(name: str, fresh_pyjit: None) -> None:
     for call in range(2):
         e = pyjit.explain(_step)(model, opt, x, y)
         kinds = [(gb.kind, gb.explanation) for gb in e.graph_breaks]
-        assert [k for k, _ in kinds] == ["unsupported_call", "disabled"], kinds
+        assert [k for k, _ in kinds] == ["autograd_call", "disabled"], kinds
         assert "backward" in kinds[0][1] and "zero_grad" in kinds[1][1], kinds
         assert not e.eager_frames
         update = [g for g in e.graphs if "_set_grad_enabled" in _graph_text(g)]

@@ -2,6 +2,7 @@
 an eager (correct) run otherwise; the break-kind registry is documented."""
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import re
@@ -46,8 +47,23 @@ def calls_helper_that_breaks(x):
     return uses_item(x) + 1  # BREAK-caller
 
 
+def calls_c_function(x):
+    return x * (os.getpid() > 0)  # BREAK-c-function
+
+
+def deep_copies_a_tensor(x):
+    return copy.deepcopy(x) + 1  # BREAK-copy
+
+
+def reads_id_of_a_tensor(x):
+    return x + id(x) % 2  # BREAK-id
+
+
 CASES = [
     (uses_item, "data_dependent", "BREAK-item"),
+    (calls_c_function, "c_function", "BREAK-c-function"),
+    (deep_copies_a_tensor, "copy_unsupported", "BREAK-copy"),
+    (reads_id_of_a_tensor, "introspection", "BREAK-id"),
     (branches_on_tensor, "data_dependent", "BREAK-if"),
     (prints, "print", "BREAK-print"),
     (calls_helper_that_breaks, "data_dependent", "BREAK-item"),

@@ -75,7 +75,7 @@ def call_function_ex(tx: "Translator", inst: "Instruction") -> None:
     kwargs: dict[str, VariableTracker] = {}
     if kwargs_v is not None and not (isinstance(kwargs_v, ConstantVariable) and kwargs_v.value is None):
         if not isinstance(kwargs_v, DictVariable):
-            unsupported("unsupported_call", f"**{kwargs_v}")
+            unsupported("builtin_arguments", f"**{kwargs_v}")
         kwargs = {str(k): v for k, v in kwargs_v.items.items()}
     tx.push(tx.call_instruction(fn, args, kwargs))
 
@@ -137,7 +137,7 @@ def before_with(tx: "Translator", inst: "Instruction") -> None:
         exit_ = ctx.var_getattr(tx, "__exit__")
         enter = ctx.var_getattr(tx, "__enter__")
     except Unsupported:
-        unsupported("unsupported_call", f"`with` on {ctx} (its __enter__/__exit__ cannot be traced)")
+        unsupported("context_manager", f"`with` on {ctx} (its __enter__/__exit__ cannot be traced)")
     tx.with_steps[len(tx.stack)] = tx.step_at_start  # a break inside can move out to here
     tx.push(exit_)
     tx.push(enter.call_function(tx, [], {}))
