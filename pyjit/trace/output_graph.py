@@ -411,23 +411,9 @@ class OutputCodegen:
         token = self._token_by_key.get(key)
         if token is not None:
             return token
-        from ..bytecode import create_instruction
-
         local = f"___built_{len(self._leaves)}"
-        expr = ast.parse(text, mode="eval").body
-        built: list[bool] = []
-
-        def emit(cg: PyCodegen) -> None:
-            if built:
-                cg.load_local(local)
-                return
-            built.append(True)
-            self._emit_expression(cg, expr)
-            cg.append(create_instruction("COPY", arg=1))
-            cg.store_local(local)
-
         self._keep_alive.append(tracker)  # its id keys the token
-        return self._token(key, emit, hint)
+        return self._token(key, self._stored_once(local, ast.parse(text, mode="eval").body), hint)
 
     def ref(self, obj: Any, hint: str = "c") -> str:
         # The emit closure keeps ``obj`` alive, so its id is not reused while this codegen lives.
@@ -453,20 +439,24 @@ class OutputCodegen:
             return token
         local = f"___shared_{_identifier(hint)[:24]}_{len(self._leaves)}"
         call = ast.Call(func=ast.Name(func), args=[] if arg is None else [ast.parse(arg, mode="eval").body], keywords=[])
+        return self._token(key, self._stored_once(local, call), hint)
+
+    def _stored_once(self, local: str, expr: ast.expr) -> Callable[[PyCodegen], None]:
+        """An emitter of ``expr`` that evaluates it at its first emission into each code object
+        (keeping the value in ``local``) and loads ``local`` at every later one."""
+        from ..bytecode import create_instruction
 
         def emit(cg: PyCodegen) -> None:
-            from ..bytecode import create_instruction
-
             made = self._shared_made.setdefault(cg, set())
             if local in made:
                 cg.load_local(local)
                 return
             made.add(local)
-            self._emit_expression(cg, call)
+            self._emit_expression(cg, expr)
             cg.append(create_instruction("COPY", arg=1))
             cg.store_local(local)
 
-        return self._token(key, emit, hint)
+        return emit
 
     def graph_output(self, node: fx.Node) -> str:
         idx = self._out_index.get(node)
