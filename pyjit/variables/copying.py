@@ -40,7 +40,8 @@ from ..guards.source import AttrSource, ModuleGlobalSource, Source
 from ..identity import is_one_of
 from ..trace.graph_breaks import unsupported
 from .base import KnownCallableVariable, VariableTracker
-from .builtins import _register, has_attr
+from .attribute_builtins import has_attr
+from .builtins import _register
 from .class_members import MISSING, lookup_class_attr
 from .constant import ConstantVariable
 from .lists import ListVariable, NamedTupleVariable, TupleVariable
