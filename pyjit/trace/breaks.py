@@ -56,6 +56,13 @@ from ..bytecode import (
     stack_effect_split,
     with_push_null,
 )
+from ..bytecode.comprehension import (
+    comprehension_at,
+    enclosing_comprehension,
+    make_outlined_comprehension,
+    outline_problem,
+    region_reads,
+)
 from ..bytecode.instruction import ExnHandler
 from ..errors import PyjitError, Unsupported
 from ..guards.source import ClosureSource
@@ -143,6 +150,8 @@ class _Level:
     cell_names: set[str]                 # locals passed as new cells
     continuations: list[_Continuation]   # parents: one; innermost: one, two (jump) or none (return)
     outer_grad_mode: bool | None         # mode outside this frame's with-blocks spanning the break
+    # An inlined comprehension run natively as a function (3.12+): its code and the locals it reads.
+    outlined: "tuple[types.CodeType, tuple[str, ...]] | None" = None
 
 
 @dataclasses.dataclass
@@ -209,6 +218,12 @@ def _check_level(tx: "Translator", inst: Instruction) -> None:
         # zero-argument super(), or cells of enclosing frames of the chain (a comprehension or
         # a local function reading the caller's variables), which are passed along as new cells.
         raise BreakUnsupported(f"the break at {where} is inside an inlined closure over cells pyjit cannot pass")
+    region = enclosing_comprehension(tx.code, tx.decoded.index[id(inst)])
+    if region is not None and region.start in tx.comprehension_steps and outline_problem(tx.code, region) is None:
+        # 3.12+ inlines comprehensions into the frame, under a cleanup handler: break before the
+        # comprehension instead and run it natively (what 3.11 does with its own frame).
+        raise BreakUnsupported(f"the break at {where} is inside an inlined comprehension, which runs natively",
+                               retry_step=tx.comprehension_steps[region.start])
     if _inside_try(inst):
         raise BreakUnsupported(f"the break at {where} is inside a try block (its handler must see the exception)")
     if is_resume_code(tx.code) and _in_loop(tx, inst):
@@ -303,6 +318,10 @@ def _innermost_level(tx: "Translator") -> tuple[_Level, int]:
 
     level = _Level(tx, stack, {}, set(), [], outer)
     consumed = 1
+    region = comprehension_at(code, tx.current_index) if op == "LOAD_FAST_AND_CLEAR" else None
+    if region is not None and outline_problem(code, region) is None:
+        _outline_comprehension(level, region)
+        return level, consumed
     if op not in _NATIVE_OPS and op not in _COND_JUMPS and op not in _JUMP_OR_POP and op not in _RETURNS:
         # Not runnable on its own (BEFORE_WITH on a user context manager, FOR_ITER over an
         # untraceable iterator, ...): the rest of the frame, from this instruction on, runs
@@ -345,6 +364,28 @@ def _innermost_level(tx: "Translator") -> tuple[_Level, int]:
         level.continuations = [_continuation(tx, nxt, kept + produced, len(kept))]
     _collect_locals(level)
     return level, consumed
+
+
+def _outline_comprehension(level: _Level, region: Any) -> None:
+    """The innermost level stops at the start of an inlined comprehension: the replacement
+    calls it as an outlined function (with the iterator on the stack and the locals it reads)
+    and continues where the exhausted loop would, with the comprehension variables' saved outer
+    values and the result on the stack."""
+    tx = level.tx
+    stack = level.stack
+    if not stack or stack[-1].kind not in ("value", "iter"):
+        raise BreakUnsupported(f"the iterator of the comprehension at {_where(tx)} cannot be rebuilt")
+    reads = tuple(n for n in region_reads(tx.code, region) if n in tx.locals)
+    outlined = make_outlined_comprehension(tx.code, region, reads)
+    _native_resume_codes.add(outlined)  # the hook runs it natively; what it calls is compiled
+    kept = stack[:-1]
+    saved = [_Slot("value", tx.locals[n]) if n in tx.locals else _Slot("null") for n in region.cleared]
+    exit_inst = tx.instructions[region.exit]
+    level.continuations = [_continuation(tx, exit_inst, kept + saved + [_Slot("value")], len(kept) + len(saved))]
+    level.outlined = (outlined, reads)
+    _collect_locals(level)
+    for name in reads:
+        level.locals.setdefault(name, tx.locals[name])
 
 
 def _parent_level(tx: "Translator") -> _Level:
@@ -600,6 +641,9 @@ def _push_consumed(plan: BreakPlan, pycg: "PyCodegen", temps: dict[int, str]) ->
 def _emit_native(plan: BreakPlan, pycg: "PyCodegen", temps: dict[int, str]) -> None:
     """Push the consumed values and run the break instruction (with its exception path)."""
     _push_consumed(plan, pycg, temps)
+    if plan.innermost.outlined is not None:
+        _emit_outlined_call(plan, pycg, temps)
+        return
     native = _native_instructions(plan.instruction, plan.innermost.tx)
     outer = plan.innermost.outer_grad_mode
     if outer is not None and len(plan.levels) == 1 and outer != plan.grad_mode:
@@ -620,6 +664,20 @@ def _emit_native(plan: BreakPlan, pycg: "PyCodegen", temps: dict[int, str]) -> N
         pycg.append(*native)
         if outer is not None:
             _set_grad(pycg, outer)
+
+
+def _emit_outlined_call(plan: BreakPlan, pycg: "PyCodegen", temps: dict[int, str]) -> None:
+    """Replace the iterator on the stack with the result of the outlined comprehension."""
+    level = plan.innermost
+    assert level.outlined is not None
+    code, reads = level.outlined
+    fn = types.FunctionType(code, level.tx.f_globals, code.co_name)
+    pycg.store_local("___comprehension_iterator")
+    args: list[Callable[[], None]] = [lambda: pycg.load_local("___comprehension_iterator")]
+    args += [lambda n=n: pycg.load_local(temps[id(level.locals[n])]) for n in reads]  # type: ignore[misc]
+    pycg.call_const(fn, args)
+    if level.outer_grad_mode is not None:
+        _set_grad(pycg, level.outer_grad_mode)
 
 
 def _protect(pycg: "PyCodegen", start: int, mode: bool) -> None:

@@ -140,6 +140,7 @@ class Translator:
         self.stop_step: list[int | None] = parent.stop_step if parent is not None else [None]
         self.direct_call_pending = False  # see call_instruction
         self.with_steps: dict[int, int] = {}  # stack slot of a traced `with` exit -> its BEFORE_WITH step
+        self.comprehension_steps: dict[int, int] = {}  # inlined comprehension's first index -> its step
         self.direct_return = False  # this frame's return value is its caller's call result
         self.step_at_start = -1   # the step at which ``current`` started
         self.depth_at_start = 0   # the stack depth when ``current`` started

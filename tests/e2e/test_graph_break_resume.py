@@ -702,6 +702,35 @@ def test_modules_built_in_forward_after_torch_compile_patched_module_init():
     assert be.frame_count == 1
 
 
+def test_breaks_inside_comprehensions_keep_the_code_around_them_compiled():
+    # 3.12+ inlines comprehensions into the frame: the comprehension runs natively as an
+    # outlined function and the frame resumes after it (3.11: the comprehension's own frame).
+    def fn(x, n):
+        i = "outer i"  # a comprehension variable shadowing a local: restored after it
+        y = x * 2
+        d = {k: y[k].item() for k in range(n)}
+        z = y + sum(d.values())
+        w = [[y[a].item() + b for b in range(2)] for a in range(n) if a != 1]
+        s = {int(v) for v in d.values()}
+        return z * len(w) + len(s), i
+
+    be = _run_both(fn, lambda i: (_rand(i, 4), 3))
+    assert be.frame_count >= 2  # the prefix and the code after the comprehensions
+
+    def unbound_loop_variable(x):
+        vals = [x[j].item() for j in range(2)]
+        return x + vals[0], "j" in dir()
+
+    _run_both(unbound_loop_variable, lambda i: (_rand(i, 3),))
+
+    def raises_inside(x):
+        return [x[k].item() for k in range(5)]  # IndexError from the native comprehension
+
+    jf = pyjit.jit(raises_inside, backend=CountingBackend())
+    with pytest.raises(IndexError):
+        jf(torch.ones(3))
+
+
 def test_break_inside_comprehension_and_local_closure_over_caller_variables():
     def comp(x, n):
         y = x + 1

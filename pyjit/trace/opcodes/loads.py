@@ -48,6 +48,10 @@ def load_fast_load_fast(tx: "Translator", inst: "Instruction") -> None:
 
 @register("LOAD_FAST_AND_CLEAR")
 def load_fast_and_clear(tx: "Translator", inst: "Instruction") -> None:
+    index = tx.current_index
+    if not index or tx.instructions[index - 1].opname != "LOAD_FAST_AND_CLEAR":
+        # The start of an inlined comprehension (3.12+): a break inside it moves here.
+        tx.comprehension_steps[index] = tx.step_at_start
     tx.push(tx.locals.pop(inst.argval, NULL))
 
 
