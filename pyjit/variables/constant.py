@@ -30,7 +30,7 @@ def is_constant_value(value: Any) -> bool:
         return True
     if t.__module__ == "torch" and t.__name__ in ("dtype", "device", "Size", "layout", "memory_format"):
         return True
-    if t is tuple:
+    if t is tuple or t is frozenset:  # immutable, and compared item by item as builtins
         return all(is_constant_value(v) for v in value)
     import enum
 

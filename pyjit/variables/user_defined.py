@@ -25,6 +25,11 @@ from .constant import ConstantVariable
 if TYPE_CHECKING:
     from ..trace.translator import Translator
 
+# Immutable builtin bases, and the C slot that copies an instance's builtin value as an exact
+# instance of the base without running Python code of the subclass.
+_IMMUTABLE_BASES: dict[type, Any] = {str: str.__str__, int: int.__index__, float: float.__float__,
+                                     bytes: bytes.__bytes__, complex: complex.__complex__}
+
 
 class UserDefinedClassVariable(KnownValueVariable):
     """A class object (guarded by identity): ``isinstance`` targets, namedtuple/dataclass constructors."""
@@ -222,6 +227,18 @@ class UserDefinedObjectVariable(VariableTracker):
             from .sequence_subclass import sequence_view
 
             self.dict_view = sequence_view(tx, self, base)
+            return self.dict_view
+        exact = _IMMUTABLE_BASES.get(base)
+        if exact is not None and issubclass(cls, base):
+            # The builtin value of an instance of a str/int/float/... subclass never changes: its
+            # C methods (``torch.__version__.split``) act on an exact copy, made by the base's own
+            # C slot (never the subclass's Python ``__str__``/``__eq__``), the object pinned by
+            # identity.
+            if self.source is not None:
+                from ..guards.guards import GuardKind
+
+                tx.output.guards.add(GuardKind.ID_MATCH, self.source, obj)
+            self.dict_view = ConstantVariable(exact(obj))
             return self.dict_view
         if not issubclass(cls, dict):
             unsupported("untracked_method", f"builtin {base.__name__} methods on a {cls.__name__} instance")

@@ -259,3 +259,52 @@ def test_returned_storage_is_the_tensors():
     x = rand(0)
     _, storage = jf(x)
     assert storage.data_ptr() == x.untyped_storage().data_ptr() and storage.nbytes() == 16
+
+
+# -- version checks: str subclasses and frozenset constants of library code ---------------------
+
+_DIGITS = frozenset("0123456789.")
+
+
+def test_version_checks_on_torch_version_and_frozenset_globals():
+    def build():
+        def f(x):
+            # torch.__version__ is a str subclass (TorchVersion) with its own comparisons
+            major = int(torch.__version__.split(".")[0])
+            if _DIGITS.issuperset("2.1") and "+" not in "2.1" and major >= 2:
+                x = x + len(_DIGITS)
+            return x * major
+        return f
+
+    check(build, one, graphs=1)
+
+
+def test_packaging_version_comparison():
+    version = pytest.importorskip("packaging.version")
+
+    def build():
+        def f(x):
+            if version.Version(torch.__version__.split("+")[0]) >= version.Version("2.0"):
+                return x + 1
+            return x - 1
+        return f
+
+    check(build, one, graphs=1)
+
+
+def test_str_subclass_instance_methods_do_not_run_its_python_code():
+    class Loud(str):
+        def __eq__(self, other):  # would show up if pyjit compared through it
+            raise AssertionError("user __eq__ ran")
+
+        __hash__ = str.__hash__
+
+    name = Loud("alpha-beta")
+
+    def build():
+        def f(x):
+            left, right = name.split("-")
+            return x * len(left) + len(right.upper())
+        return f
+
+    check(build, one, graphs=1)
