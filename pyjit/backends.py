@@ -210,6 +210,7 @@ def aot(fw_compiler: Backend, bw_compiler: Backend | None = None, *,
         _mark_skip(compiled)
         return compiled
 
+    aot_backend.pyjit_size_placeholders = False  # type: ignore[attr-defined]  # reads sizes from its tensors
     return aot_backend
 
 
@@ -237,6 +238,7 @@ def with_cudagraphs(inner: str | Backend, *, dynamic: bool = False) -> Backend:
         return wrap_compiled(inner(gm, example_inputs), gm, example_inputs)
 
     pyjit_cudagraphs.pyjit_dynamic = dynamic and accepts_symbolic(inner)  # type: ignore[attr-defined]
+    pyjit_cudagraphs.pyjit_size_placeholders = False  # type: ignore[attr-defined]  # inner is handed the graph as is
     _cudagraph_wrappers[key] = (pyjit_cudagraphs, inner)
     return pyjit_cudagraphs
 
@@ -269,6 +271,9 @@ def accepts_symbolic(backend: Any) -> bool:
 
 eager.pyjit_dynamic = True  # type: ignore[attr-defined]
 pyjit_backend.pyjit_dynamic = True  # type: ignore[attr-defined]
+# pyjit's own backends read symbolic sizes from their tensor inputs (frame/size_symbols.py).
+eager.pyjit_size_placeholders = False  # type: ignore[attr-defined]
+pyjit_backend.pyjit_size_placeholders = False  # type: ignore[attr-defined]
 
 register("eager", eager)
 register("pyjit", pyjit_backend)

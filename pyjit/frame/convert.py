@@ -49,6 +49,7 @@ from ..variables.builder import wrap
 from ..variables.functions import CellVariable
 from ..variables.torch_fns import install_global_state_guards
 from . import coldstart, warm_start
+from .size_symbols import lift_size_symbols, wants_size_placeholders
 
 coldstart.note_imports(time.perf_counter() - _IMPORT_T0)
 
@@ -209,6 +210,12 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
                                    "inputs share memory (views of one tensor)", code.co_name, code.co_filename,
                                    code.co_firstlineno)
                 compiled = captured(gm, example_inputs)
+            elif dynamic is not None and wants_size_placeholders(backend) and \
+                    (lifted := lift_size_symbols(gm, example_inputs)) is not None:
+                # A custom backend gets torch.compile's form: one int placeholder per size symbol.
+                lifted_gm, lifted_inputs, adapt = lifted
+                compiled = backend(lifted_gm, lifted_inputs)
+                compiled = adapt(compiled) if compiled is not None else None
             else:
                 compiled = backend(gm, example_inputs)
         except Exception as e:

@@ -48,6 +48,33 @@ def test_twenty_batch_sizes_cost_two_backend_calls() -> None:
                for n in placeholders), "the second graph should have symbolic sizes"
 
 
+def test_size_symbols_are_int_placeholders_as_under_torch_compile() -> None:
+    backend = RecordingBackend()
+    examples: list[list[Any]] = []
+    original_call = backend.__call__
+
+    def recording(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        examples.append(list(example_inputs))
+        return original_call(gm, example_inputs)
+
+    jitted = pyjit.jit(_mlp, backend=recording)
+    for batch in (2, 3, 5, 7):
+        args = _inputs(batch)
+        torch.testing.assert_close(jitted(*args), _mlp(*args))
+    symbolic, inputs = backend.graphs[-1], examples[-1]
+    placeholders = [n for n in symbolic.graph.nodes if n.op == "placeholder"]
+    # the batch symbol comes first, before the tensor that carries it, with an int example
+    first = placeholders[0]
+    assert isinstance(first.meta["example_value"], torch.SymInt)
+    assert isinstance(inputs[0], int) and inputs[0] == inputs[1].shape[0] == 3
+    x_meta = placeholders[1].meta["example_value"]
+    assert x_meta.shape[0].node.expr == first.meta["example_value"].node.expr
+    # the graph reads the size from the placeholder, not from the tensor
+    assert not any(n.op == "call_method" and n.target == "size" for n in symbolic.graph.nodes), symbolic.code
+    # and a backend can run it on the example inputs as a torch.compile backend would
+    symbolic(*inputs)
+
+
 def test_backend_declaring_static_gets_a_graph_per_size() -> None:
     backend = RecordingBackend()
     backend.pyjit_dynamic = False  # type: ignore[attr-defined]
