@@ -83,7 +83,7 @@ def _may_be_null(slot: StackSlot) -> bool:
     p = slot.producer
     if p is None:
         return False
-    if p.opname == "PUSH_NULL":
+    if p.opname in ("PUSH_NULL", "LOAD_FAST_AND_CLEAR"):  # (the latter: an unbound comprehension variable)
         return True
     if p.opname == "LOAD_GLOBAL" and p.flags & 1:
         # 3.11/3.12 push NULL below the global, 3.13 above it.

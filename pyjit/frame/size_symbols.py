@@ -67,7 +67,11 @@ def lift_size_symbols(gm: torch.fx.GraphModule, example_inputs: list[Any]
             continue
         if _is_size_read(node):
             node.replace_all_uses_with(new_nodes[sym])
-    graph.eliminate_dead_code()
+            base = node.args[0]
+            graph.erase_node(node)
+            # (never eliminate_dead_code: it drops unused in-place method calls such as x.mul_(2))
+            if isinstance(base, torch.fx.Node) and base.op != "placeholder" and not base.users:
+                graph.erase_node(base)  # the x.size() the read indexed
     graph.lint()
     lifted = torch.fx.GraphModule(gm, graph, gm.__class__.__name__)
     lifted.meta.update(gm.meta)

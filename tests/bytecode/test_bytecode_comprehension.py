@@ -127,3 +127,29 @@ def test_regions_that_cannot_be_outlined_say_why(fn, reason):
     assert reason in (outline_problem(code, region) or "")
     with pytest.raises(ValueError, match="cannot outline"):
         make_outlined_comprehension(code, region, ())
+
+
+def test_resume_after_a_comprehension_with_its_variable_unbound_or_bound():
+    # The frontend continues after an outlined comprehension at its exit: the saved value of each
+    # comprehension variable (NULL when it was unbound) and the result on the stack.
+    from pyjit.bytecode import decode, make_resume_code, resume_parameter_names
+
+    code = shadowing.__code__
+    (region,) = comprehension_regions(code)
+    exit_offset = decode(code)[region.exit].offset
+    resume = make_resume_code(code, exit_offset, 2, [], null_slots=[0])
+    assert resume_parameter_names(code, 2, [], [0]) == ["___stack1"]
+    fn = types.FunctionType(resume, {})
+    # `return out, i` after the comprehension: `i` was unbound before it, and is again
+    with pytest.raises(UnboundLocalError):
+        fn([0, 2])
+
+
+def test_resume_after_a_comprehension_restores_a_bound_variable():
+    from pyjit.bytecode import decode, make_resume_code
+
+    code = shadowing.__code__
+    (region,) = comprehension_regions(code)
+    exit_offset = decode(code)[region.exit].offset
+    fn = types.FunctionType(make_resume_code(code, exit_offset, 2, []), {})
+    assert fn("outer", [0, 2]) == ([0, 2], "outer")

@@ -257,7 +257,11 @@ def trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_in
     if symbolic_fakes is None:
         fake_mode, fakes = make_fake_inputs(example_inputs)
     else:
-        fake_mode, fakes = symbolic_fakes[0].fake_mode, list(symbolic_fakes)
+        # (size symbols can come first: a SymInt placeholder, as torch.compile passes them)
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        fake_mode = next(t.fake_mode for t in symbolic_fakes if isinstance(t, FakeTensor))
+        fakes = list(symbolic_fakes)
     classes = autograd_functions(gm)
     if not classes:
         return _trace_joint(gm, state_names, example_inputs, decompositions, fake_mode, fakes, aliases,
