@@ -85,6 +85,15 @@ def comprehension_regions(code: types.CodeType) -> tuple[ComprehensionRegion, ..
             while j < len(instructions) and instructions[j].opname == "LOAD_FAST_AND_CLEAR":
                 cleared.append(instructions[j].argval)
                 j += 1
+            k = j
+            while k < len(instructions) and instructions[k].opname == "MAKE_CELL":  # variables closed over
+                k += 1
+            if not i or instructions[i - 1].opname != "GET_ITER" or k >= len(instructions) \
+                    or instructions[k].opname != "SWAP":
+                # Not the compiler's comprehension prologue (a resume function's own prologue
+                # also moves its parameters with LOAD_FAST_AND_CLEAR).
+                i = j
+                continue
             loop = next((k for k in range(j, len(instructions)) if instructions[k].opname == "FOR_ITER"), None)
             target = instructions[loop].target if loop is not None else None
             if target is None:

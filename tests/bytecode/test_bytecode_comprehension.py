@@ -153,3 +153,15 @@ def test_resume_after_a_comprehension_restores_a_bound_variable():
     exit_offset = decode(code)[region.exit].offset
     fn = types.FunctionType(make_resume_code(code, exit_offset, 2, []), {})
     assert fn("outer", [0, 2]) == ([0, 2], "outer")
+
+
+def test_resume_function_prologue_is_not_a_comprehension():
+    from pyjit.bytecode import decode, make_resume_code
+
+    code = listcomp.__code__
+    first, second = comprehension_regions(code)
+    # a resume function starting between the two comprehensions takes its stack through
+    # LOAD_FAST_AND_CLEAR of its parameters: only the real second comprehension is found
+    resume = make_resume_code(code, decode(code)[first.exit].offset, 2, ["x", "n"], null_slots=[0])
+    (found,) = comprehension_regions(resume)
+    assert found.cleared == second.cleared
