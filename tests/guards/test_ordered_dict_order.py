@@ -12,7 +12,6 @@ from __future__ import annotations
 import collections
 import json
 import logging
-import types
 
 import pytest
 import torch

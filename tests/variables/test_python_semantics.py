@@ -524,7 +524,7 @@ def test_truth_of_functions_and_methods():
     table = {int: reads_alias}
 
     def f(x):
-        if fn := table.get(int):
+        if _fn := table.get(int):
             x = x + 1
         if CFG.__getattribute__:
             x = x * 2
