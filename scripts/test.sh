@@ -8,6 +8,8 @@ PY=${PYTHON:-python3}
 "$PY" setup.py -q build_ext --inplace
 # Lint first (rules in pyproject.toml): unused imports/names and undefined names fail the run.
 "$PY" -m ruff check .
+# Types of pyjit/ (settings and the documented per-module exceptions in pyproject.toml).
+"$PY" -m mypy
 # Two worker processes (pytest-xdist): the CI machine has 2 cores and the suite is CPU-bound
 # (tracing, lowering, Triton's interpreter); PYJIT_TEST_WORKERS=0 runs it in one process.
 # CI unset, as users run it: pytest takes other code paths then (it builds frozen slots
