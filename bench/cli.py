@@ -3,7 +3,7 @@
 Examples::
 
     python -m bench                                   # quick suite, every backend, this machine
-    python -m bench --suite kernels,compile,models --out docs/results/gpu --time-budget 540
+    python -m bench --suite kernels,compile,models --out docs/results/2026-11-28_abc1234_h100 --time-budget 540
     python -m bench --suite overhead --backends eager,pyjit --compare bench/out/quick_cpu.json
     python -m bench --list                            # suites, workloads, backend availability
     python -m bench --suite differential --count 1000 --seed 0 --backend eager   # eager vs pyjit, by category

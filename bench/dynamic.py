@@ -10,7 +10,7 @@ Per workload and compiler (``pyjit``, ``torch.compile``; eager is the reference)
 * **steady**: ``timing`` is the steady-state time of the entry the sweep left (dynamic after the
   second size) at the kernels suite's shape, and ``dynamic.static_timing`` the same compiler's
   static compile (``dynamic=False``) at that shape, sampled interleaved with it;
-  ``dynamic.dynamic_over_static`` is their ratio (issue 13's target: within 1.10 on the GPU);
+  ``dynamic.dynamic_over_static`` is their ratio (the target: within 1.10 on the GPU);
   for pyjit, ``dynamic.backend_graphs`` counts the sweep's graphs its backend compiled, those
   compiled with symbolic sizes and those it ran as captured (a fallback, also in the table).
 

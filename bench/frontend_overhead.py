@@ -1,4 +1,4 @@
-"""Frontend benchmarks (issue 4): cache-hit call overhead and capture time, pyjit vs torch.compile.
+"""Frontend benchmarks: cache-hit call overhead and capture time, pyjit vs torch.compile.
 
 Owns two measurements, each a function returning a plain dict, the harness plug-in
 :func:`run_bench` (rows as ``docs/contracts.md`` specifies for ``bench/`` scripts) and a table
@@ -399,7 +399,7 @@ def format_capture_time(res: dict[str, Any], *, per_case: bool = False) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="pyjit frontend benchmarks (issue 4)")
+    parser = argparse.ArgumentParser(description="pyjit frontend benchmarks")
     parser.add_argument("--what", choices=["all", "overhead", "capture"], default="all")
     parser.add_argument("--samples", type=int, default=41)
     parser.add_argument("--calls", type=int, default=2000, help="calls per sample")

@@ -1,4 +1,4 @@
-"""Channels-last layout A/B on a GPU (issue 11 item 3): run from the repo root on an H100,
+"""Channels-last layout A/B on a GPU (convolution networks on tensor cores): run from the repo root on an H100,
 
     python -m bench.layout_sweep            # all three workloads, ~60-90 s
     python -m bench.layout_sweep --no-peer  # without torch.compile (faster)

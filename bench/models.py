@@ -225,7 +225,7 @@ def _build_gpt2_train(device: torch.device, size: str) -> Built:
 
 def channels_last(build: Callable[[torch.device, str], Built]) -> Callable[[torch.device, str], Built]:
     """``build``'s workload with the module and every 4-d input in channels_last memory format
-    (how users run convolution networks on tensor cores; issue 11 item 3)."""
+    (how users run convolution networks on tensor cores)."""
     def built(device: torch.device, size: str) -> Built:
         base = build(device, size)
         module = base.fn.to(memory_format=torch.channels_last)

@@ -4,7 +4,7 @@
 
 Workloads (fp32, contiguous rows): ``layer_norm`` (weight and bias) and ``softmax`` over rows
 of 64..65536 elements, each shape holding ``2**26`` elements (256 MB in, 256 MB out: far
-larger than an H100's L2), plus 8192x1024 (issue 11's shape, 32 MB) and ``cross_entropy``
+larger than an H100's L2), plus 8192x1024 (a transformer's hidden rows, 32 MB) and ``cross_entropy``
 over 32000- and 128000-wide vocabularies (4096 and 1024 rows). Each row reports ms per call (median of CUDA-event timings) and the achieved
 bandwidth (bytes of inputs + outputs / time) as a % of the measured device-to-device copy
 bandwidth, for eager, ``torch.compile`` (inductor) and pyjit's backend (``compile_fx`` on the
@@ -73,7 +73,7 @@ def copy_bandwidth_gbs(nbytes: int = 1 << 30) -> float:
 
 def shapes(widths: list[int]) -> list[tuple[str, int, int]]:
     out = [(w, n, TOTAL // n) for w in ("layer_norm", "softmax") for n in widths]
-    extra = [("layer_norm", 8192, 1024), ("softmax", 8192, 1024),  # issue 11's shape (32 MB)
+    extra = [("layer_norm", 8192, 1024), ("softmax", 8192, 1024),  # a transformer's hidden rows (32 MB)
              ("cross_entropy", 4096, 32000), ("cross_entropy", 1024, 128000)]
     return [(name, rows, n) for name, n, rows in out] + [e for e in extra if e[2] in widths or e[0] == "cross_entropy"]
 

@@ -1,4 +1,4 @@
-"""Peak device memory and time of a training step, per backend (issue 10's memory target).
+"""Peak device memory and time of a training step, per backend (a compiled step should not need more memory than eager).
 
 For each workload (default: the ``models`` suite's training steps) and backend, in a fresh
 subprocess: build the workload, run 3 warm-up steps (compiles included), then 10 timed steps;

@@ -123,7 +123,7 @@ def _jit_module(module: Any, options: JitOptions) -> Any:
         "_pyjit_forward": jf,
         "__reduce_ex__": _reduce_jitted_module,
     })
-    new = object.__new__(new_cls)
+    new: torch.nn.Module = object.__new__(new_cls)
     # Share the original's state: parameters, buffers, submodules and flags are the same objects.
     object.__setattr__(new, "__dict__", module.__dict__)
     return new

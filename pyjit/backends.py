@@ -15,9 +15,9 @@ Built in:
   ``with_cudagraphs(backend)`` does the same for any backend.
 
 ``aot(fw_compiler, bw_compiler=None, *, decompositions=None, partition="min_cut")`` builds a
-backend from compilers of aten graphs (the seeds' custom-backend pattern with a forward and a
+backend from compilers of aten graphs (torch.compile's custom-backend pattern with a forward and a
 backward compiler). No ``"inductor"`` name is registered: pyjit never imports torch's own
-compiler (DESIGN.md); register it from your own code to compare (``docs/training.md``).
+compiler (so a comparison with it is always explicit); register it from your own code to compare (``docs/training.md``).
 
 ``register(name, fn)`` adds a backend; ``list()`` names them; ``lookup(name_or_callable)`` resolves
 what ``pyjit.jit(backend=...)`` was given.
@@ -60,7 +60,7 @@ def lookup(backend: str | Backend) -> Backend:
     except KeyError:
         if backend == "inductor":
             raise ValueError("pyjit has no built-in 'inductor' backend: pyjit never uses torch's own compiler "
-                             "(DESIGN.md). To compare, register it yourself from your code with "
+                             "unless you ask for it. To compare, register it yourself from your code with "
                              "pyjit.backends.register('inductor', fn), fn being torch's graph compiler "
                              "(docs/training.md, Backends API), or pass fn as backend=.") from None
         raise ValueError(f"unknown pyjit backend {backend!r}; registered: {', '.join(list())}. "

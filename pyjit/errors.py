@@ -39,7 +39,7 @@ class UserLocation:
 class GraphBreak:
     """A structured reason why tracing could not continue (never free text alone)."""
 
-    kind: str  # a key of the graph-break registry (docs/graph_breaks.md)
+    kind: str  # a pyjit.trace.graph_breaks.BreakKind (a str enum; docs/graph_breaks.md)
     explanation: str
     location: UserLocation | None = None
     inline_chain: tuple[UserLocation, ...] = ()

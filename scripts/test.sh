@@ -6,6 +6,10 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 "$PY" -m pip install -q --disable-pip-version-check torch==2.13.0 -r requirements-dev.txt
 "$PY" setup.py -q build_ext --inplace
+# Lint first (rules in pyproject.toml): unused imports/names and undefined names fail the run.
+"$PY" -m ruff check .
+# Types of pyjit/ (settings and the documented per-module exceptions in pyproject.toml).
+"$PY" -m mypy
 # Two worker processes (pytest-xdist): the CI machine has 2 cores and the suite is CPU-bound
 # (tracing, lowering, Triton's interpreter); PYJIT_TEST_WORKERS=0 runs it in one process.
 # CI unset, as users run it: pytest takes other code paths then (it builds frozen slots

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENVS=${PYJIT_CI_VENVS:-${XDG_CACHE_HOME:-$HOME/.cache}/pyjit-ci}
-TORCHFREE_TESTS=(tests/core tests/bytecode)
+TORCHFREE_TESTS=(tests/core tests/bytecode tests/meta)
 roots=()
 if command -v pyenv >/dev/null 2>&1; then roots+=("$(pyenv root)/versions"); fi
 roots+=("$HOME/.pyenv/versions")

@@ -62,6 +62,7 @@ class SchedulerNode:
         self.is_scatter = isinstance(buf, ScatterAdd)
         self.is_extern = not isinstance(buf, (ComputedBuffer, MatmulTemplate, ScatterAdd))
         self.is_reduction = isinstance(buf, ComputedBuffer) and isinstance(buf.data, Reduction)
+        self.rsizes: list[sympy.Expr] = []
         if isinstance(buf, MatmulTemplate):
             self.sizes, self.rsizes = list(buf.layout.size), []
             self.group = (prod(self.sizes), 1)

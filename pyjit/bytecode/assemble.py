@@ -76,10 +76,10 @@ class _Tables:
     def __init__(self, consts: Sequence[Any], names: Sequence[str]) -> None:
         self.consts = list(consts)
         self.names = list(names)
-        self._name_index = {}
+        self._name_index: dict[str, int] = {}
         for i, n in enumerate(self.names):
             self._name_index.setdefault(n, i)
-        self._const_ids = {}
+        self._const_ids: dict[int, int] = {}
         for i, c in enumerate(self.consts):
             self._const_ids.setdefault(id(c), i)
 

@@ -191,8 +191,8 @@ def check_python_source(source: str, n_slots: int) -> None:
             if not ok:
                 raise ValueError(f"relation source {source!r:.60} indexes {ast.unparse(node)!r:.30}")
         elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
-            e = node.right
-            if not (isinstance(e, ast.Constant) and type(e.value) is int and 0 <= e.value <= 64):
+            exponent = node.right
+            if not (isinstance(exponent, ast.Constant) and type(exponent.value) is int and 0 <= exponent.value <= 64):
                 raise ValueError(f"relation source {source!r:.60} has a power with a non-constant exponent")
     # Names: ``v`` under a subscript, or a called builtin of the allowed set.
     allowed_names = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Subscript)} | \

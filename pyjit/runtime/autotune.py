@@ -55,7 +55,8 @@ def prefetching() -> Iterator[list[tuple[Any, Callable[[], object]]]]:
     """Within: :func:`choose` builds candidates without benchmarking them and answers the stored
     choice or the first candidate; yields the list of ``(kernel, warm)`` compiles they need."""
     previous = getattr(_state, "prefetch", None)
-    _state.prefetch = gathered = []
+    gathered: list[Any] = []
+    _state.prefetch = gathered
     try:
         yield gathered
     finally:

@@ -169,7 +169,7 @@ def _os_file_lock(path: str) -> Iterator[None]:
     try:
         from filelock import FileLock
     except ImportError:  # filelock absent: plain fcntl (POSIX); rename-based writes stay atomic
-        FileLock = None  # type: ignore[assignment]  # noqa: N806
+        FileLock = None  # type: ignore[assignment, misc]  # noqa: N806
     if FileLock is not None:
         try:
             lock = FileLock(path, mode=0o600)

@@ -107,7 +107,7 @@ def compiler() -> Compiler | None:
                 problems.append(f"{cxx}{' -fopenmp' if openmp else ''}: {err}")
             if _compiler is not None:
                 break
-        # The choice and its reason: one line on ``fallbacks`` per process (issue 12, item 4).
+        # The choice and its reason: one line on ``fallbacks`` per process (not one per graph).
         # The working-compiler line is informational, not a fallback: its record carries
         # ``pyjit_kind='choice'`` so consumers counting fallbacks (bench) can tell it apart.
         if _compiler is None:

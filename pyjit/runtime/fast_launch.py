@@ -5,7 +5,7 @@ the arguments, computes their specialisation (dtype, 16-byte alignment of each p
 integers equal to 1 or divisible by 16), hashes a cache key, looks the kernel up and builds its
 launch metadata. Measured on the lent H100's host that is about 20 us per launch, so a graph of
 17 small kernels (a small ResNet) spends more time launching than the GPU spends running them
-(docs/performance.md, "Why the convolution rows move between runs").
+(docs/performance-archive.md, "Why the convolution rows move between runs").
 
 A generated module's launch sites are fixed: each passes the same kernel, grid expression and
 ``constexpr`` values on every call, buffers of fixed dtypes, and (for static graphs) the same

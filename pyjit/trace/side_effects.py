@@ -59,7 +59,6 @@ from .graph_breaks import unsupported
 if TYPE_CHECKING:
     from ..variables.base import VariableTracker
     from .output_graph import OutputCodegen
-    from .pycodegen import PyCodegen
     from .translator import Translator
 
 

@@ -168,7 +168,7 @@ class _DerivedNode:
         if bind:
             # Symbolic sizes are bound into the C tree's slots by its own tensor check only: the
             # frame then runs eagerly (logged by the caller), never with unbound symbols.
-            raise NotImplementedError(f"a dynamic-shape tensor guard on a value read through dict.__getitem__")
+            raise NotImplementedError("a dynamic-shape tensor guard on a value read through dict.__getitem__")
         self.check_fn(functools.partial(_tensor_matches, t=t, dtype=dtype, device=device, requires_grad=requires_grad,
                                         sizes=sizes, strides=strides), gid)
 

@@ -7,7 +7,7 @@ import collections
 import types
 from typing import TYPE_CHECKING, Any
 
-from ..guards.source import AttrSource, ItemSource, Source
+from ..guards.source import AttrSource, ItemSource
 from ..trace.graph_breaks import unsupported
 from .base import KnownValueVariable, VariableTracker
 from .constant import ConstantVariable

@@ -249,7 +249,6 @@ def _construct_module(tx: "Translator", cls: type, args: list[VariableTracker],
     """``nn.ReLU()``, ``nn.Dropout(p)`` in ``forward``: a torch.nn module without parameters or
     buffers, from constant arguments, is built for real now (its constructor is torch's and
     deterministic) and, if it escapes, built again by the replay with the same arguments."""
-    from .nn_module import NNModuleVariable
 
     if not (cls.__module__ or "").startswith("torch.nn."):
         unsupported("object_construction", f"constructing the module {cls.__name__} inside the traced code")
@@ -433,7 +432,7 @@ class ObjectVariable(VariableTracker):
     def _module_dict(self, name: str) -> Any:
         d = self.attrs.get(name)
         if d is None or not hasattr(d, "items") or not isinstance(d.items, dict):
-            unsupported("exception", f"AttributeError: cannot assign module attributes before Module.__init__() call")
+            unsupported("exception", "AttributeError: cannot assign module attributes before Module.__init__() call")
         return d.items
 
     def _module_store(self, name: str, value: Any) -> bool:

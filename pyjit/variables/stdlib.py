@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..trace.graph_breaks import unsupported
 from .base import KnownCallableVariable, VariableTracker
-from .builtins import _HANDLERS, _NO, Handler, _iter_items, _register, binary_op, compare_op
+from .builtins import _HANDLERS, _NO, Handler, _iter_items, _register
 from .constant import ConstantVariable
 from .lists import BaseListVariable, ListIteratorVariable, ListVariable, TupleVariable
 
@@ -64,7 +64,7 @@ def _real_callable(tx: "Translator", v: VariableTracker) -> Any:
     (the code object and defaults; the function itself was guarded where it was read)."""
     import types
 
-    from .functions import UserFunctionVariable, UserMethodVariable, _wrap_defaults, _wrap_kwdefaults
+    from .functions import UserFunctionVariable, UserMethodVariable
 
     if isinstance(v, UserMethodVariable):
         obj = getattr(v.obj, "value", _NO)

@@ -1,4 +1,4 @@
-"""User-defined classes and instances (read-only attribute access in this issue).
+"""User-defined classes and instances: attribute reads and method calls (stores: ``objects.py``).
 
 An instance reached through a source is guarded by type; each attribute read is wrapped by the
 builder with an ``AttrSource`` (and so guarded as it is used). Methods defined in Python are

@@ -1,5 +1,5 @@
 """20-step training loops jitted whole (forward, ``loss.backward()``, ``optimizer.step()``) with
-pyjit's backend: losses and final parameters equal eager's (issue 10).
+pyjit's backend: losses and final parameters equal eager's.
 
 CPU only here: once with generated Triton run by Triton's interpreter (internal errors raise),
 once with the default C++ path (internal errors fall back per graph, as users get it: the

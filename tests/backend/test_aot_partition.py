@@ -1,4 +1,4 @@
-"""The partitioners of pyjit's training path (issue 10) and the ``pyjit.backends.aot`` API.
+"""The partitioners of pyjit's training path and the ``pyjit.backends.aot`` API.
 
 Partition tests run on aten graphs only (``aot_eager``-style compilers that run the graphs as
 captured), so they are fast; gradients are still compared with eager autograd.

@@ -1,4 +1,4 @@
-"""Training through pyjit's backend (issue 10): outputs and every gradient equal eager autograd.
+"""Training through pyjit's backend: outputs and every gradient equal eager autograd.
 
 Graphs are compiled by ``compile_fx`` (the joint graph, min-cut partition and
 ``torch.autograd.Function`` of ``pyjit/backend/aot``) on CPU with generated Triton kernels run by

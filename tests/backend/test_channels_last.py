@@ -1,4 +1,4 @@
-"""Channels-last layout for convolution graphs (``pyjit/backend/passes/layout.py``, issue 11).
+"""Channels-last layout for convolution graphs (``pyjit/backend/passes/layout.py``).
 
 With ``config.layout_opt="on"`` the pass also runs on CPU, so every case runs on both CPU code
 generators (``target``: Triton through its interpreter, and C++) and on CUDA where present,

@@ -198,3 +198,22 @@ def test_bf16_rounding_matches_eager_exactly(device: str) -> None:
     x = make([257], device, low=-300, high=300)
     check(lambda a: (a.to(torch.bfloat16), a.to(torch.float16), (a * 3).to(torch.bfloat16).float()), x,
           atol=0, rtol=0)
+
+
+def test_register_lowering_rejects_a_duplicate() -> None:
+    from pyjit.backend.lowering import LOWERINGS, register_lowering
+
+    op = torch.ops.aten.sinh.default
+    original = LOWERINGS[op]
+
+    def other(ctx, x):
+        raise NotImplementedError
+
+    with pytest.raises(ValueError, match="override=True"):
+        register_lowering(op)(other)
+    assert LOWERINGS[op] is original
+    try:
+        register_lowering(op, override=True)(other)
+        assert LOWERINGS[op] is other
+    finally:
+        LOWERINGS[op] = original

@@ -77,7 +77,7 @@ def test_grad_and_cpu_eager_run_as_captured(device: str) -> None:
     gm = torch.fx.symbolic_trace(lambda x: x.relu())
     x = make([3], device).requires_grad_()
     before = len(backend.metrics.eager_graphs)
-    backend.compile_fx(gm, [x])  # training graphs are compiled since issue 10 (tests/backend/test_aot_*)
+    backend.compile_fx(gm, [x])  # training graphs are compiled too (tests/backend/test_aot_*)
     assert len(backend.metrics.eager_graphs) == before
     with cfg.patch(cpu_backend="eager"):
         backend.compile_fx(gm, [torch.randn(3)])

@@ -7,7 +7,8 @@ import subprocess
 import sys
 
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")  # skipped where torch is absent
 
 from bench import schema
 from bench.cli import main

@@ -6,6 +6,8 @@ import types
 
 import pytest
 
+pytest.importorskip("torch")  # bench.external imports torch; skipped where torch is absent
+
 from bench import external
 
 

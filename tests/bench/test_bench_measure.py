@@ -4,7 +4,9 @@ from __future__ import annotations
 import random
 import statistics
 
-import torch
+import pytest
+
+torch = pytest.importorskip("torch")  # skipped where torch is absent
 
 from bench.measure import TimingPlan, rotation_count, summarize, time_calls
 

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import logging
 
-import torch
+import pytest
+
+torch = pytest.importorskip("torch")  # skipped where torch is absent
 
 from bench.backends import Backend, make_backend, make_backends
 from bench.measure import TimingPlan

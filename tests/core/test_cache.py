@@ -190,7 +190,7 @@ def test_cache_state_dies_with_the_code_object():
     before = _C._extra_count()
     repl = flat_code(tmp)
     repl_ref = weakref.ref(tmp)
-    _C.set_callback(lambda func, args: (None, repl) if func is tmp else None)
+    _C.set_callback(lambda func, args: (None, repl) if func is tmp else None)  # noqa: F821 (both deleted below)
     try:
         tmp(1)
     finally:

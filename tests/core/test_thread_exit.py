@@ -1,4 +1,4 @@
-"""Threads that end while pyjit is enabled leak nothing (runtime issue 14, item 5).
+"""Threads that end while pyjit is enabled leak nothing.
 
 Each thread's state is owned by an object in its thread-state dict, freed when the thread ends:
 the callback reference is released and the thread's share of the installed hook is given back.

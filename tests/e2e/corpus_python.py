@@ -266,14 +266,14 @@ def sort_values_and_indices(x):
 category("autocast")
 
 
-@case(2, t(4, 8), t(8, 3), note="autocast regions: beyond issue 4's explicit list (no_grad), common in real code")
+@case(2, t(4, 8), t(8, 3), note="autocast regions: beyond no_grad, common in real code")
 def autocast_bfloat16_matmul(x, w):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         y = x @ w
     return y.float()
 
 
-@case(3, t(4, 8), t(8, 3), note="autocast regions: beyond issue 4's explicit list (no_grad), common in real code")
+@case(3, t(4, 8), t(8, 3), note="autocast regions: beyond no_grad, common in real code")
 def autocast_disabled_inside(x, w):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         a = x @ w
@@ -355,7 +355,7 @@ def device_and_dtype_objects(x):
     return y * (dev.type == "cpu")
 
 
-@case(1, t(4, 8), note="itertools on constants: beyond issue 4's explicit builtin list, common in real code")
+@case(1, t(4, 8), note="itertools on constants: beyond the common builtins, common in real code")
 def itertools_product_on_constants(x):
     pairs = list(itertools.product(range(2), range(3)))
     return x * len(pairs)

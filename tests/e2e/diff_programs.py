@@ -337,7 +337,7 @@ class _Gen(ConstructStatements):
 
     def s_loop_exit(self, ind: int, depth: int, top: bool) -> None:
         self.tags.add("break_continue")
-        cond = self.r.choice([f"{self.t()}.sum() > {self.c()}", f"{self.k()} > 2", "flag", f"len(lst) > n"])
+        cond = self.r.choice([f"{self.t()}.sum() > {self.c()}", f"{self.k()} > 2", "flag", "len(lst) > n"])
         if "sum()" in cond:
             self.tags.add("tensor_branch")
         self.emit(ind, f"if {cond}:\n    {self.r.choice(['break', 'continue'])}")

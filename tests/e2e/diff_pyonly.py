@@ -137,7 +137,7 @@ class _PyGen:
                                       f'd.setdefault("hist", []).append({k})',
                                       f"{k} = sum(v for v in d.values() if isinstance(v, int))",
                                       f'{k} = {k} + len(str(d.pop("tmp", "none")))',
-                                      f"d.update({{str(i): i for i in range(n)}})"]))
+                                      "d.update({str(i): i for i in range(n)})"]))
 
     def s_list(self, ind: int, depth: int, top: bool) -> None:
         k = self.k()

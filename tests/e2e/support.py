@@ -194,7 +194,7 @@ def run_against_eager(case: Any, wrap: Callable[[Callable[..., Any]], Callable[.
 
 
 def check_graph_meta(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> list[str]:
-    """Problems with the per-node metadata the frontend promises (issue 4, "Graph output"):
+    """Problems with the per-node metadata the frontend promises for its graph output:
     every counted node has ``meta["example_value"]`` (fake tensors for tensor results, with the
     dtype, shape and strides of the real result, which is recomputed here by running the graph
     on the real example inputs) and a ``meta["stack_trace"]`` naming a source file and line."""

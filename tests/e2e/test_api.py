@@ -1,4 +1,4 @@
-"""The public surface of issue 4: decorator forms of ``pyjit.jit``, the backend registry
+"""The public surface: decorator forms of ``pyjit.jit``, the backend registry
 (``pyjit.backends.register``/``list``), backend callables following torch.compile's protocol,
 the graph handed to a backend (readable names, example values, stack traces), ``pyjit.reset``,
 ``pyjit.config.patch``, and that ``import pyjit`` does not import the peer compiler.
@@ -213,7 +213,7 @@ def test_pyjit_source_does_not_use_the_peer_compiler():
 
 @pytest.mark.parametrize("dynamic", [None, False, True])
 def test_dynamic_argument_is_accepted_and_results_are_right(dynamic):
-    # Issue 4 has static shapes only: dynamic=True may still specialise, but must stay correct.
+    # dynamic=True may still specialise, but must stay correct.
     def f(x):
         return x.reshape(-1) * x.shape[0]
 

@@ -1,4 +1,4 @@
-"""pyjit and torch.compile in one process (runtime issue 14, item 6).
+"""pyjit and torch.compile in one process.
 
 Each case runs in a fresh subprocess under a timeout (the failures this guards against were a
 hang at 100% CPU and a segmentation fault): a torch.compile'd function called inside a

@@ -71,7 +71,7 @@ def test_case_under_outer_grad_mode(case, mode):
 
 @pytest.mark.parametrize("case", _SAMPLE, ids=[c.name for c in _SAMPLE])
 def test_case_default_backend(case):
-    # The default backend ("pyjit") may reorder floating-point work in later issues: compare
+    # The default backend ("pyjit") may reorder floating-point work (fusion, reductions): compare
     # with torch.testing's default tolerances instead of bit-identity.
     run_against_eager(case, pyjit.jit, exact=False)
 

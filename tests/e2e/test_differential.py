@@ -31,7 +31,7 @@ from .diff_programs import feature_tags, generate_program
 from .support import CountingBackend
 
 COUNT = 1000
-# Programs (spread over the seeds) that also run on pyjit's default backend: code generation is
+# Programs (seeds spread over the range) that also run on pyjit's default backend: code generation is
 # slower than running the captured graph, so only a sample, with the backend's tolerances.
 DEFAULT_BACKEND_SEEDS = (3, 100, 402, 777)
 DEFAULT_RTOL = DEFAULT_ATOL = 1e-4

@@ -1,4 +1,4 @@
-"""Dynamic shapes end to end (issue 13): automatic dynamic on the second size, dynamic=True/False,
+"""Dynamic shapes end to end: automatic dynamic on the second size, dynamic=True/False,
 mark_dynamic/mark_static, shape guards (0/1 specialisation, relied-on relations), symbolic
 Python scalars, sizes that outlive the graph, graph breaks, diagnostics. Every result is
 compared with eager; compile counts come from the frame policy."""

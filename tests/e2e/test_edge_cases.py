@@ -216,7 +216,7 @@ def test_callable_object():
     obj = _CallableObject(3.0)
     try:
         jobj = _jit(obj)
-    except TypeError as e:  # not required by issue 4; refusing clearly, naming the type, is fine
+    except TypeError as e:  # not required; refusing clearly, naming the type, is fine
         assert "_CallableObject" in str(e)
         return
     x = torch.randn(4)
@@ -368,7 +368,7 @@ def test_returning_new_user_objects():
 
 
 def test_calls_from_several_threads():
-    # Not promised by issue 4 beyond "no wrong answers": compile and cache hits from 4 threads.
+    # Not promised beyond "no wrong answers": compile and cache hits from 4 threads.
     import threading
 
     def f(x, k):

@@ -1,4 +1,4 @@
-"""Real graph breaks (issue 9): the prefix graph is compiled, the breaking instruction runs
+"""Real graph breaks: the prefix graph is compiled, the breaking instruction runs
 natively, the rest continues in a compiled resume function. Every test compares results, printed
 output and observable state with eager, then checks what was compiled.
 """

@@ -1,4 +1,4 @@
-"""Optimizer steps captured in a jitted training step (issue 10 item 6).
+"""Optimizer steps captured in a jitted training step.
 
 ``loss.backward(); opt.step(); opt.zero_grad()`` jitted whole: the forward is one graph,
 ``backward()`` and ``zero_grad()`` (``torch._disable_dynamo``) break, and ``opt.step()`` is traced

@@ -1,4 +1,4 @@
-"""Unmodified ``transformers`` models (issue 9): each forward, built from a tiny config and run under
+"""Unmodified ``transformers`` models: each forward, built from a tiny config and run under
 ``model.eval()`` + ``torch.no_grad()``, is captured whole in ONE graph (``fullgraph=True`` and
 plain), and what the jitted model returns equals eager exactly (the counting backend runs the
 graph as is). Covered: GPT-2, BERT, Llama, T5 (encoder-decoder), ViT and Mixtral (mixture of

@@ -1,4 +1,4 @@
-"""Warm start without re-tracing (issue 14 item 3): a new process installs the compiled entries of
+"""Warm start without re-tracing: a new process installs the compiled entries of
 its functions from their frame records (``pyjit/frame/warm_start.py``) -- no tracer, no fake
 tensors -- and results equal eager.
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import collections
 import json
 import logging
-import types
 
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")  # skipped where torch is absent
 import torch.nn as nn
 
 import pyjit

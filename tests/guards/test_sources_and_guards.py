@@ -6,7 +6,8 @@ from __future__ import annotations
 import types
 
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")  # skipped where torch is absent
 
 from pyjit import _C
 from pyjit.guards.guards import GuardKind, GuardSet, TensorSpec, compile_c_tree, compile_python

@@ -2,6 +2,7 @@
 an eager (correct) run otherwise; the break-kind registry is documented."""
 from __future__ import annotations
 
+import ast
 import copy
 import logging
 import os
@@ -11,8 +12,8 @@ import pytest
 import torch
 
 import pyjit
-from pyjit.errors import GraphBreakError
-from pyjit.trace.graph_breaks import BREAK_KINDS
+from pyjit.errors import GraphBreakError, Unsupported
+from pyjit.trace.graph_breaks import BREAK_KINDS, BreakKind, unsupported
 
 from .conftest import same
 
@@ -122,3 +123,31 @@ def test_every_break_kind_is_documented():
         doc = f.read()
     documented = set(re.findall(r"^### `(\w+)`", doc, re.M))
     assert documented == set(BREAK_KINDS)
+
+
+def test_break_kinds_are_an_enum_of_strings():
+    assert set(BREAK_KINDS) == set(BreakKind)
+    assert BreakKind.EXCEPTION == "exception" and f"[{BreakKind.PRINT}]" == "[print]"
+    with pytest.raises(Unsupported) as e:
+        unsupported("print", "detail")
+    assert e.value.graph_break.kind is BreakKind.PRINT
+    with pytest.raises(ValueError, match="unknown graph-break kind"):
+        unsupported("no_such_kind")
+
+
+def test_every_literal_break_kind_in_pyjit_is_registered():
+    # Call sites pass kinds as string literals; a typo would only fail when that break happens.
+    unknown = []
+    for root, _, files in os.walk(os.path.join(_ROOT, "pyjit")):
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(root, name)
+            with open(path) as f:
+                tree = ast.parse(f.read())
+            for node in ast.walk(tree):
+                if (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None))
+                        == "unsupported" and node.args and isinstance(node.args[0], ast.Constant)
+                        and node.args[0].value not in set(BreakKind)):
+                    unknown.append(f"{os.path.relpath(path, _ROOT)}:{node.lineno}: {node.args[0].value!r}")
+    assert not unknown

@@ -1,5 +1,7 @@
 import pytest
 
+pytest.importorskip("torch")  # these tests trace and compile torch programs; skipped where torch is absent
+
 import pyjit
 
 

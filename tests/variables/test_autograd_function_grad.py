@@ -1,4 +1,4 @@
-"""Custom ``torch.autograd.Function`` under grad mode (issue 10): the call is one opaque graph node
+"""Custom ``torch.autograd.Function`` under grad mode: the call is one opaque graph node
 calling the real ``apply`` (pyjit/variables/autograd_fn.py); pyjit's training backend traces the
 user's forward and backward into the joint aten graph (pyjit/backend/aot/custom_function.py).
 

@@ -1,4 +1,4 @@
-"""General Python semantics the tracer runs symbolically (issue 9, "unmodified library code"):
+"""General Python semantics the tracer runs symbolically (unmodified library code):
 ``__getattribute__``/``__getattr__`` overrides, C methods of builtin bases on user subclasses,
 ``in``/iteration through a class's own dunders, the frame's own ``**kwargs``, ``inspect.signature``,
 slices of ``ModuleList``, ``torch.compiler.is_compiling()``. Each case compares with eager, checks
@@ -524,7 +524,7 @@ def test_truth_of_functions_and_methods():
     table = {int: reads_alias}
 
     def f(x):
-        if fn := table.get(int):
+        if _fn := table.get(int):
             x = x + 1
         if CFG.__getattribute__:
             x = x * 2

@@ -494,7 +494,7 @@ class CppKernel(TritonKernel):
 
     def _online_exp_sum(self, value: CSEVar, acc: str) -> CSEVar | None:
         """``sum(exp(v - c))`` (``c`` constant per row) in a later loop than ``max(v)``: fold it
-        into the max's loop (issue 12, item 1; off unless ``ONLINE_EXP_SUM``).
+        into the max's loop (off unless ``ONLINE_EXP_SUM``).
 
         The max's loop is then walked in chunks (``self.chunks``): the row loop also finds the
         chunk's max ``cm`` and keeps the chunk's values in a stack buffer; after it, with

@@ -465,7 +465,7 @@ class TritonKernel:
 
     def _looped_reduction(self, rtype: ReductionType, value: CSEVar, vdt: torch.dtype, tdt: str,
                           out_dt: torch.dtype) -> CSEVar:
-        acc_buf, post = self._section(f"acc{self.loop}"), self._section(f"post{self.loop}")
+        acc_buf, _post = self._section(f"acc{self.loop}"), self._section(f"post{self.loop}")
         k = self.counter
         self.counter += 1
         acc = f"acc{k}"

@@ -407,7 +407,7 @@ class WrapperCodegen:
         # symbols (``name: (n, ("int64_t", ...))``), so ctypes passes them as 64-bit integers.
         sigs = ", ".join(f"{k.name!r}: {len(k.arg_names)}" if not k.size_args
                          else f"{k.name!r}: ({len(k.arg_names)}, {tuple(k.size_types)!r})" for k in kernels)
-        lines = ["", "", "from pyjit.runtime.cpp_build import load_kernels", "", f"CPP_SOURCE = r'''", *source.split("\n"),
+        lines = ["", "", "from pyjit.runtime.cpp_build import load_kernels", "", "CPP_SOURCE = r'''", *source.split("\n"),
                  "'''", "", f"_kernels = load_kernels(CPP_SOURCE, {{{sigs}}})"]
         lines += [f"{k.name} = _kernels[{k.name!r}]" for k in kernels]
         return lines

@@ -60,7 +60,6 @@ def _cat(ctx: Any, tensors: Sequence[IRNode], dim: int = 0) -> IRNode:
             return only
         load = only.make_loader()
         return _box(ctx, [only], dtype, only.get_size(), lambda ops, index: ops.to_dtype(load(ops, index), dtype))
-    ndim = len(tensors[0].get_size())
     size = list(tensors[0].get_size())
     offsets = []
     total = 0

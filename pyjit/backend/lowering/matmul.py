@@ -66,7 +66,7 @@ def _pow2_at_least(n: int, floor: int = 16) -> int:
 
 
 # Tiles smaller than 128x128 only pay where 128x128 tiles leave SMs idle: with at least this
-# many 128x128 tiles per SM they never won (H100, stop 21 logs: 16 bf16/fp16 shapes from
+# many 128x128 tiles per SM they never won (measured on an H100: 16 bf16/fp16 shapes from
 # 2048x1024x4096 to 16384x3072x768, the 64x128 tile last or second to last every time), and
 # each candidate is a Triton compile on the first call.
 _SMALL_TILES_USEFUL_BELOW = 2

@@ -74,7 +74,7 @@ for _op, _name in _ROUNDING.items():
     _register_rounding(_op, _name)
 
 
-@register_lowering(aten.round.decimals)
+@register_lowering(aten.round.decimals, override=True)  # the overload-wide rounding above has no decimals
 def _round_decimals(ctx: Any, x: IRNode, *, decimals: int = 0) -> IRNode:
     scale = 10.0 ** decimals
     dt = x.get_dtype()

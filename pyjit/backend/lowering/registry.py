@@ -43,10 +43,18 @@ def _overloads(op: Any) -> list[torch._ops.OpOverload]:
     return result
 
 
-def register_lowering(*ops: Any) -> Callable[[LoweringFn], LoweringFn]:
+def register_lowering(*ops: Any, override: bool = False) -> Callable[[LoweringFn], LoweringFn]:
+    """Register ``fn`` as the lowering of every overload of ``ops``. A second lowering for an
+    overload raises (two families claiming one op is a bug: which one wins would depend on import
+    order) unless ``override=True`` says the replacement is meant."""
     def decorator(fn: LoweringFn) -> LoweringFn:
         for op in ops:
             for overload in _overloads(op):
+                previous = LOWERINGS.get(overload)
+                if previous is not None and previous is not fn and not override:
+                    raise ValueError(
+                        f"{overload} already has the lowering {previous.__module__}.{previous.__qualname__}; "
+                        f"pass override=True to register_lowering to replace it with {fn.__qualname__}")
                 LOWERINGS[overload] = fn
         return fn
 

@@ -441,7 +441,7 @@ def _diagonal(ctx: Any, x: IRNode, offset: int = 0, dim1: int = 0, dim2: int = 1
     return make_view(x, new, reindex, strided)
 
 
-@register_lowering(aten.view_as_real, aten.view_as_complex, aten.view.dtype)
+@register_lowering(aten.view_as_real, aten.view_as_complex, aten.view.dtype, override=True)  # view.dtype: not _view
 def _unsupported_dtype_views(ctx: Any, *args: Any, **kwargs: Any) -> IRNode:
     raise NotImplementedError("dtype-reinterpreting views are left to aten")
 
