@@ -6,6 +6,8 @@ Arithmetic and comparisons involving a tensor are recorded as ``operator.*`` gra
 """
 from __future__ import annotations
 
+import sys
+
 import operator
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -32,7 +34,7 @@ _PURE_MODULES = frozenset({"math", "_operator", "operator", "cmath"})
 _PURE_BUILTINS = IdentitySet({
     abs, all, any, bin, bool, chr, divmod, float, format, hash, hex, int, len, max, min, oct, ord, pow,
     repr, round, sorted, str, sum, tuple, list, isinstance, issubclass, callable, complex, frozenset, set,
-    slice, range, bytes,
+    slice, range, bytes, sys.intern,
 })
 
 

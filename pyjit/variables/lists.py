@@ -235,11 +235,62 @@ class NamedTupleVariable(TupleVariable):
 
         return method_or_unsupported(self, name)
 
+    def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        fields = _namedtuple_fields(self.tuple_cls, name)
+        if fields is not None and name == "_replace" and not args:
+            unknown = sorted(set(kwargs) - set(fields))
+            if unknown:
+                unsupported("exception", f"ValueError: Got unexpected field names: {unknown!r}")
+            items = [kwargs.get(f, item) for f, item in zip(fields, self.items)]
+            return NamedTupleVariable(items, self.tuple_cls)
+        if fields is not None and name == "_asdict" and not args and not kwargs:
+            from .dicts import DictVariable
+
+            return DictVariable(dict(zip(fields, self.items)))
+        fn = _own_method(self.tuple_cls, name)
+        if fn is not None:  # a Python method of the class (a subclass's own, or namedtuple's)
+            from .class_members import class_source, guard_identity, member_source
+            from .functions import UserMethodVariable
+
+            src = guard_identity(tx, member_source(tx, self.tuple_cls, class_source(self.source), name, fn), fn)
+            return UserMethodVariable(fn, self, fn_source=src).call_function(tx, args, kwargs)
+        return super().call_method(tx, name, args, kwargs)
+
     def _build(self, cg: "OutputCodegen", parts: list[str]) -> str:
         cls = cg.ref(self.tuple_cls, self.tuple_cls.__name__)
         if hasattr(self.tuple_cls, "_make"):
             return f"{cls}({', '.join(parts)})"
         return f"{cls}(({''.join(p + ', ' for p in parts)}))"
+
+
+def _namedtuple_fields(cls: type, method: str) -> "tuple[str, ...] | None":
+    """The fields of a ``collections.namedtuple`` class whose ``method`` is still the one
+    namedtuple generated (a class overriding it gets its own code inlined instead)."""
+    import collections
+
+    fields = cls.__dict__.get("_fields")
+    fn = None
+    for klass in cls.__mro__:
+        if method in klass.__dict__:
+            fn = klass.__dict__[method]
+            break
+    code = getattr(fn, "__code__", None)
+    if not isinstance(fields, tuple) or code is None or code.co_filename != collections.__file__:
+        return None
+    return fields
+
+
+def _own_method(cls: type, name: str) -> Any:
+    """A plain Python function ``name`` defined by ``cls`` or a base other than ``tuple``."""
+    import types
+
+    for klass in cls.__mro__:
+        if klass is tuple or klass is object:
+            return None
+        fn = klass.__dict__.get(name)
+        if fn is not None:
+            return fn if isinstance(fn, types.FunctionType) else None
+    return None
 
 
 class ListIteratorVariable(VariableTracker):

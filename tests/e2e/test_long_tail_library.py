@@ -308,3 +308,26 @@ def test_str_subclass_instance_methods_do_not_run_its_python_code():
         return f
 
     check(build, one, graphs=1)
+
+
+# -- namedtuple methods --------------------------------------------------------------------------
+
+_Pair = __import__("collections").namedtuple("_Pair", "a b")
+
+
+class _Scaled(_Pair):
+    def _replace(self, **kw):  # an override runs as the class's own code
+        return _Pair(self.a * 2, kw.get("b", self.b))
+
+
+def test_namedtuple_replace_and_asdict():
+    def build():
+        def f(x):
+            p = _Pair(x, 2)
+            q = p._replace(b=3)
+            d = q._asdict()
+            r = _Scaled(x, 1)._replace(b=5)
+            return p.a * p.b + q.b + d["b"] + r.a * r.b, q
+        return f
+
+    check(build, one, graphs=1)
