@@ -223,6 +223,44 @@ def created_grad_leaf(gm: torch.fx.GraphModule) -> torch.fx.Node | None:
     return None
 
 
+# Methods and functions whose result can share memory with their first argument.
+_VIEW_LIKE = frozenset({"detach", "view", "view_as", "reshape", "reshape_as", "transpose", "permute", "t", "T", "mT",
+                        "unsqueeze", "squeeze", "narrow", "select", "expand", "expand_as", "flatten", "unflatten",
+                        "as_strided", "diagonal", "unbind", "split", "chunk", "contiguous", "movedim", "swapaxes",
+                        "unfold", "real", "imag", "view_as_real", "view_as_complex", "alias", "getitem"})
+
+
+def _name(node: torch.fx.Node) -> str:
+    target = node.target
+    return target if isinstance(target, str) else getattr(target, "__name__", str(target))
+
+
+def inplace_through_detach(gm: torch.fx.GraphModule) -> torch.fx.Node | None:
+    """An in-place update made through ``detach()`` (or ``.data``) of a tensor that requires
+    grad, possibly through views: eager autograd keeps the tensor's history and sees the new
+    values, which a functional trace cannot express (it would cut the history)."""
+    for node in gm.graph.nodes:
+        if node.op not in ("call_method", "call_function") or not node.args:
+            continue
+        name = _name(node)
+        if not (name.endswith("_") and not name.endswith("__")):
+            continue
+        seen = 0
+        base = node.args[0]
+        while isinstance(base, torch.fx.Node) and base.op in ("call_method", "call_function") and seen < 64:
+            base_name = _name(base)
+            if base_name not in _VIEW_LIKE or not base.args:
+                break
+            source = base.args[0]
+            if base_name == "detach" and isinstance(source, torch.fx.Node):
+                value = source.meta.get("example_value")
+                if isinstance(value, torch.Tensor) and value.requires_grad:
+                    return node
+            base = source
+            seen += 1
+    return None
+
+
 def aliases_to_data(aliases: list[OutputAlias]) -> list[dict[str, Any]]:
     """The relations as JSON data (a warm-start frame record)."""
     return [dataclasses.asdict(a) for a in aliases]

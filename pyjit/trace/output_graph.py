@@ -302,7 +302,11 @@ class OutputGraph:
         if isinstance(v, DictVariable):
             return {k: self.to_fx(i) for k, i in v.items.items()}
         if v.is_python_constant():
-            return v.as_python_constant()
+            value = v.as_python_constant()
+            if _fx_literal(value):
+                return value
+            # (a function or object as an argument: FX would print it as its repr)
+            unsupported("unsupported_object", f"{v} cannot be an argument of a graph operation")
         unsupported("unsupported_object", f"{v} cannot be passed to a tensor operation")
 
     def to_fake(self, v: "VariableTracker") -> Any:
@@ -597,3 +601,18 @@ def _holds_tensor(value: "VariableTracker") -> bool:
     if isinstance(items, dict):
         items = list(items.values())
     return isinstance(items, list) and any(_holds_tensor(i) for i in items)
+
+
+_FX_LITERAL_TYPES = (int, float, bool, str, complex, type(None), type(Ellipsis), range)
+
+
+def _fx_literal(value: Any) -> bool:
+    """A constant an FX graph can hold as an argument (printed as valid Python)."""
+    t = type(value)
+    if t in _FX_LITERAL_TYPES or isinstance(value, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+        return True
+    if t in (tuple, list, torch.Size):
+        return all(_fx_literal(v) for v in value)
+    if t is slice:
+        return _fx_literal(value.start) and _fx_literal(value.stop) and _fx_literal(value.step)
+    return False

@@ -80,7 +80,11 @@ class TensorVariable(VariableTracker):
             from .optimizer import read_grad  # a parameter's gradient after backward (optimizer steps)
 
             return read_grad(tx, self)
-        if name in ("data", "grad", "grad_fn", "_base"):
+        if name == "data":
+            # The same storage without autograd history: detach() (whose in-place updates reach
+            # the tensor as well); only the autograd version counter is not shared.
+            return tx.output.call(tx, "call_method", "detach", [self], {})
+        if name in ("grad", "grad_fn", "_base"):
             unsupported("unsupported_attr", f"Tensor.{name}")
         attr = getattr(torch.Tensor, name, None)
         if attr is not None and callable(attr):

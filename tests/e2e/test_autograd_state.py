@@ -358,3 +358,51 @@ def test_inputs_that_become_views_of_each_other_after_compile(backend: str) -> N
         y_eager = torch.ones(2, 3)
         torch.testing.assert_close(jitted(y[0], y), fn(y_eager[0], y_eager), msg=f"call {call}")
         torch.testing.assert_close(y, y_eager)
+
+
+# -- .data and in-place updates through detach() -------------------------------------------------
+
+def _data_read(x):
+    return x.detach() * 2 + x.data
+
+
+def _data_update_params(m, x):
+    for p in m.parameters():
+        p.data.mul_(0.5)
+    return m(x)
+
+
+def _inplace_through_detach(x):
+    y = x * 2
+    y.detach().add_(1)  # autograd keeps y's history and sees the new values
+    return y * x
+
+
+def _inplace_through_data_view(x):
+    y = x * 2
+    y.data[:2].add_(1)
+    return y * x
+
+
+@pytest.mark.parametrize("backend", ["eager", "pyjit"])
+@pytest.mark.parametrize("fn,make", [
+    (_data_read, lambda: (torch.randn(4, requires_grad=True),)),
+    (_data_update_params, lambda: (torch.nn.Linear(3, 3), torch.randn(2, 3))),
+    (_inplace_through_detach, lambda: (torch.randn(4, requires_grad=True),)),
+    (_inplace_through_data_view, lambda: (torch.randn(4, requires_grad=True),)),
+])
+def test_tensor_data_and_inplace_updates_through_detach_match_eager(fn, make, backend):
+    torch.manual_seed(0)
+    eager_args = make()
+    expected = fn(*eager_args)
+    torch.manual_seed(0)
+    args = make()
+    actual = pyjit.jit(fn, backend=backend)(*args)
+    torch.testing.assert_close(actual, expected)
+    assert actual.requires_grad == expected.requires_grad
+    leaf = (lambda a: a[0].weight) if fn is _data_update_params else (lambda a: a[-1])
+    torch.testing.assert_close(leaf(args), leaf(eager_args))  # in-place effects on the inputs
+    if expected.requires_grad:
+        expected.sum().backward()
+        actual.sum().backward()
+        torch.testing.assert_close(leaf(args).grad, leaf(eager_args).grad)

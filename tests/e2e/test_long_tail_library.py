@@ -331,3 +331,16 @@ def test_namedtuple_replace_and_asdict():
         return f
 
     check(build, one, graphs=1)
+
+
+def test_functions_as_arguments_of_graph_ops_break_instead_of_breaking_the_graph(caplog):
+    # torch.vmap's wrapper passes the user's function to an internal torch function: an FX
+    # graph cannot hold a function argument, so that call is a graph break (not a compile error).
+    def build():
+        def f(x):
+            return torch.vmap(lambda r: r.sum() * r)(x) + 1
+        return f
+
+    with caplog.at_level("INFO", logger="pyjit"):
+        check(build, one, same_as_peer=False)
+    assert "failed to compile" not in caplog.text

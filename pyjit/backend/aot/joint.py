@@ -38,7 +38,7 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from ..aliasing import OutputAlias, created_grad_leaf, output_aliases
+from ..aliasing import OutputAlias, created_grad_leaf, inplace_through_detach, output_aliases
 from ..passes.graph_utils import eliminate_dead_code
 from .grad_mode import without_grad_mode_changes
 from .custom_function import FunctionInterpreter, OpaqueCalls, autograd_functions, describe
@@ -136,6 +136,10 @@ def check_supported(gm: torch.fx.GraphModule) -> None:
             raise NotImplementedError(f"the graph changes grad mode or calls autograd ({n.format_node()})")
         if n.op == "call_function" and n.target in _INFERENCE_MODE_FNS:
             raise NotImplementedError(f"the graph enters or leaves inference mode ({n.format_node()})")
+    through_detach = inplace_through_detach(gm)
+    if through_detach is not None:
+        raise NotImplementedError(f"the graph updates a tensor that requires grad in place through detach()/.data "
+                                  f"({through_detach.format_node()})")
     leaf = created_grad_leaf(gm)
     if leaf is not None:
         raise NotImplementedError(f"the graph creates a tensor that requires grad ({leaf.format_node()})")
