@@ -4,10 +4,12 @@ functions pyjit must not trace (``pyjit.disable``d functions, ``pyjit.graph_brea
 from __future__ import annotations
 
 import collections
+import sys
 import types
 from typing import TYPE_CHECKING, Any
 
 from ..guards.source import AttrSource, ItemSource
+from ..logs import get_logger
 from ..trace.graph_breaks import unsupported
 from .base import KnownValueVariable, VariableTracker
 from .constant import ConstantVariable
@@ -256,6 +258,31 @@ def raised_exception_type(e: Any) -> str:
     return head if head.isidentifier() else ""
 
 
+_fallback_log = get_logger("fallbacks")
+
+
+# torch.utils.checkpoint's own keyword arguments (the rest go to the checkpointed function).
+_CHECKPOINT_KWARGS = frozenset({"use_reentrant", "preserve_rng_state", "determinism_check", "debug", "context_fn"})
+
+
+def _non_reentrant_checkpoint(value: Any, args: list[VariableTracker], kwargs: dict[str, VariableTracker]
+                              ) -> "tuple[VariableTracker, dict[str, VariableTracker]] | None":
+    """``checkpoint(fn, *args, use_reentrant=False, ...)``: its values and gradients are those of
+    ``fn(*args)`` (recomputation only saves memory). The reentrant form is not: its output needs
+    no grad when no input does, whatever ``fn``'s parameters need, so it stays a break."""
+    module = sys.modules.get("torch.utils.checkpoint")
+    if module is None or value is not getattr(module, "checkpoint", None) or not args:
+        return None
+    reentrant = kwargs.get("use_reentrant")
+    if reentrant is None or not reentrant.is_python_constant() or reentrant.as_python_constant() is not False:
+        return None
+    context_fn = kwargs.get("context_fn")
+    if context_fn is not None and not (context_fn.is_python_constant()
+                                       and context_fn.as_python_constant() is getattr(module, "noop_context_fn", None)):
+        return None
+    return args[0], {k: v for k, v in kwargs.items() if k not in _CHECKPOINT_KWARGS}
+
+
 class DisabledCallVariable(VariableTracker):
     """A ``pyjit.disable``d function or ``pyjit.graph_break``: calling it is a graph break (the
     call then runs natively, outside any graph)."""
@@ -271,6 +298,14 @@ class DisabledCallVariable(VariableTracker):
 
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         name = getattr(self.value, "__qualname__", None) or repr(self.value)
+        checkpointed = _non_reentrant_checkpoint(self.value, args, kwargs)
+        if checkpointed is not None:
+            fn, fn_kwargs = checkpointed
+            where = tx.location()
+            _fallback_log.info("torch.utils.checkpoint at %s:%s traced as a plain call of its function: the graph "
+                               "keeps its activations for the backward instead of recomputing them",
+                               where.filename, where.lineno)
+            return fn.call_function(tx, list(args[1:]), fn_kwargs)
         if getattr(self.value, "is_graph_break", False) or name == "graph_break":
             unsupported("user_break", "pyjit.graph_break()" if hasattr(self.value, "is_graph_break")
                         else "torch's graph_break()")
