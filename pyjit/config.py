@@ -17,6 +17,8 @@ import, by :func:`_from_environment` and nowhere else:
   of a function from its frame record (no re-tracing) when the disk cache is on.
 - ``PYJIT_LAYOUT_OPT``: ``auto`` (default), ``on`` or ``off``: channels-last layout for
   convolution graphs (``backend/passes/layout.py``).
+- ``PYJIT_CAPTURE_SCALAR_OUTPUTS``: ``0`` (default) or ``1``: keep ``tensor.item()`` in the graph
+  while it only feeds tensor operations (``config.capture_scalar_outputs``);
 - ``PYJIT_MATMUL_PROLOGUE``: ``1`` (default) or ``0``: elementwise operands of matmul templates
   computed in the template's loads (``backend/lowering/matmul.py``).
 - ``PYJIT_PARALLEL_COMPILE``: ``processes`` (default; or ``1``), ``threads`` or ``off`` (or ``0``):
@@ -55,6 +57,10 @@ class Config:
     # A backend the user supplied that raises: fall back to running the frame eagerly (logged)
     # instead of raising pyjit.BackendError to the user. pyjit's own backend always falls back.
     suppress_errors: bool = False
+    # Keep ``tensor.item()`` in the graph while the number only feeds tensor operations and
+    # arithmetic (torch.compile's capture_scalar_outputs; PYJIT_CAPTURE_SCALAR_OUTPUTS=1): a
+    # break comes only where Python needs the number (variables/captured_scalar.py).
+    capture_scalar_outputs: bool = False
     # Maximum depth of inlined user-function calls while tracing.
     inline_depth_limit: int = 32
     # Tracing budgets for calls with no tensor work (docs/graph_breaks.md, `inline_budget`):
@@ -193,6 +199,10 @@ def _from_environment(env: "os._Environ[str] | dict[str, str]") -> Config:
     if prologue not in ("0", "1"):
         raise ValueError(f"PYJIT_MATMUL_PROLOGUE={prologue!r} must be 0 or 1")
     cfg.matmul_prologue = prologue == "1"
+    captured = env.get("PYJIT_CAPTURE_SCALAR_OUTPUTS", "0").strip() or "0"
+    if captured not in ("0", "1"):
+        raise ValueError(f"PYJIT_CAPTURE_SCALAR_OUTPUTS={captured!r} must be 0 or 1")
+    cfg.capture_scalar_outputs = captured == "1"
     local = env.get("LOCAL_WORLD_SIZE", "1").strip() or "1"
     cfg.compile_share = int(local) if local.isdigit() and int(local) > 0 else 1
     return cfg

@@ -15,6 +15,7 @@ from ..errors import Unsupported
 from ..identity import IdentityDict, IdentitySet, is_one_of, static_attr
 from ..trace.graph_breaks import unsupported
 from .base import KnownCallableVariable, VariableTracker
+from .captured_scalar import captured_binary, captured_unary
 from .constant import ConstantVariable
 from .lists import BaseListVariable, ListIteratorVariable, ListVariable, TupleVariable
 from .numpy_scalars import as_torch_operand
@@ -74,6 +75,9 @@ def binary_op(tx: "Translator", op: Callable[[Any, Any], Any], a: VariableTracke
     by_method = _user_protocol(tx, "user_binary_op", op, a, b)  # a user class's __add__/__radd__...
     if by_method is not None:
         return by_method
+    captured = captured_binary(tx, op, a, b)  # tensor.item() kept in the graph
+    if captured is not None:
+        return captured
     if _is_tensor(a) or _is_tensor(b):
         if op in _INPLACE_TO_BINARY and not _is_tensor(a):
             op = _INPLACE_TO_BINARY[op]
@@ -142,6 +146,9 @@ def unary_op(tx: "Translator", op: Callable[[Any], Any], a: VariableTracker) -> 
     by_method = _user_protocol(tx, "user_unary_op", op, a)
     if by_method is not None:
         return by_method
+    captured = captured_unary(tx, op, a)
+    if captured is not None:
+        return captured
     if _is_tensor(a):
         return tx.output.call(tx, "call_function", op, [a], {})
     if op is operator.not_:
@@ -216,6 +223,9 @@ def compare_op(tx: "Translator", op: Callable[[Any, Any], Any], a: VariableTrack
     by_method = _user_protocol(tx, "user_compare", op, a, b)
     if by_method is not None:
         return by_method
+    captured = captured_binary(tx, op, a, b)
+    if captured is not None:
+        return captured
     if _is_tensor(a) or _is_tensor(b):
         if op in (operator.eq, operator.ne) and (isinstance(a, ConstantVariable) and a.value is None or isinstance(b, ConstantVariable) and b.value is None):
             return ConstantVariable(op is operator.ne)

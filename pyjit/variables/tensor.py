@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..config import config
 from ..trace.graph_breaks import unsupported
 from .base import VariableTracker
 from .constant import ConstantVariable
@@ -95,6 +96,10 @@ class TensorVariable(VariableTracker):
 
     def call_method(self, tx: "Translator", name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         ex = self.example
+        if name == "item" and not args and not kwargs and config.capture_scalar_outputs:
+            from .captured_scalar import CapturedScalarVariable
+
+            return CapturedScalarVariable.of_item(tx, self)
         if name in _DATA_METHODS:
             unsupported("data_dependent", f"Tensor.{name}()")
         if name in _STATIC_METHODS:

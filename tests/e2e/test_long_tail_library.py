@@ -379,3 +379,62 @@ def test_checkpoint_values_and_gradients(reentrant):
             torch.testing.assert_close(jitted_module.lin.weight.grad, eager.lin.weight.grad)
     if not reentrant:
         assert backend.frame_count == 1, backend.graph_listing()  # traced as a plain call
+
+
+# -- item() kept in the graph (config.capture_scalar_outputs) -----------------------------------
+
+def _captured(fn_builder, make_args, graphs, calls=3):
+    with pyjit.config.patch(capture_scalar_outputs=True):
+        return check(fn_builder, make_args, calls=calls, graphs=graphs, same_as_peer=False)
+
+
+def test_captured_item_feeding_tensor_ops_stays_in_one_graph():
+    def build():
+        def f(x):
+            s = x.sum().item()
+            m = x.max().item()
+            t = m * 2 + 1 - s / 4
+            u = (s // 3) % 2 + (s ** 2)
+            return x * s + 1, x / t, x.int() * t, (x > 0) * u
+        return f
+
+    _captured(build, one, graphs=1)
+
+
+def test_captured_item_int_and_bool_follow_python_rules():
+    def build():
+        def f(x):
+            n = x.argmax().item()          # an int
+            k = (x.sum() > 0).item()       # a bool
+            a = -n + k                     # bool + int: an int
+            b = n / 2 + abs(-k)            # int / int: a float
+            c = (n - 7) // 2 + (n - 7) % 3  # floor division and modulo of negatives
+            return x * a + b, x.long() * c, x * (n > 2), x + (k == True)  # noqa: E712
+        return f
+
+    _captured(build, lambda i: (rand(i, 6),), graphs=1)
+
+
+def test_captured_item_breaks_where_python_needs_the_number():
+    def build():
+        def f(x):
+            s = x.sum().item() * 2
+            if s > 0:          # Python needs the value: break here, resume with eager's number
+                x = x + 1
+            return x * s, s    # the number returned to the caller
+        return f
+
+    _captured(build, one, graphs=2, calls=1)
+    _captured(build, one, graphs=None, calls=3)  # (a resume function's float input then recompiles)
+
+
+def test_captured_item_with_grad_and_printing(capsys):
+    def build():
+        def f(x):
+            s = x.mean().item()
+            print("mean", round(s, 3))
+            return (x * s).sum()
+        return f
+
+    _captured(build, lambda i: (rand(i).requires_grad_(),), graphs=2, calls=1)
+    _captured(build, lambda i: (rand(i).requires_grad_(),), graphs=None)
