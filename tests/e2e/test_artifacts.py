@@ -52,20 +52,22 @@ PROGRAM = textwrap.dedent('''
     report = None
     if os.environ.get("LOAD"):
         report = str(pyjit.cache.load_artifacts(os.environ["LOAD"]))
-    checks = {}
+    checks, jitted = {}, {}
     with torch.no_grad():
         for fn, args in ((small, (x, w)), (broken, (x,))):
-            jf = pyjit.jit(fn)
+            jf = jitted[fn.__name__] = pyjit.jit(fn)
             ref = fn(*args)
             got = [jf(*args), jf(*args)]
             checks[fn.__name__] = all(torch.allclose(ref, g, atol=1e-5, rtol=1e-5) for g in got)
-    manifest = None
+    manifest = subset = None
     if os.environ.get("SAVE"):
         manifest = pyjit.cache.save_artifacts(os.environ["SAVE"])
+        subset = [f["qualname"] for f in pyjit.cache.save_artifacts(os.environ["SAVE"] + ".broken",
+                                                                    frames=[jitted["broken"]])["frames"]]
     from pyjit.frame import warm_start
     print("RESULT " + json.dumps({"checks": checks, "stats": dict(warm_start.stats), "report": report,
                                   "tracer": "pyjit.frame.convert" in sys.modules, "fake_modes": fake_modes[0],
-                                  "cxx_runs": cpp_build.compile_count,
+                                  "cxx_runs": cpp_build.compile_count, "subset": subset,
                                   "blobs": [b["ns"] for b in manifest["blobs"]] if manifest else None}), flush=True)
 ''')
 
@@ -103,6 +105,9 @@ def test_save_holds_every_kind_of_entry(saved) -> None:
     assert {"python", "bytecode", "torch", "triton", "pyjit", "pyjit source"} <= set(manifest["versions"])
     assert manifest["machine"]["compiler"]["version"]
     assert manifest["missing"] == []
+    # frames=[one jitted function]: that frame and the resume function of its graph break only
+    assert sorted(result["subset"]) == ["broken", next(q for q in result["subset"] if "__resume_at_" in q)]
+    assert len(result["subset"]) == 2, result["subset"]
 
 
 def test_new_cache_dir_warm_starts_without_tracing_or_compiling(saved, tmp_path) -> None:
