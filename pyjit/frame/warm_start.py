@@ -537,9 +537,12 @@ def artifact_frames(targets: list[Any] | None) -> list[tuple[types.CodeType, str
         try:
             key = frame_store.frame_key(code)
         except NotSerializable:
-            continue
-        if cache.get_bytes(frame_store.NAMESPACE, key, ".rec") is not None:
+            key = None
+        if key is not None and cache.get_bytes(frame_store.NAMESPACE, key, ".rec") is not None:
             out.append((code, key))
+        elif targets is not None:
+            log.info("artifacts: %s has no frame record (not compiled yet, or not recordable: PYJIT_LOGS=cache "
+                     "said why when it compiled); left out", _where(code))
     return out
 
 

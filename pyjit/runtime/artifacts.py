@@ -92,7 +92,8 @@ def versions() -> dict[str, str]:
     """The versions an artifact must share with the process that loads it."""
     from .. import __version__
 
-    return {"python": sys.version.split()[0], "bytecode": importlib.util.MAGIC_NUMBER.hex(),
+    # Python by minor version plus the bytecode format: what marshalled code objects depend on.
+    return {"python": f"{sys.version_info[0]}.{sys.version_info[1]}", "bytecode": importlib.util.MAGIC_NUMBER.hex(),
             "torch": cache._package_version("torch"), "triton": cache._package_version("triton"),
             "pyjit": __version__, "pyjit source": cache.source_hash(), "store": cache.version_tag()}
 

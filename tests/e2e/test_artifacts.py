@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 import pyjit
 from pyjit.runtime import artifacts
@@ -48,7 +49,8 @@ PROGRAM = textwrap.dedent('''
         return y.exp() - 1.0
 
     torch.manual_seed(0)
-    x, w = torch.randn(16, 8), torch.randn(8, 8)
+    device = os.environ.get("DEVICE", "cpu")
+    x, w = torch.randn(16, 8, device=device), torch.randn(8, 8, device=device)
     report = None
     if os.environ.get("LOAD"):
         report = str(pyjit.cache.load_artifacts(os.environ["LOAD"]))
@@ -68,7 +70,9 @@ PROGRAM = textwrap.dedent('''
     print("RESULT " + json.dumps({"checks": checks, "stats": dict(warm_start.stats), "report": report,
                                   "tracer": "pyjit.frame.convert" in sys.modules, "fake_modes": fake_modes[0],
                                   "cxx_runs": cpp_build.compile_count, "subset": subset,
-                                  "blobs": [b["ns"] for b in manifest["blobs"]] if manifest else None}), flush=True)
+                                  "blobs": [b["ns"] for b in manifest["blobs"]] if manifest else None,
+                                  "triton": [t["name"] for t in manifest["triton"]] if manifest else None}),
+          flush=True)
 ''')
 
 
@@ -187,3 +191,21 @@ def test_save_without_compiled_frames_explains(tmp_path) -> None:
     with pyjit.config.patch(cache_dir=str(tmp_path / "cache"), warm_start=True, backend_disk_cache=True):
         with pytest.raises(pyjit.PyjitError, match="no compiled frame"):
             pyjit.cache.save_artifacts(str(tmp_path / "x.pyjit"), frames=[_rewrite_manifest])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="Triton kernels need a CUDA GPU")
+def test_cuda_artifacts_carry_triton_kernels(tmp_path) -> None:
+    program = tmp_path / "prog.py"
+    program.write_text(PROGRAM)
+    path = tmp_path / "cuda.pyjit"
+    cold, _ = _run(program, tmp_path / "c1", SAVE=str(path), DEVICE="cuda", TRITON_CACHE_DIR=str(tmp_path / "t1"))
+    assert all(cold["checks"].values()) and cold["triton"], cold
+    triton_dir = tmp_path / "t2"
+    warm, _ = _run(program, tmp_path / "c2", LOAD=str(path), DEVICE="cuda", TRITON_CACHE_DIR=str(triton_dir))
+    assert all(warm["checks"].values()), warm
+    assert not warm["tracer"] and warm["stats"].get("entries_installed") == 3, warm
+    assert "triton" in warm["report"], warm["report"]
+    # every folder of compiled kernels in the new Triton cache came from the file: none compiled here
+    carried = {name.split("/")[0] for name in cold["triton"]}
+    compiled = {d.name for d in triton_dir.iterdir() if any(f.suffix in (".cubin", ".hsaco") for f in d.iterdir())}
+    assert compiled <= carried, compiled - carried
