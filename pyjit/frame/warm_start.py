@@ -369,8 +369,6 @@ def _load(func: types.FunctionType) -> _CodeRecord:
 def _restore_code(func: types.FunctionType, entry: FrameEntry) -> tuple[types.CodeType, list[types.CodeType]]:
     """The replacement code with its constants rebuilt, and the resume functions' code objects
     (registered with the graph-break layer, as when they were made)."""
-    from ..trace import breaks
-
     resumes: list[types.CodeType] = []
 
     def resolve(ph: dict[str, Any]) -> Any:
@@ -388,6 +386,10 @@ def _restore_code(func: types.FunctionType, entry: FrameEntry) -> tuple[types.Co
     for r in entry.resumes:
         resumes.append(frame_store.restore_constants(r["code"], r["placeholders"], resolve))
     repl = frame_store.restore_constants(entry.code, entry.placeholders, resolve)
+    if not entry.resumes:
+        return repl, resumes  # no graph break: the graph-break layer is not even imported
+    from ..trace import breaks
+
     native = {r["name"] for r in entry.resumes if r.get("native")}
     names = {r["name"] for r in entry.resumes}
     # A resume function is a constant of the replacement (or of a nested code object made into a
