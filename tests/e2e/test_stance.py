@@ -182,3 +182,30 @@ def test_stance_is_per_thread(jitted) -> None:
     assert seen.get("raised") and stance_mod.current() == "default"
     _check(jf, torch.randn(7, 2))  # this thread's default stance compiles it
     assert be.compiles == 2
+
+
+def test_pure_python_runtime_follows_the_stances(fresh_pyjit: None, monkeypatch: Any) -> None:
+    """Without the C extension (JitFunction's own Python cache) the stances mean the same."""
+    import pyjit.api as api
+
+    monkeypatch.setattr(api, "_C", None)
+    be = Counting()
+    jf = pyjit.jit(fn, backend=be, dynamic=False)
+    x = torch.randn(4)
+    try:
+        with pyjit.set_stance("force_eager"):
+            _check(jf, x)
+        assert be.compiles == 0
+        _check(jf, x)
+        with pyjit.set_stance("force_eager"):
+            _check(jf, x)
+        assert (be.compiles, be.runs) == (1, 1)
+        with pyjit.set_stance("eager_on_recompile"):
+            _check(jf, torch.randn(6))
+        assert be.compiles == 1
+        with pyjit.set_stance("fail_on_recompile"), pytest.raises(pyjit.RecompileError, match=r"L\['x'\]"):
+            jf(torch.randn(6))
+        _check(jf, torch.randn(6))
+        assert be.compiles == 2
+    finally:
+        pyjit.set_stance("default")
