@@ -238,7 +238,9 @@ def read(path: str) -> tuple[dict[str, Any], list[Blob], list[tuple[str, bytes]]
         raise ArtifactError(f"pyjit: cannot read artifacts {path}: {e}") from None
 
     def refuse(reason: str) -> ArtifactError:
-        return ArtifactError(f"pyjit: refusing artifacts {path}: {reason}")
+        return ArtifactError(f"pyjit: refusing artifacts {path}: {reason}. Nothing was installed; the functions "
+                             f"compile as usual. Save the file again (pyjit.cache.save_artifacts) with the same "
+                             f"software as the process that loads it.")
 
     if not data.startswith(MAGIC):
         raise refuse("not a pyjit artifact file (bad magic)")
