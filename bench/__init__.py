@@ -1,6 +1,6 @@
 """pyjit's microbenchmark harness: ``python -m bench``.
 
-Owns the benchmark suites (overhead, compile, kernels, models, dynamic, hook, quick; ``differential`` counts
+Owns the benchmark suites (overhead, compile, artifacts, kernels, models, dynamic, hook, quick; ``differential`` counts
 generated programs that differ from eager, :mod:`bench.differential`), the backends they compare
 (eager, pyjit, torch.compile and the two crossings), measurement, and reporting (terminal table,
 JSON, CSV, PNG plots, ``--compare``). Module map, in the order a run uses them:
@@ -24,6 +24,6 @@ from __future__ import annotations
 
 SCHEMA_VERSION = "pyjit-bench/1"
 # Names the command line offers; kept here (torch-free) so ``python -m bench --help`` is instant.
-SUITES = ("quick", "overhead", "compile", "kernels", "models", "dynamic", "hook", "differential")
+SUITES = ("quick", "overhead", "compile", "artifacts", "kernels", "models", "dynamic", "hook", "differential")
 DEFAULT_BACKENDS = ("eager", "pyjit", "torch.compile", "pyjit+inductor", "dynamo+pyjit")
 ALL_BACKENDS = DEFAULT_BACKENDS + ("wrong",)

@@ -8,6 +8,9 @@ directory that is empty (cold) or was filled by the cold run (warm). It prints o
 compile-phase breakdown when the ``compile_times`` channel logged one and its warm-start counters
 (``warm_start``: frame records loaded, entries installed without tracing, whether the tracer was
 imported), and TorchDynamo's (``dynamo_phases_s``) for the backends that run under ``torch.compile``.
+With ``--save-artifacts PATH`` it writes the compiled state to a portable file after the calls
+(``pyjit.cache.save_artifacts``; for torch.compile ``torch.compiler.save_cache_artifacts``), and
+with ``--load-artifacts PATH`` installs one before the first call (the ``artifacts`` suite).
 """
 from __future__ import annotations
 
@@ -31,7 +34,8 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure(workload_name: str, backend_name: str, device_name: str, size: str) -> dict[str, Any]:
+def measure(workload_name: str, backend_name: str, device_name: str, size: str,
+            save: str | None = None, load: str | None = None) -> dict[str, Any]:
     from bench import workloads
     from bench.backends import make_backend
     from bench.correctness import compare
@@ -45,6 +49,10 @@ def measure(workload_name: str, backend_name: str, device_name: str, size: str) 
         return {**out, "status": "UNAVAILABLE", "reason": backend.reason}
     built = w.build(device, size)
     inputs = built.make_inputs(torch.Generator().manual_seed(1234))
+    if load is not None:
+        t0 = time.perf_counter()
+        out["artifact_load"] = load_artifacts(backend_name, load)
+        out["artifact_load_s"] = time.perf_counter() - t0
     grad = torch.no_grad() if w.inference else torch.enable_grad()
     with grad:
         t0 = time.perf_counter()
@@ -64,6 +72,10 @@ def measure(workload_name: str, backend_name: str, device_name: str, size: str) 
                 _sync(device)
                 steady.append(time.perf_counter() - t0)
         verdict = compare(ref, result, w.atol, w.rtol)
+    if save is not None:
+        t0 = time.perf_counter()
+        out["artifact_bytes"] = save_artifacts(backend_name, save)
+        out["artifact_save_s"] = time.perf_counter() - t0
     out["steady_call_s"] = sorted(steady)[1]
     out["compile_s"] = max(0.0, out["first_call_s"] - out["steady_call_s"])
     out["correctness"] = verdict.as_dict(w.atol, w.rtol)
@@ -75,6 +87,36 @@ def measure(workload_name: str, backend_name: str, device_name: str, size: str) 
     if backend_name in ("torch.compile", "dynamo+pyjit"):
         out["dynamo_phases_s"] = dynamo_phases()
     return out
+
+
+def save_artifacts(backend_name: str, path: str) -> int:
+    """Write the compiled state of this process to ``path``: ``pyjit.cache.save_artifacts`` for
+    pyjit, ``torch.compiler.save_cache_artifacts`` (Inductor's portable cache) for torch.compile.
+    Returns the file's size."""
+    if backend_name == "pyjit":
+        import pyjit
+
+        pyjit.cache.save_artifacts(path)
+    else:
+        saved = torch.compiler.save_cache_artifacts()
+        if saved is None:
+            raise RuntimeError("torch.compiler.save_cache_artifacts() returned nothing")
+        with open(path, "wb") as f:
+            f.write(saved[0])
+    import os
+
+    return os.path.getsize(path)
+
+
+def load_artifacts(backend_name: str, path: str) -> str:
+    """Install ``path`` (written by :func:`save_artifacts`) before the first call."""
+    if backend_name == "pyjit":
+        import pyjit
+
+        return str(pyjit.cache.load_artifacts(path))
+    with open(path, "rb") as f:
+        info = torch.compiler.load_cache_artifacts(f.read())
+    return str(info)[:300]
 
 
 def warm_start_stats() -> dict[str, Any]:
@@ -109,9 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", required=True)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--size", default="small")
+    parser.add_argument("--save-artifacts", default=None, help="after the calls, write the compiled state here")
+    parser.add_argument("--load-artifacts", default=None, help="before the first call, install this file")
     args = parser.parse_args(argv)
     try:
-        result = measure(args.workload, args.backend, args.device, args.size)
+        result = measure(args.workload, args.backend, args.device, args.size, args.save_artifacts,
+                         args.load_artifacts)
     except Exception as exc:
         first = (f"{type(exc).__name__}: {exc}".splitlines() or [type(exc).__name__])[0]
         result = {"status": "ERROR", "reason": first[:300], "traceback": traceback.format_exc(limit=8)[-2000:]}

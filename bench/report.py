@@ -48,7 +48,8 @@ class Progress:
         if status == "OK" and isinstance(row.get("timing"), dict):
             status += " " + fmt_time(row["timing"]["median"])
         elif status == "OK" and isinstance(row.get("compile"), dict):
-            status += f" cold {fmt_time(row['compile'].get('cold_s'))} warm {fmt_time(row['compile'].get('warm_s'))}"
+            second = "artifact" if row.get("suite") == "artifacts" else "warm"
+            status += f" cold {fmt_time(row['compile'].get('cold_s'))} {second} {fmt_time(row['compile'].get(second + '_s'))}"
         total = max(self.total, self.done)
         if self.tty:
             width = 24
@@ -113,6 +114,9 @@ def format_results(doc: dict[str, Any]) -> str:
         if suite == "compile":
             parts.append(_compile_table(srows))
             continue
+        if suite == "artifacts":
+            parts.append(_artifacts_table(srows))
+            continue
         if suite == "dynamic":
             from bench.dynamic import table
 
@@ -163,6 +167,20 @@ def _compile_table(rows: list[dict[str, Any]]) -> str:
     table = _table(["workload", "backend", "status", "cold", "warm", "cold process", "phases (cold; pyjit or Dynamo)"],
                    lines)
     return "== compile (first call - steady call, new process; cold = empty caches)\n" + table + "\n" + _reasons(rows)
+
+
+def _artifacts_table(rows: list[dict[str, Any]]) -> str:
+    lines = []
+    for r in rows:
+        comp = r.get("compile") or {}
+        ratio = comp.get("artifact_over_cold")
+        size = comp.get("file_bytes")
+        lines.append([r["workload"], r["backend"], r["status"], fmt_time(comp.get("cold_s")),
+                      fmt_time(comp.get("artifact_s")), fmt_time(comp.get("load_s")),
+                      "-" if ratio is None else f"{ratio:.3f}x", "-" if size is None else f"{size / 1024:.0f} KiB"])
+    table = _table(["workload", "backend", "status", "cold", "from artifact", "load", "artifact/cold", "file"], lines)
+    return ("== artifacts (first call - steady call in a new process; cold = empty caches, from artifact = "
+            "another empty cache + the cold process's artifact file installed first)\n" + table + "\n" + _reasons(rows))
 
 
 def _reasons(rows: list[dict[str, Any]]) -> str:

@@ -72,7 +72,7 @@ def validate(doc: Any) -> list[str]:
         _check(row, OPTIONAL_ROW_KEYS, where, errors, required=False)
         if row.get("status") not in STATUSES:
             errors.append(f"{where}.status: {row.get('status')!r} not in {STATUSES}")
-        if row.get("status") == "OK" and row.get("suite") != "compile" and "timing" not in row:
+        if row.get("status") == "OK" and row.get("suite") not in ("compile", "artifacts") and "timing" not in row:
             errors.append(f"{where}: status OK without timing")
         if row.get("status") == "FAIL" and "timing" in row:
             errors.append(f"{where}: a FAIL row must never be timed")
@@ -87,6 +87,10 @@ def validate(doc: Any) -> list[str]:
             comp = row.get("compile")
             if not isinstance(comp, dict) or not all(k in comp for k in ("cold_s", "warm_s")):
                 errors.append(f"{where}: compile row without compile.cold_s/warm_s")
+        if row.get("suite") == "artifacts" and row.get("status") == "OK":
+            comp = row.get("compile")
+            if not isinstance(comp, dict) or not all(k in comp for k in ("cold_s", "artifact_s")):
+                errors.append(f"{where}: artifacts row without compile.cold_s/artifact_s")
     for name, ext in (doc.get("external") or {}).items():
         if not isinstance(ext, dict):
             errors.append(f"$.external[{name!r}] is not an object")

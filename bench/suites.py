@@ -1,4 +1,5 @@
-"""The suites: ``overhead``, ``compile``, ``kernels``, ``models``, ``dynamic`` (see
+"""The suites: ``overhead``, ``compile``, ``artifacts`` (cold compile vs a warm start from a
+portable artifact file on a fresh cache), ``kernels``, ``models``, ``dynamic`` (see
 :mod:`bench.dynamic`), ``hook`` (see :mod:`bench.hook_overhead`) and ``quick`` (the default).
 
 Each suite appends result rows to a :class:`RunContext`. Time is shared out by
@@ -105,6 +106,8 @@ def planned_units(suite: str, ctx: RunContext) -> int:
         return len(_compile_workloads(ctx)) * len(_compile_backends(ctx))
     if suite == "dynamic":
         return len(dynamic.selected(ctx.quick, ctx.workload_filter)) * len(_dynamic_backends(ctx))
+    if suite == "artifacts":
+        return len(_compile_workloads(ctx)) * len(_artifact_backends(ctx))
     if suite == "hook":
         return len(hook_overhead.selected(ctx.workload_filter))
     return 0
@@ -266,9 +269,9 @@ def _compile_row(ctx: RunContext, w: Workload, b: Backend, row: dict[str, Any], 
 
 
 def _spawn_worker(w: Workload, b: Backend, ctx: RunContext, env: dict[str, str],
-                  limit: float | None) -> dict[str, Any]:
+                  limit: float | None, extra: list[str] | None = None) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "bench.compile_worker", "--workload", w.name, "--backend", b.name,
-           "--device", str(ctx.device), "--size", ctx.size]
+           "--device", str(ctx.device), "--size", ctx.size, *(extra or [])]
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
@@ -284,6 +287,76 @@ def _spawn_worker(w: Workload, b: Backend, ctx: RunContext, env: dict[str, str],
     tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-3:]
     return {"status": STATUS_ERROR, "reason": f"compile process exited {proc.returncode} without a result: "
                                               + " | ".join(tail)[:300], "wall_s": wall}
+
+
+ARTIFACT_BACKENDS = ("pyjit", "torch.compile")
+
+
+def _artifact_backends(ctx: RunContext) -> list[Backend]:
+    return [b for b in ctx.backends if b.name in ARTIFACT_BACKENDS]
+
+
+def run_artifacts(ctx: RunContext) -> None:
+    """Cold compile vs a new machine's warm start from a portable artifact file, per workload and
+    backend: a cold process compiles on an empty cache and saves the file, then a process on
+    another empty cache directory installs it and makes the first call (pyjit:
+    ``pyjit.cache.save_artifacts``/``load_artifacts``; torch.compile: ``torch.compiler.
+    save_cache_artifacts``/``load_cache_artifacts``). ``artifact_over_cold`` is the second
+    process's compile time over the cold one's; ``load_s`` is the time the install took."""
+    items = _compile_workloads(ctx)
+    compilers = _artifact_backends(ctx)
+    runs_left = len(items) * len(compilers) * 2
+    for w in items:
+        for b in compilers:
+            row: dict[str, Any] = {"suite": "artifacts", "workload": w.name, "backend": b.name,
+                                   "status": STATUS_SKIPPED, "reason": None,
+                                   "params": {"size": ctx.size, "device": str(ctx.device),
+                                              "description": w.description}}
+            if not b.available:
+                row.update(status=STATUS_UNAVAILABLE, reason=b.reason)
+            else:
+                _artifact_row(ctx, w, b, row, runs_left)
+            runs_left -= 2
+            ctx.add(row)
+
+
+def _artifact_row(ctx: RunContext, w: Workload, b: Backend, row: dict[str, Any], runs_left: int) -> None:
+    root = tempfile.mkdtemp(prefix="pyjit-bench-artifacts-")
+    path = os.path.join(root, "state.artifact")
+    info: dict[str, Any] = {"repeats": 1}
+    try:
+        for phase in ("cold", "artifact"):
+            left = ctx.time_left()
+            if left is not None and left < 5.0:
+                row.update(reason=f"time budget exhausted before the {phase} run")
+                break
+            # each process gets its own empty cache directories: the second one is a new machine
+            env = dict(os.environ)
+            env.update(PYJIT_CACHE_DIR=os.path.join(root, phase, "pyjit"),
+                       TORCHINDUCTOR_CACHE_DIR=os.path.join(root, phase, "inductor"),
+                       TRITON_CACHE_DIR=os.path.join(root, phase, "triton"))
+            env["PYTHONPATH"] = REPO_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+            extra = ["--save-artifacts", path] if phase == "cold" else ["--load-artifacts", path]
+            result = _spawn_worker(w, b, ctx, env, _run_time_limit(ctx, runs_left), extra)
+            runs_left -= 1
+            info[phase] = result
+            if result.get("status") != STATUS_OK:
+                row.update(status=result.get("status", STATUS_ERROR), reason=f"{phase}: {result.get('reason')}")
+                break
+        else:
+            row["status"] = STATUS_OK
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    for phase in ("cold", "artifact"):
+        if phase in info and "compile_s" in info[phase]:
+            info[f"{phase}_s"] = info[phase]["compile_s"]
+    if "artifact" in info:
+        info["load_s"] = info["artifact"].get("artifact_load_s")
+        info["file_bytes"] = info.get("cold", {}).get("artifact_bytes")
+    if info.get("cold_s") and "artifact_s" in info:
+        info["artifact_over_cold"] = info["artifact_s"] / info["cold_s"]
+        info["artifact_with_load_over_cold"] = (info["artifact_s"] + (info.get("load_s") or 0.0)) / info["cold_s"]
+    row["compile"] = info
 
 
 def run_quick(ctx: RunContext) -> None:
@@ -335,4 +408,5 @@ RUNNERS: dict[str, Callable[[RunContext], None]] = {
     "models": run_models,
     "dynamic": run_dynamic,
     "hook": run_hook,
+    "artifacts": run_artifacts,
 }

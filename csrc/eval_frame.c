@@ -79,7 +79,7 @@ static void uninstall_hook(void)
 
 void pyjit_update_enabled(ThreadState *t)
 {
-    int now = t->callback != NULL || t->run_only;
+    int now = (t->callback != NULL || t->run_only) && !t->suspended;
     if (now && !t->enabled) {
         if (active_threads++ == 0) {
             install_hook();
@@ -573,6 +573,30 @@ static PyObject *py_get_run_only_mode(PyObject *Py_UNUSED(m), PyObject *Py_UNUSE
     return PyBool_FromLong(pyjit_current_state()->run_only);
 }
 
+static PyObject *py_set_suspended(PyObject *Py_UNUSED(m), PyObject *flag)
+{
+    int value = PyObject_IsTrue(flag);
+    if (value < 0) {
+        return NULL;
+    }
+    ThreadState *t = value ? pyjit_ensure_state() : pyjit_current_state();
+    if (t == NULL) {
+        return NULL;
+    }
+    PyObject *previous = PyBool_FromLong(t->suspended);
+    if (t == &pyjit_disabled_state) {
+        return previous;
+    }
+    t->suspended = value;
+    pyjit_update_enabled(t);
+    return previous;
+}
+
+static PyObject *py_get_suspended(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
+{
+    return PyBool_FromLong(pyjit_current_state()->suspended);
+}
+
 static PyObject *py_set_entry_limit(PyObject *Py_UNUSED(m), PyObject *arg)
 {
     long n = PyLong_AsLong(arg);
@@ -647,6 +671,9 @@ PyMethodDef pyjit_eval_frame_methods[] = {
     {"set_run_only_mode", py_set_run_only_mode, METH_O,
      "set_run_only_mode(flag) -> previous: this thread uses cache entries but never calls back."},
     {"get_run_only_mode", py_get_run_only_mode, METH_NOARGS, "get_run_only_mode() -> bool."},
+    {"set_suspended", py_set_suspended, METH_O,
+     "set_suspended(flag) -> previous: this thread runs every frame natively (no cache entry, no callback)."},
+    {"get_suspended", py_get_suspended, METH_NOARGS, "get_suspended() -> bool."},
     {"set_entry_limit", py_set_entry_limit, METH_O, "set_entry_limit(n): cache entries per code object (default 8)."},
     {"get_entry_limit", py_get_entry_limit, METH_NOARGS, "get_entry_limit() -> int."},
     {"set_limit_callback", py_set_limit_callback, METH_O,

@@ -7,7 +7,8 @@
 typedef struct {
     PyObject *callback;          /* strong or NULL; the thread's callback */
     int run_only;                /* thread run-only mode: use entries, never call back */
-    int enabled;                 /* callback != NULL || run_only */
+    int suspended;               /* every frame runs natively: no entry, no callback (force_eager) */
+    int enabled;                 /* (callback != NULL || run_only) && !suspended */
     int busy;                    /* > 0 while our callback or guards run: default evaluator */
     PyCodeObject *expected_code; /* replacement code about to be entered by this thread */
 } ThreadState;

@@ -16,11 +16,24 @@ Built in:
 
 ``aot(fw_compiler, bw_compiler=None, *, decompositions=None, partition="min_cut")`` builds a
 backend from compilers of aten graphs (torch.compile's custom-backend pattern with a forward and a
-backward compiler). No ``"inductor"`` name is registered: pyjit never imports torch's own
-compiler (so a comparison with it is always explicit); register it from your own code to compare (``docs/training.md``).
+backward compiler).
 
-``register(name, fn)`` adds a backend; ``list()`` names them; ``lookup(name_or_callable)`` resolves
-what ``pyjit.jit(backend=...)`` was given.
+torch.compile's names that map to something pyjit has: ``"eager"`` and ``"aot_eager"`` (above),
+``"aot_eager_decomp_partition"`` (the same backend: pyjit's ``aot_eager`` already decomposes and
+partitions with min-cut), ``"cudagraphs"`` (the captured graph replayed from CUDA graphs, no
+compiler) and ``"inductor"``: torch's own compiler, resolved when, and only when, a user asks for
+it by name (``torch._inductor`` is imported then, never by pyjit's own pipeline), so moving from
+``torch.compile(fn)`` is ``pyjit.jit(fn, backend="inductor")``. Inductor gets static graphs
+(``pyjit_dynamic = False``): it specialises on its example inputs.
+
+Third-party backends register through the entry-point group ``pyjit_backends`` (in a package's
+metadata: ``[project.entry-points.pyjit_backends] mybackend = "mypkg.backend:compile"``); an
+entry point is loaded the first time its name is asked for.
+
+``register(name, fn)`` adds a backend; ``list()`` names the ones resolved so far;
+``list_backends()`` every name ``pyjit.jit(backend=...)`` accepts (also ``pyjit.list_backends()``);
+``lookup(name_or_callable)`` resolves what ``pyjit.jit(backend=...)`` was given, or raises a
+``ValueError`` listing the accepted names.
 """
 from __future__ import annotations
 
@@ -48,23 +61,94 @@ def register(name: str, fn: Backend | None = None) -> Any:
 
 
 def list() -> builtins.list[str]:  # noqa: A001 - public API name
-    """Names of the registered backends, sorted."""
+    """Names of the registered (resolved) backends, sorted; :func:`list_backends` adds the ones
+    resolved on first use (``"inductor"``, entry points)."""
     return sorted(_REGISTRY)
+
+
+ENTRY_POINT_GROUP = "pyjit_backends"
+
+
+def _entry_points() -> dict[str, Any]:
+    """The ``pyjit_backends`` entry points of the installed distributions, by name (not loaded)."""
+    from importlib import metadata
+
+    try:
+        found = metadata.entry_points(group=ENTRY_POINT_GROUP)
+    except Exception as e:  # noqa: BLE001 - broken metadata of some distribution: no plug-ins
+        _fallback_log.warning("pyjit: could not read the %s entry points (%s: %s)", ENTRY_POINT_GROUP,
+                              type(e).__name__, e)
+        return {}
+    return {ep.name: ep for ep in found}
+
+
+def _inductor_available() -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def list_backends() -> builtins.list[str]:
+    """Every name ``pyjit.jit(backend=...)`` accepts: registered backends, ``"inductor"`` when
+    torch is installed, and the ``pyjit_backends`` entry points; sorted. Loads nothing."""
+    names = set(_REGISTRY) | set(_entry_points())
+    if _inductor_available():
+        names.add("inductor")
+    return sorted(names)
+
+
+def _inductor() -> Backend:
+    """torch's own compiler as a backend; imported here, when a user asked for "inductor"."""
+    # The one place pyjit reaches torch's compiler: by name, on a user's request (its own
+    # pipeline never imports it, so every number it reports is its own compiler's).
+    inductor_mod = importlib.import_module("torch._inductor")
+    compile_fn = getattr(inductor_mod, "compile", None)
+    if compile_fn is None:
+        compile_fn = importlib.import_module("torch._inductor.compile_fx").compile_fx
+
+    def inductor(gm: Any, example_inputs: builtins.list[Any]) -> Callable[..., Any]:
+        return compile_fn(gm, example_inputs)
+
+    inductor.pyjit_dynamic = False  # type: ignore[attr-defined]  # specialises on example inputs
+    return inductor
+
+
+def _resolve(name: str) -> Backend | None:
+    """A backend resolved on first use ("inductor", an entry point), registered once found."""
+    if name == "inductor" and _inductor_available():
+        return register(name, _inductor())
+    ep = _entry_points().get(name)
+    if ep is None:
+        return None
+    try:
+        fn = ep.load()
+    except Exception as e:
+        raise ValueError(f"pyjit backend {name!r} from entry point {ep.value!r} (group {ENTRY_POINT_GROUP}) "
+                         f"failed to load: {type(e).__name__}: {e}") from e
+    if not callable(fn):
+        raise ValueError(f"pyjit backend {name!r} from entry point {ep.value!r} is a {type(fn).__name__}, "
+                         f"not a callable backend(gm, example_inputs) -> callable")
+    return register(name, fn)
 
 
 def lookup(backend: str | Backend) -> Backend:
     if callable(backend):
         return backend
-    try:
-        return _REGISTRY[backend]
-    except KeyError:
-        if backend == "inductor":
-            raise ValueError("pyjit has no built-in 'inductor' backend: pyjit never uses torch's own compiler "
-                             "unless you ask for it. To compare, register it yourself from your code with "
-                             "pyjit.backends.register('inductor', fn), fn being torch's graph compiler "
-                             "(docs/training.md, Backends API), or pass fn as backend=.") from None
-        raise ValueError(f"unknown pyjit backend {backend!r}; registered: {', '.join(list())}. "
-                         f"Register one with pyjit.backends.register(name, fn).") from None
+    found = _REGISTRY.get(backend)
+    if found is not None:
+        return found
+    if not isinstance(backend, str):
+        raise TypeError(f"pyjit backend must be a name or a callable backend(gm, example_inputs), "
+                        f"got {type(backend).__name__}")
+    found = _resolve(backend)
+    if found is not None:
+        return found
+    raise ValueError(f"unknown pyjit backend {backend!r}; available: {', '.join(list_backends())}. "
+                     f"Register one with pyjit.backends.register(name, fn) or through the "
+                     f"{ENTRY_POINT_GROUP!r} entry-point group.") from None
 
 
 def eager(gm: Any, example_inputs: builtins.list[Any]) -> Callable[..., Any]:
@@ -279,3 +363,6 @@ register("eager", eager)
 register("pyjit", pyjit_backend)
 register("aot_eager", aot(_run_aten_graph))
 register("pyjit_cudagraphs", with_cudagraphs(pyjit_backend))
+# torch.compile's names for backends pyjit has (see the module docstring).
+register("aot_eager_decomp_partition", _REGISTRY["aot_eager"])
+register("cudagraphs", with_cudagraphs(eager))

@@ -6,6 +6,8 @@
   :class:`GraphBreak` (kind from the registry, explanation, user location, hint).
 - :class:`SkipFrame`: control flow: this frame is not worth compiling (e.g. no tensor work).
 - :class:`BackendError`: the graph compiler failed; wraps the original exception.
+- :class:`RecompileError`: a recompile under ``pyjit.set_stance("fail_on_recompile")``.
+- :class:`ArtifactError`: ``pyjit.cache.load_artifacts`` refused a file, with the reason.
 - :class:`LoweringError`: an aten op could not be lowered by pyjit's backend.
 - :class:`GatherIndexError`: an out-of-range gathered index in a compiled graph (an ``IndexError``,
   as eager raises).
@@ -81,6 +83,16 @@ class SkipFrame(PyjitError):
 
 class BackendError(PyjitError):
     """The graph compiler (backend) raised; ``__cause__`` holds the original exception."""
+
+
+class RecompileError(PyjitError):
+    """A jitted frame needed a new compile under ``pyjit.set_stance("fail_on_recompile")``; the
+    message names the function's file:line and each cached entry's first failing guard."""
+
+
+class ArtifactError(PyjitError):
+    """``pyjit.cache.load_artifacts`` refused a file (damaged, truncated, or made by other
+    versions or for another machine); the message says which check failed."""
 
 
 class LoweringError(PyjitError):

@@ -41,7 +41,7 @@ from ..config import config
 from ..errors import BackendError, GraphBreakError, SkipFrame, Unsupported
 from ..guards.source import FrameValues
 from ..logs import get_logger
-from . import warm_start
+from . import stance, warm_start
 
 try:
     from .. import _C
@@ -253,6 +253,8 @@ def callback(target: CodeState | None, func: types.FunctionType, args: tuple[Any
             return None
         if not _observers and (warm := warm_start.install(func, args, state)) is not None:
             return warm  # an entry recorded by an earlier process, installed without tracing
+        if stance.miss_action(func, args, state.frames) == "eager":
+            return None  # pyjit.set_stance: this call runs natively, nothing is compiled or marked
         frame = compile_for(func, args, state, fullgraph=state.options.fullgraph and fullgraph_ok)
     if frame is None:
         _C.mark_skip(code)

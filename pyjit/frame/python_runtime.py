@@ -10,7 +10,7 @@ import types
 from typing import Any
 
 from ..trace.pycodegen import flat_arg_names, make_function
-from . import policy
+from . import policy, stance
 
 # Keyed by id(code) (see policy._targets); the CodeState in policy keeps the code objects alive.
 _entries: dict[int, list[tuple[Any, Any]]] = {}
@@ -80,7 +80,7 @@ def call_python(jf: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     else:
         _, flat = bind_flat(jf._fn, args, kwargs)
     code = func.__code__
-    if id(code) in _skipped:
+    if id(code) in _skipped or stance.forced_eager():
         return jf._fn(*args, **kwargs)
     entries = _entries.setdefault(id(code), [])
     for check, fn in entries:
@@ -90,6 +90,8 @@ def call_python(jf: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     from ..guards.guards import compile_python
 
     if len(entries) >= config.entry_limit:
+        return jf._fn(*args, **kwargs)
+    if stance.miss_action(func, flat, jf._state.frames) == "eager":
         return jf._fn(*args, **kwargs)
     frame = policy.compile_for(func, flat, jf._state)
     if frame is None:

@@ -116,8 +116,9 @@ _backend_fields: list[dict[str, str]] = []
 
 
 def _backend_fingerprint() -> dict[str, str]:
-    """The backend settings and source hash that are part of every graph-cache key: an entry
-    recorded under other settings (``PYJIT_CPU_BACKEND``) or an edited backend is not installed."""
+    """The backend settings and source hash that are part of every graph-cache key, and the hash
+    of pyjit's whole source: an entry recorded under other settings (``PYJIT_CPU_BACKEND``) or by
+    an edited pyjit (frontend or backend) is not installed."""
     if not _backend_fields:
         import torch
         import torch.fx
@@ -127,7 +128,7 @@ def _backend_fingerprint() -> dict[str, str]:
         empty = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
         fields = graph_cache.graph_key_fields(empty, []) or {}
         _backend_fields.append({k: v for k, v in fields.items() if k in ("backend settings", "backend source")})
-    return {**_backend_fields[0], "cpu backend": config.cpu_backend}
+    return {**_backend_fields[0], "cpu backend": config.cpu_backend, "pyjit source": cache.source_hash()}
 
 
 def _is_pyjit_backend(backend: Any) -> bool:
@@ -310,7 +311,7 @@ def install(func: types.FunctionType, args: tuple[Any, ...], state: Any) -> tupl
         names = [str(n) for n in entry.meta.get("arg_names", _arg_names(code))]
         try:
             if entry.meta.get("backend") != _backend_fingerprint():
-                raise RebuildError("the backend settings or source changed since it was recorded")
+                raise RebuildError("the backend settings or pyjit's source changed since it was recorded")
             guards = serialize.load_guards(entry.guards, frame_values(func, names, args))
             from ..guards.guards import compile_c_tree
 
@@ -368,8 +369,6 @@ def _load(func: types.FunctionType) -> _CodeRecord:
 def _restore_code(func: types.FunctionType, entry: FrameEntry) -> tuple[types.CodeType, list[types.CodeType]]:
     """The replacement code with its constants rebuilt, and the resume functions' code objects
     (registered with the graph-break layer, as when they were made)."""
-    from ..trace import breaks
-
     resumes: list[types.CodeType] = []
 
     def resolve(ph: dict[str, Any]) -> Any:
@@ -387,6 +386,10 @@ def _restore_code(func: types.FunctionType, entry: FrameEntry) -> tuple[types.Co
     for r in entry.resumes:
         resumes.append(frame_store.restore_constants(r["code"], r["placeholders"], resolve))
     repl = frame_store.restore_constants(entry.code, entry.placeholders, resolve)
+    if not entry.resumes:
+        return repl, resumes  # no graph break: the graph-break layer is not even imported
+    from ..trace import breaks
+
     native = {r["name"] for r in entry.resumes if r.get("native")}
     names = {r["name"] for r in entry.resumes}
     # A resume function is a constant of the replacement (or of a nested code object made into a
@@ -505,3 +508,63 @@ def _load_graph(ph: dict[str, Any]) -> Any:
     metrics.graph_cache_hits += 1
     log.info("graph cache hit for %s (key %s), from a frame record", fallback.name, key[:12])
     return backends._GuardedCompiled(fn, fallback)
+
+
+# ----------------------------------------------------------------------------- portable artifacts
+
+def artifact_frames(targets: list[Any] | None) -> list[tuple[types.CodeType, str]]:
+    """``(code, frame-record key)`` of the frames a portable artifact holds: every code object
+    with recorded entries in this process (``targets=None``), or the given functions, jitted
+    functions, jitted modules or code objects together with the resume functions of their graph
+    breaks (recursively). Codes with no record in the store are left out."""
+    from .policy import lookup_target
+
+    if targets is None:
+        codes = [rec.code for rec in _records.values() if rec.entries]
+    else:
+        codes = []
+        todo = [_code_of(t) for t in targets]
+        seen: set[int] = set()
+        while todo:
+            code = todo.pop()
+            if id(code) in seen:
+                continue
+            seen.add(id(code))
+            codes.append(code)
+            state = lookup_target(code)
+            for frame in state.frames if state is not None else []:
+                todo.extend(getattr(frame, "resume_codes", []))
+    out = []
+    for code in codes:
+        try:
+            key = frame_store.frame_key(code)
+        except NotSerializable:
+            key = None
+        if key is not None and cache.get_bytes(frame_store.NAMESPACE, key, ".rec") is not None:
+            out.append((code, key))
+        elif targets is not None:
+            log.info("artifacts: %s has no frame record (not compiled yet, or not recordable: PYJIT_LOGS=cache "
+                     "said why when it compiled); left out", _where(code))
+    return out
+
+
+def _code_of(target: Any) -> types.CodeType:
+    """The code object whose frames ``target`` runs (functions, methods, jit wrappers, modules)."""
+    if isinstance(target, types.CodeType):
+        return target
+    jitted = getattr(type(target), "_pyjit_forward", None)  # a jitted nn.Module
+    if jitted is not None:
+        target = jitted
+    func = getattr(target, "_func", None)  # a pyjit.jit wrapper
+    if isinstance(func, types.FunctionType):
+        return func.__code__
+    while isinstance(target, types.MethodType):
+        target = target.__func__
+    code = getattr(target, "__code__", None)
+    if isinstance(code, types.CodeType):
+        return code
+    forward = getattr(type(target), "forward", None)  # an nn.Module: its forward
+    if isinstance(forward, types.FunctionType):
+        return forward.__code__
+    raise TypeError(f"pyjit.cache.save_artifacts(frames=...): cannot find the code of {type(target).__name__} "
+                    f"object {target!r:.60}; pass functions, jitted functions or modules, or code objects")

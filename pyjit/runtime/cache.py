@@ -56,6 +56,9 @@ _SUFFIX_RE = re.compile(r"^(\.[A-Za-z0-9_]{1,16})?$")
 _state_lock = threading.Lock()
 _max_bytes = DEFAULT_MAX_BYTES
 stats: Counter[str] = Counter()  # "hits", "misses", "corrupt", "evicted", "writes" (this process)
+# (namespace, key, suffix) of every entry this process read or wrote (portable artifacts collect
+# the autotuning records a compile used from it).
+touched: set[tuple[str, str, str]] = set()
 _scratch_root: str | None = None
 _last_evict_check = 0.0
 _written_since_check = 0
@@ -104,6 +107,23 @@ def versions() -> dict[str, str]:
     from .. import __version__
     return {"format": str(FORMAT_VERSION), "pyjit": __version__, "torch": _package_version("torch"),
             "triton": _package_version("triton"), "python": sys.version.split()[0]}
+
+
+@functools.lru_cache(maxsize=None)
+def source_hash() -> str:
+    """sha256 of pyjit's own Python source (every ``.py`` under the package): what frame records
+    and portable artifacts are keyed on besides the version numbers, so an edited or other pyjit
+    never installs entries another one recorded."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    digest = hashlib.sha256()
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                with open(path, "rb") as f:
+                    digest.update(os.path.relpath(path, root).encode() + b"\0" + f.read())
+    return digest.hexdigest()
 
 
 def cache_root() -> str | None:
@@ -264,6 +284,7 @@ def put_bytes(ns: str, key: str, data: bytes, suffix: str = "", overwrite: bool 
             log.warning("pyjit: could not write cache entry %s/%s (%s); continuing without it", ns, key, e)
             return None
     stats["writes"] += 1
+    touched.add((ns, key, suffix))
     _after_write(len(data))
     return path
 
@@ -343,6 +364,7 @@ def _lookup(ns: str, key: str, suffix: str) -> tuple[str, bytes] | None:
         stats["misses"] += 1
         return None
     stats["hits"] += 1
+    touched.add((ns, key, suffix))
     with contextlib.suppress(OSError):
         os.utime(path + META_SUFFIX)  # LRU clock
     return path, data

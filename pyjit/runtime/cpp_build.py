@@ -5,8 +5,10 @@ Owns everything about the system C++ compiler: finding it (``$CXX``, else ``c++`
 the flags, compiling one translation unit per graph into a shared object, and loading it with
 ``ctypes``. Shared objects live in pyjit's on-disk cache (namespace ``cpp``) under the sha256 of
 the source, the compiler, its flags and the CPU (``-march=native``), so identical kernels never
-recompile and a warm start loads the ``.so`` without invoking the compiler. All cache calls of
-the C++ path are in :func:`_cached_so`.
+recompile and a warm start loads the ``.so`` without invoking the compiler. The cache calls of
+the C++ path are in :func:`_cached_so` and, for the compiler check's verdict (``.probe`` entries
+keyed by the compiler's file and the CPU, so later processes skip the probe compile), in
+:func:`remember_compiler` / :func:`_known_compiler`.
 
 The outcome of the compiler check is logged once per process as one line on ``fallbacks``:
 the CPU backend chosen and why (``cpp`` with the compiler, its version and OpenMP; or ``eager``,
@@ -18,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import hashlib
+import json
 import os
 import platform
 import shutil
@@ -96,6 +99,14 @@ def compiler() -> Compiler | None:
         if _checked:
             return _compiler
         problems = []
+        known = _known_compiler()
+        if known is not None:
+            _compiler = known
+            log.info("pyjit CPU backend: cpp (C++ kernels compiled with %s, %s, %s): the probe kernel built and "
+                     "loaded with this compiler in an earlier process", known.path, known.version,
+                     "with OpenMP" if known.openmp else "without OpenMP", extra={"pyjit_kind": "choice"})
+            _checked = True
+            return _compiler
         for cxx in _candidates():
             version = _version(cxx)
             for openmp in (True, False):
@@ -103,6 +114,7 @@ def compiler() -> Compiler | None:
                 err = _try_build(cxx, flags, _PROBE)
                 if err is None:
                     _compiler = Compiler(cxx, version, openmp)
+                    remember_compiler(_compiler)
                     break
                 problems.append(f"{cxx}{' -fopenmp' if openmp else ''}: {err}")
             if _compiler is not None:
@@ -121,6 +133,58 @@ def compiler() -> Compiler | None:
                      _compiler.path, _compiler.version, omp, extra={"pyjit_kind": "choice"})
         _checked = True
     return _compiler
+
+
+def _identity(cxx: str) -> dict[str, str] | None:
+    """What a probe's verdict depends on: the compiler's path, its file (resolved path, size,
+    mtime) and the CPU; None when the file cannot be inspected."""
+    try:
+        real = os.path.realpath(cxx)
+        st = os.stat(real)
+    except OSError:
+        return None
+    return {"path": cxx, "real": real, "size": str(st.st_size), "mtime": str(st.st_mtime_ns), "cpu": _cpu_tag()}
+
+
+def _verdict_key(identity: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def remember_compiler(cc: Compiler) -> None:
+    """Store that ``cc`` built and loaded the probe (namespace ``cpp``, suffix ``.probe``), so
+    later processes skip the probe compile (about 0.15 s) for the same compiler file and CPU."""
+    from . import cache
+
+    identity = _identity(cc.path)
+    if identity is None:
+        return
+    verdict = {"version": cc.version, "openmp": cc.openmp}
+    try:
+        cache.put_bytes("cpp", _verdict_key(identity), json.dumps(verdict).encode(), ".probe", overwrite=True)
+    except Exception as e:  # noqa: BLE001 - only the next process's probe is at stake
+        cache_log.info("pyjit: could not store the C++ compiler check (%s: %s)", type(e).__name__, e)
+
+
+def _known_compiler() -> Compiler | None:
+    """The first candidate compiler, when an earlier process's probe passed with it (same file,
+    same CPU) and it still reports the same version."""
+    from . import cache
+
+    found = _candidates()
+    identity = _identity(found[0]) if found else None
+    if identity is None:
+        return None
+    data = cache.get_bytes("cpp", _verdict_key(identity), ".probe")
+    if data is None:
+        return None
+    try:
+        verdict = json.loads(data)
+        version, openmp = str(verdict["version"]), bool(verdict["openmp"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    if _version(found[0]) != version:
+        return None
+    return Compiler(found[0], version, openmp)
 
 
 def unavailable_reason() -> str:

@@ -28,6 +28,8 @@ changed is not repeated: generated kernels read no mutable globals.
 """
 from __future__ import annotations
 
+import sys
+
 from typing import Any, Callable
 
 import torch
@@ -207,6 +209,8 @@ def unwrap(kernel: Any) -> Any:
 
 def wrap_module_kernels(module: Any) -> int:
     """Replace each Triton kernel of a generated GPU module by a :class:`FastKernel`."""
+    if "triton" not in sys.modules:
+        return 0  # a module with Triton kernels imported triton: this one has none (C++ kernels)
     try:
         from triton.runtime.jit import JITFunction
     except ImportError:

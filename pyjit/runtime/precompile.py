@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import sys
 import threading
 import time
 import types
@@ -192,6 +193,8 @@ class _Addresses:
 # ---------------------------------------------------------------------- module warm-up
 def _is_triton_kernel(value: Any) -> bool:
     """A compiled-Triton kernel of a module (wrapped by ``fast_launch.FastKernel`` or not)."""
+    if "triton" not in sys.modules:
+        return False  # no module imported Triton, so none has a Triton kernel (C++ kernels)
     try:
         from triton.runtime.jit import JITFunction
     except ImportError:

@@ -207,3 +207,24 @@ def test_dynamic_suite_sweeps_twenty_sizes_with_two_compiles(tmp_path):
     assert len(set(row["params"]["sizes"])) == 20 and row["params"]["sizes"][-1] == 256
     assert d["compiles"] == 2 and d["sweep_s"] > 0 and d["dynamic_over_static"] > 0
     assert d["backend_graphs"]["symbolic"] >= 1 and d["backend_graphs"]["as_captured"] == 0
+
+
+def test_artifacts_row_cold_then_fresh_cache_from_the_file(tmp_path):
+    """The artifacts suite's plumbing end to end with pyjit: the second process, on another empty
+    cache directory, installs the cold process's file and its first call traces nothing."""
+    from bench import report, suites, workloads
+    from bench.backends import make_backend
+    from bench.measure import TimingPlan
+
+    ctx = suites.RunContext(device=torch.device("cpu"), size="small", plan=TimingPlan.quick(), backends=[],
+                            budget=suites.Budget(None), quick=True, on_row=lambda row: None)
+    row = {"suite": "artifacts", "workload": "pointwise_chain", "backend": "pyjit", "status": "SKIPPED",
+           "reason": None, "params": {}}
+    suites._artifact_row(ctx, workloads.by_name("pointwise_chain"), make_backend("pyjit", ctx.device), row, 2)
+    assert row["status"] == "OK", row
+    comp = row["compile"]
+    assert comp["cold_s"] > 0 and comp["artifact_s"] >= 0 and comp["load_s"] > 0 and comp["file_bytes"] > 0
+    warm = comp["artifact"]["warm_start"]
+    assert warm["entries_installed"] >= 1 and not warm["tracer_imported"], warm
+    assert "installed" in comp["artifact"]["artifact_load"]
+    assert "artifact/cold" in report._artifacts_table([row])

@@ -582,3 +582,54 @@ def test_recursion_with_large_frames_crosses_data_stack_chunks():
     before = (sys.getrefcount(big), sys.getrefcount(big.__code__))
     assert _run(comp, big, 200) == expected
     assert (sys.getrefcount(big), sys.getrefcount(big.__code__)) == before
+
+
+def test_suspended_thread_runs_no_entry_and_no_callback():
+    def f(a):
+        return (running_code_name(), a + 1)
+
+    comp = Compiler(f)
+    _C.set_callback(comp)
+    try:
+        assert f(1) == ("f__repl", 2)  # compiled and cached
+        assert _C.set_suspended(True) is False
+        assert _C.get_suspended() and not _C._hook_installed()
+        assert f(2) == ("f", 3), "a cached entry ran while suspended"
+        assert _C.set_suspended(False) is True
+        assert f(3) == ("f__repl", 4)  # the entry is still there
+    finally:
+        _C.set_suspended(False)
+        _C.set_callback(None)
+    assert [c[0] for c in comp.calls] == ["f"]
+    # a callback set while suspended (a jitted call's scoped callback) leaves the hook off
+    _C.set_suspended(True)
+    try:
+        _C.set_callback(comp)
+        assert f(4) == ("f", 5) and not _C._hook_installed()
+    finally:
+        _C.set_callback(None)
+        _C.set_suspended(False)
+
+
+def test_suspended_is_per_thread():
+    def f(a):
+        return (running_code_name(), a)
+
+    comp = Compiler(f)
+    seen = []
+
+    def other():
+        _C.set_callback(comp)
+        try:
+            seen.append(f(1))
+        finally:
+            _C.set_callback(None)
+
+    _C.set_suspended(True)
+    try:
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+    finally:
+        _C.set_suspended(False)
+    assert seen == [("f__repl", 1)]
