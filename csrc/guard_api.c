@@ -263,6 +263,22 @@ static PyObject *m_type(GuardNode *self, PyObject *Py_UNUSED(ignored))
     return get_child(self, ACC_TYPE, 0, NULL);
 }
 
+static PyObject *m_dict_keys(GuardNode *self, PyObject *Py_UNUSED(ignored))
+{
+    if (require_value_node(self, "dict_keys") == NULL) {
+        return NULL;
+    }
+    return get_child(self, ACC_DICT_KEYS, 0, NULL);
+}
+
+static PyObject *m_dict_values(GuardNode *self, PyObject *Py_UNUSED(ignored))
+{
+    if (require_value_node(self, "dict_values") == NULL) {
+        return NULL;
+    }
+    return get_child(self, ACC_DICT_VALUES, 0, NULL);
+}
+
 /* Argument-count check for METH_FASTCALL methods (the CPython helper is private in 3.13). */
 static int check_nargs(const char *name, Py_ssize_t nargs, Py_ssize_t min, Py_ssize_t max)
 {
@@ -660,6 +676,8 @@ static PyMethodDef node_methods[] = {
     {"item", (PyCFunction)m_item, METH_O, "item(key) -> node: value[key]."},
     {"len", (PyCFunction)m_len, METH_NOARGS, "len() -> node: len(value)."},
     {"type", (PyCFunction)m_type, METH_NOARGS, "type() -> node: type(value)."},
+    {"dict_keys", (PyCFunction)m_dict_keys, METH_NOARGS, "dict_keys() -> node: list of the dict's keys (storage order)."},
+    {"dict_values", (PyCFunction)m_dict_values, METH_NOARGS, "dict_values() -> node: list of the dict's values (storage order)."},
     {"check_type", (PyCFunction)(void (*)(void))m_check_type, METH_FASTCALL, "check_type(t, id): type(value) is t."},
     {"check_id", (PyCFunction)(void (*)(void))m_check_id, METH_FASTCALL, "check_id(obj, id): value is obj (weakly held where possible)."},
     {"check_eq", (PyCFunction)(void (*)(void))m_check_eq, METH_FASTCALL, "check_eq(const, id): same type and equal value."},

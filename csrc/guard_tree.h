@@ -9,7 +9,7 @@
 
 typedef enum {
     ACC_ROOT, ACC_ARG, ACC_CLOSURE, ACC_GLOBAL, ACC_BUILTIN, ACC_FRAME_ARGS, ACC_CALL,
-    ACC_ATTR, ACC_ITEM, ACC_LEN, ACC_TYPE,
+    ACC_ATTR, ACC_ITEM, ACC_LEN, ACC_TYPE, ACC_DICT_KEYS, ACC_DICT_VALUES,
 } AccessorKind;
 
 extern const char *const pyjit_accessor_names[];

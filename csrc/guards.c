@@ -10,7 +10,7 @@
 
 const char *const pyjit_accessor_names[] = {
     "root", "arg", "closure", "global", "builtin", "frame_args", "call",
-    "attr", "item", "len", "type",
+    "attr", "item", "len", "type", "dict_keys", "dict_values",
 };
 
 const char *const pyjit_check_names[] = {
@@ -298,6 +298,15 @@ static PyObject *access_child(GuardNode *n, PyObject *parent)
     }
     case ACC_TYPE:
         return Py_NewRef((PyObject *)Py_TYPE(parent));
+    case ACC_DICT_KEYS:
+    case ACC_DICT_VALUES:
+        /* A dict's keys/values as a list in storage order (keys that are not constants, such
+         * as tensors, are reached by position: `.dict_keys().item(i)`). */
+        if (!PyDict_Check(parent)) {
+            PyErr_SetString(PyExc_TypeError, "dict_keys/dict_values guard accessor on a non-dict");
+            return NULL;
+        }
+        return n->kind == ACC_DICT_KEYS ? PyDict_Keys(parent) : PyDict_Values(parent);
     default:
         return NULL;
     }

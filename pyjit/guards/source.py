@@ -195,6 +195,42 @@ class ItemSource(Source):
         return self.base.root()
 
 
+def _dict_keys_list(d: dict[Any, Any]) -> list[Any]:
+    return list(dict.keys(d))
+
+
+def _dict_values_list(d: dict[Any, Any]) -> list[Any]:
+    return list(dict.values(d))
+
+
+@dataclasses.dataclass(frozen=True)
+class DictEntriesSource(Source):
+    """A dict's keys or values as a list in storage order: keys that are not constants (tensors,
+    parameters) and their values are reached by position, ``ItemSource(DictEntriesSource(d,
+    "keys"), i)``, never by hashing the key."""
+
+    base: Source
+    part: str  # "keys" | "values"
+
+    def name(self) -> str:
+        return f"list({self.base.name()}.{self.part}())"
+
+    def reconstruct(self, codegen: "PyCodegen") -> None:
+        fn = _dict_keys_list if self.part == "keys" else _dict_values_list
+        codegen.call_const(fn, [lambda: self.base.reconstruct(codegen)])
+
+    def get(self, frame: FrameValues) -> Any:
+        d = self.base.get(frame)
+        return _dict_keys_list(d) if self.part == "keys" else _dict_values_list(d)
+
+    def tree_node(self, tree: Any) -> Any:
+        node = self.base.tree_node(tree)
+        return node.dict_keys() if self.part == "keys" else node.dict_values()
+
+    def root(self) -> Source:
+        return self.base.root()
+
+
 @dataclasses.dataclass(frozen=True)
 class ModuleDictSource(Source):
     """An entry of an nn.Module's ``_modules``/``_parameters``/``_buffers`` dict; prints as ``.name``."""

@@ -20,7 +20,8 @@ from .shape_program import format_program, run_program
 
 # A step of an accessor path: ("arg", slot), ("closure", i), ("global", name),
 # ("builtin", name), ("frame_args",), ("call", fn), ("attr", name), ("item", key),
-# ("len",), ("type",).
+# ("len",), ("type",), ("dict_keys",), ("dict_values",) (a dict's keys/values as a list, in
+# storage order: keys that are not constants are reached by position).
 Step = tuple[Any, ...]
 
 _ROOT_STEPS = {"arg", "closure", "global", "builtin", "frame_args", "call"}
@@ -56,6 +57,10 @@ def node_at(tree: Any, path: Sequence[Step]) -> Any:
             node = node.len()
         elif kind == "type":
             node = node.type()
+        elif kind == "dict_keys":
+            node = node.dict_keys()
+        elif kind == "dict_values":
+            node = node.dict_values()
         else:
             raise ValueError(f"unknown guard path step {step!r}")
     return node
@@ -83,6 +88,8 @@ def _step_expr(base: str, kind: str, key: Any, argnames: Sequence[str] | None) -
         return f"len({base})"
     if kind == "type":
         return f"type({base})"
+    if kind in ("dict_keys", "dict_values"):
+        return f"list({base}.{kind[5:]}())"
     return f"<{kind}>"
 
 
@@ -266,6 +273,10 @@ def _read(kind: str, key: Any, value: Any, func: Any, args: tuple[Any, ...]) -> 
         return len(value)
     if kind == "type":
         return type(value)
+    if kind in ("dict_keys", "dict_values"):
+        if not isinstance(value, dict):
+            raise TypeError("dict_keys/dict_values guard accessor on a non-dict")
+        return list(dict.keys(value)) if kind == "dict_keys" else list(dict.values(value))
     raise ValueError(f"unknown accessor kind {kind!r}")
 
 

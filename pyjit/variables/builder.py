@@ -102,6 +102,8 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
         from .defaultdicts import wrap_defaultdict  # its default_factory is tracked too
 
         return wrap_defaultdict(tx, value, source)
+    if t is dict and source is not None and any(_isa(k, torch.Tensor) for k in dict.keys(value)):
+        return _tensor_keyed_dict(tx, value, source)
     if t is dict or t is collections.OrderedDict:
         if source is not None:
             guards.add(GuardKind.TYPE_MATCH, source, t)
@@ -299,3 +301,30 @@ def _is_torch_compiler_marker(value: Any) -> bool:
         return True
     module = value.__module__ or ""
     return value.__name__ == "graph_break" and module.startswith("torch.")
+
+
+def _tensor_keyed_dict(tx: "Translator", value: dict[Any, Any], source: Source) -> VariableTracker:
+    """A dict read from outside the trace whose keys include tensors (``{p: lr for p in
+    model.parameters()}``): each key and value is read by position (``DictEntriesSource``), a
+    tensor key pinned by identity (a dict finds it by identity) and a constant key by equality,
+    with the length guarded; lookups then compare keys by identity (``identity_keys.py``)."""
+    from ..guards.source import DictEntriesSource
+    from .identity_keys import identity_key
+
+    guards = tx.output.guards
+    guards.add(GuardKind.TYPE_MATCH, source, dict)
+    guards.add(GuardKind.LEN_MATCH, source, len(value))
+    keys, values = DictEntriesSource(source, "keys"), DictEntriesSource(source, "values")
+    items: dict[Any, VariableTracker] = {}
+    for i, (k, v) in enumerate(dict.items(value)):
+        key_source = ItemSource(keys, i)
+        if _isa(k, torch.Tensor):
+            guards.add(GuardKind.ID_MATCH, key_source, k)
+            key: Any = identity_key(tx, wrap(tx, k, key_source))
+        elif is_constant_value(k):
+            guards.add(GuardKind.EQUALS_MATCH, key_source, k)
+            key = k
+        else:
+            unsupported("unsupported_object", f"dict with tensor keys and a {type(k).__name__} key")
+        items[key] = wrap(tx, v, ItemSource(values, i))
+    return tx.output.side_effects.remember(value, DictVariable(items, source, dict_type=dict))

@@ -72,7 +72,7 @@ class CapturedScalarVariable(VariableTracker):
         py_type = bool if example.dtype == torch.bool else float if example.dtype.is_floating_point else int
         call = tx.output.call
         flat = call(tx, "call_method", "reshape", [call(tx, "call_method", "detach", [value], {}), ConstantVariable(())], {})
-        return CapturedScalarVariable(_cast(tx, flat, _DTYPE[py_type]), py_type)
+        return CapturedScalarVariable(_cast(tx, flat, _DTYPE[py_type]), py_type)  # type: ignore[arg-type]
 
     def python_type(self) -> type:
         return self.py_type
@@ -132,7 +132,7 @@ def captured_binary(tx: "Translator", op: Callable[[Any, Any], Any], a: Variable
         assert isinstance(scalar, CapturedScalarVariable) and isinstance(tensor, TensorVariable)
         dtype = torch.result_type(tensor.example, _SAMPLE[scalar.py_type])
         cast = _cast(tx, scalar.tensor, dtype)
-        operands = [a, cast] if tensor is a else [cast, b]
+        operands: list[VariableTracker] = [a, cast] if tensor is a else [cast, b]
         if base is not op and tensor is not a:  # `s += x`: s is rebound to a new tensor
             op = base
         return tx.output.call(tx, "call_function", op, operands, {})

@@ -218,6 +218,25 @@ def test_item_on_custom_getitem_and_tuple_keys():
     assert t.check(f, args_of(M(), {(1, 2): "u"})) == 1
 
 
+def test_dict_keys_and_values_by_position():
+    # keys that are not constants (tensors) are read by position in storage order
+    d = {"a": 1}
+    t = _C.GuardTree()
+    t.arg(0).dict_keys().item(0).check_eq("a", 0)
+    t.arg(0).dict_values().item(0).check_eq(1, 1)
+    assert t.check(f, args_of(d)) == -1
+    assert t.check(f, args_of({"a": 2})) == 1
+    assert t.check(f, args_of({"b": 1})) == 0
+    assert t.check(f, args_of([("a", 1)])) == 0  # not a dict: the accessor fails its first check
+    assert path_expr([("arg", 0), ("dict_keys",), ("item", 1)], ["d"]) == "list(L['d'].keys())[1]"
+    obj = object()
+    t2 = _C.GuardTree()
+    node_at(t2, [("arg", 0), ("dict_keys",), ("item", 1)]).check_id(obj, 0)
+    assert t2.check(f, args_of({0: 0, obj: 1})) == -1
+    assert t2.check(f, args_of({obj: 0, 0: 1})) == 0
+    assert t2.check(f, args_of({0: 0})) == 0  # no item 1
+
+
 def test_root_sources_closure_global_builtin_frame_args_call():
     captured = [1, 2]
 

@@ -239,3 +239,54 @@ def test_numpy_scalars_as_constants():
     check(fn)
     check(passed, lambda i: (rand(i, 4), np.float32(1.5 + i)), peer=False)
     check(passed, lambda i: (rand(i, 4).to(torch.float16), np.float64(2.0)), peer=False)
+
+
+# -- dicts keyed by tensors, passed in or held by a module ----------------------------------------
+
+_KEY_A, _KEY_B = torch.randn(4), torch.randn(4)
+
+
+def test_dict_passed_in_keyed_by_tensors_is_read_by_position():
+    def fn(x, d):
+        out = x
+        for k, v in d.items():
+            if isinstance(k, torch.Tensor):
+                out = out + k * v
+        return out + (d[_KEY_A] if _KEY_A in d else 0) + d["bias"]
+
+    def args(i):
+        d = {_KEY_A: 1.0 + i, _KEY_B: 2.0, "bias": 0.5}
+        return rand(i, 4), d if i != 1 else {_KEY_B: 3.0, "bias": 0.5}
+
+    backend = check(fn, args, peer=False)
+    assert backend.frame_count <= 3  # a different key set recompiles; changing values go symbolic
+
+
+class _PerParameterScales(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.scale = {p: 0.5 + i for i, p in enumerate(self.lin.parameters())}
+        self.seen = {p: 0 for p in self.lin.parameters()}
+
+    def forward(self, x):
+        for p in self.lin.parameters():
+            self.seen[p] += 1  # a counter per parameter, updated in place
+        penalty = sum(p.square().sum() * s for p, s in self.scale.items())
+        return self.lin(x) * self.scale[self.lin.weight] + penalty
+
+
+def test_module_dicts_keyed_by_its_parameters():
+    torch.manual_seed(0)
+    eager = _PerParameterScales()
+    jitted = _PerParameterScales()
+    jitted.load_state_dict(eager.state_dict())
+    jitted.scale = {p: eager.scale[q] for p, q in zip(jitted.lin.parameters(), eager.lin.parameters())}
+    backend = CountingBackend()
+    jm = pyjit.jit(jitted, backend=backend)
+    for i in range(3):
+        x = rand(i, 4)
+        assert_same(eager(x), jm(x), f"call {i}", exact=False)
+    assert list(jitted.seen.values()) == list(eager.seen.values()) == [3, 3]
+    assert all(k is p for k, p in zip(jitted.seen, jitted.lin.parameters()))
+    assert backend.frame_count <= 2  # the counters change: one recompile, then symbolic
