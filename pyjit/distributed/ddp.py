@@ -161,9 +161,10 @@ def _managed_params(ddp: Any) -> dict[int, str]:
     return out
 
 
-def plan_split(gm: Any, example_inputs: Sequence[Any], ddp: Any) -> tuple[SplitPlan, dict[Any, int]] | None:
-    """Which subgraph each compute node of ``gm`` goes to (forward order), or None when the
-    graph uses no parameter DDP reduces."""
+def plan_split(gm: Any, example_inputs: Sequence[Any], ddp: Any) -> tuple[SplitPlan, dict[Any, int], dict[Any, int]] | None:
+    """Which subgraph each compute node of ``gm`` goes to (forward order) and each parameter
+    node's place in the estimated gradient-ready order, or None when the graph uses no
+    parameter DDP reduces."""
     import torch
     import torch.distributed as dist
 
@@ -181,12 +182,13 @@ def plan_split(gm: Any, example_inputs: Sequence[Any], ddp: Any) -> tuple[SplitP
     if not param_of:
         return None
     compute = [n for n in gm.graph.nodes if n.op not in ("placeholder", "get_attr", "output")]
-    # Gradient-ready order: the parameter first used last gets its gradient first.
+    # Gradient-ready order: the parameter first used last gets its gradient first; within one
+    # node, the last argument first (a linear's bias before its weight, as eager's backward).
     order: list[Any] = []
     seen: set[Any] = set()
     uses: dict[Any, list[Any]] = {}
     for node in reversed(compute):
-        used = [a for a in node.all_input_nodes if a in param_of]
+        used = [a for a in reversed(node.all_input_nodes) if a in param_of]
         uses[node] = used
         for a in used:
             if a not in seen:
@@ -225,7 +227,8 @@ def plan_split(gm: Any, example_inputs: Sequence[Any], ddp: Any) -> tuple[SplitP
                 if a in param_of and names[id(param_of[a])] not in params:
                     params.append(names[id(param_of[a])])
         subgraphs.append((len(nodes), params))
-    return SplitPlan(buckets, subgraphs, caps), assign
+    ready = {node: i for i, node in enumerate(order)}
+    return SplitPlan(buckets, subgraphs, caps), assign, ready
 
 
 def _fetch_attr(gm: Any, target: str) -> Any:
@@ -299,9 +302,13 @@ class SplitGraph:
         return pytree.tree_unflatten(leaves, self._out_spec)
 
 
-def split_graph(gm: Any, assign: dict[Any, int], num: int,
+def split_graph(gm: Any, assign: dict[Any, int], num: int, ready: dict[Any, int],
                 compile_one: Callable[[Any, list[Any]], Callable[..., Any]]) -> SplitGraph:
-    """Cut ``gm`` into ``num`` contiguous subgraphs by ``assign`` (compute node -> index)."""
+    """Cut ``gm`` into ``num`` contiguous subgraphs by ``assign`` (compute node -> index).
+
+    Each subgraph takes its parameters in gradient-ready order (``ready``), after its other
+    inputs: autograd runs a backward node's gradient accumulators in input order, and DDP
+    rebuilds its buckets in the order they run, so the buckets it rebuilds are the planned ones."""
     import torch
     import torch.fx
     from torch.utils import _pytree as pytree
@@ -329,13 +336,18 @@ def split_graph(gm: Any, assign: dict[Any, int], num: int,
         graph = torch.fx.Graph()
         env: dict[Any, Any] = {}
         inputs: list[Any] = []
+        taken: set[Any] = set()
         for n in part:
             for a in n.all_input_nodes:
-                if a not in members and a not in env:
-                    ph = graph.placeholder(a.name)
-                    ph.meta = dict(a.meta)
-                    env[a] = ph
+                if a not in members and a not in taken:
+                    taken.add(a)
                     inputs.append(a)
+        inputs.sort(key=lambda a: ready.get(a, -1))  # stable: other inputs keep their order
+        for a in inputs:
+            ph = graph.placeholder(a.name)
+            ph.meta = dict(a.meta)
+            env[a] = ph
+        for n in part:
             env[n] = graph.node_copy(n, lambda a: env[a])
         outs = [n for n in part if any(u not in members for u in n.users)]
         graph.output(tuple(env[n] for n in outs))
@@ -373,10 +385,10 @@ def maybe_split(gm: Any, example_inputs: Sequence[Any],
     planned = plan_split(gm, example_inputs, ddp)
     if planned is None:
         return None
-    plan, assign = planned
+    plan, assign, ready = planned
     plans.append(plan)
     del plans[:-_PLANS_KEPT]
     _log_plan(plan)
     if plan.num_subgraphs < 2:
         return None
-    return split_graph(gm, assign, plan.num_subgraphs, compile_one)
+    return split_graph(gm, assign, plan.num_subgraphs, ready, compile_one)

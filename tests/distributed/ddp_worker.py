@@ -1,0 +1,157 @@
+"""The rank side of the DDP tests: one process per rank, started by ``test_ddp.py``.
+
+Each scenario builds the same model twice (same seed), wraps one in eager DDP and the other in
+DDP compiled by pyjit, runs three optimizer steps on rank-dependent data, and asserts that every
+parameter and buffer is equal to eager DDP's on this rank, and that the compiled graph was split
+into as many subgraphs as DDP has buckets once it rebuilt them.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+WIDTH = 32
+# One Linear(32, 32) holds 4096 + 128 bytes: a cap just above its weight closes a bucket after
+# each layer's weight and bias, whatever order their gradients arrive in.
+CAP_MB = 4100 / 2**20
+LAYERS = 3
+
+
+class Block(nn.Module):
+    def __init__(self, norm: bool) -> None:
+        super().__init__()
+        self.fc = nn.Linear(WIDTH, WIDTH)
+        self.norm = nn.BatchNorm1d(WIDTH) if norm else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x)
+        if self.norm is not None:
+            y = self.norm(y)
+        return torch.relu(y)
+
+
+class Net(nn.Module):
+    def __init__(self, norm: bool = False, unused: bool = False) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(norm) for _ in range(LAYERS)])
+        self.unused = nn.Linear(WIDTH, WIDTH) if unused else None
+        self.head = nn.Linear(WIDTH, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def make(device: str, **kw: Any) -> Net:
+    torch.manual_seed(0)
+    return Net(**kw).to(device)
+
+
+def batch(rank: int, step: int, micro: int, device: str) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1000 * rank + 10 * step + micro)
+    return torch.randn(8, WIDTH, generator=g).to(device)
+
+
+def train(ddp: Any, call: Callable[[torch.Tensor], torch.Tensor], rank: int, device: str, *,
+          accumulate: int = 1) -> None:
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    for step in range(3):
+        for micro in range(accumulate):
+            sync = micro == accumulate - 1
+            with contextlib.nullcontext() if sync else ddp.no_sync():
+                call(batch(rank, step, micro, device)).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+
+def buckets_of(ddp: Any) -> int:
+    return len(ddp.reducer._get_zeros_like_grad_buckets())
+
+
+# name -> (DDP keyword arguments, model keyword arguments, how pyjit is applied, micro-batches)
+SCENARIOS: dict[str, tuple[dict[str, Any], dict[str, Any], str, int]] = {
+    "jit": ({}, {}, "jit", 1),
+    "jit_before_wrap": ({}, {}, "inner", 1),
+    "enable": ({}, {}, "enable", 1),
+    "ignored_params": ({}, {}, "jit", 1),
+    "find_unused_parameters": ({"find_unused_parameters": True}, {"unused": True}, "jit", 1),
+    "static_graph": ({"static_graph": True}, {}, "jit", 1),
+    "no_sync": ({}, {}, "jit", 2),
+    "broadcast_buffers": ({"broadcast_buffers": True}, {"norm": True}, "jit", 1),
+    "gradient_as_bucket_view": ({"gradient_as_bucket_view": True}, {}, "jit", 1),
+    "no_split": ({}, {}, "jit", 1),
+}
+
+
+def run_scenario(name: str, rank: int, device: str) -> None:
+    import pyjit
+    from pyjit.distributed import ddp as pyjit_ddp
+
+    ddp_kw, model_kw, how, accumulate = SCENARIOS[name]
+    ddp_kw = {"bucket_cap_mb": CAP_MB, **ddp_kw}
+    if device == "cuda":
+        ddp_kw["device_ids"] = [rank]
+    eager_model, model = make(device, **model_kw), make(device, **model_kw)
+    if name == "ignored_params":
+        ignored = ["blocks.0.fc.weight", "blocks.0.fc.bias"]
+        DDP._set_params_and_buffers_to_ignore_for_model(eager_model, ignored)
+        DDP._set_params_and_buffers_to_ignore_for_model(model, ignored)
+    eager = DDP(eager_model, **ddp_kw)
+    train(eager, eager, rank, device, accumulate=accumulate)
+
+    pyjit.reset()
+    before = len(pyjit_ddp.plans)
+    with pyjit.config.patch(ddp_split=name != "no_split"):
+        if how == "inner":
+            ddp = DDP(pyjit.jit(model), **ddp_kw)
+            train(ddp, ddp, rank, device, accumulate=accumulate)
+        elif how == "enable":
+            ddp = DDP(model, **ddp_kw)
+            with pyjit.enable():
+                train(ddp, ddp, rank, device, accumulate=accumulate)
+        else:
+            ddp = DDP(model, **ddp_kw)
+            train(ddp, pyjit.jit(ddp), rank, device, accumulate=accumulate)
+    for (n, a), b in zip(eager.module.state_dict().items(), ddp.module.state_dict().values()):
+        torch.testing.assert_close(b, a, msg=lambda m, n=n: f"{name}, rank {rank}, {n}: {m}")
+    new_plans = pyjit_ddp.plans[before:]
+    if name == "no_split":
+        assert not new_plans, f"no_split: the graph was split ({new_plans})"
+        return
+    assert new_plans, f"{name}: the wrapped module's training graph was never split (not compiled?)"
+    if name != "find_unused_parameters":  # the unused layer has a bucket but no node in the graph
+        got = [p.num_subgraphs for p in new_plans]
+        assert set(got) == {buckets_of(ddp)}, f"{name}: subgraphs {got}, DDP buckets {buckets_of(ddp)}"
+
+
+def worker(rank: int, world: int, port: int, device: str, cache_dir: str, names: list[str],
+           env_init: bool = False) -> None:
+    import pyjit
+
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    backend = "nccl" if device == "cuda" else "gloo"
+    if device == "cuda":
+        torch.cuda.set_device(rank)
+    if env_init:  # what torchrun sets for each rank; init_process_group reads it (env://)
+        os.environ["RANK"], os.environ["WORLD_SIZE"] = str(rank), str(world)
+        os.environ["LOCAL_RANK"] = str(rank)
+        dist.init_process_group(backend, init_method="env://")
+    else:
+        dist.init_process_group(backend, rank=rank, world_size=world)
+    try:
+        # A forward that saves for backward from the first call (no deferred-saving variant):
+        # one compile fewer per subgraph, the same training path.
+        with pyjit.config.patch(cache_dir=cache_dir, cpp_fast_compile=True, raise_on_internal_error=True,
+                                aot_defer_saving=False):
+            for name in names:
+                run_scenario(name, rank, device)
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,48 @@
+"""DistributedDataParallel compiled by pyjit against eager DDP: two ranks (gloo on CPU, NCCL on
+two GPUs when present), every DDP option of ``pyjit/distributed/ddp.py``, equal parameters after
+three optimizer steps, one compiled subgraph per DDP bucket. The ranks are processes started here
+(``torch.multiprocessing``); all scenarios share one start-up, and the ranks share one cache
+directory (two processes compiling the same graphs at once)."""
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from . import ddp_worker
+
+pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not built")
+
+DEVICES = [pytest.param("cpu"),
+           pytest.param("cuda", marks=pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs"))]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: Any) -> Any:
+    """One cache for the module's launches: the second launch loads what the first compiled."""
+    return tmp_path_factory.mktemp("pyjit-ddp-cache")
+
+
+def spawn(device: str, names: list[str], cache_dir: Any, env_init: bool = False) -> None:
+    mp.spawn(ddp_worker.worker, args=(2, free_port(), device, str(cache_dir), names, env_init), nprocs=2, join=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_ddp_options_match_eager(device: str, cache_dir: Any) -> None:
+    spawn(device, list(ddp_worker.SCENARIOS), cache_dir)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torchrun_style_env_init(device: str, cache_dir: Any) -> None:
+    """env:// initialisation from MASTER_ADDR/PORT, RANK, WORLD_SIZE, as torchrun launches ranks."""
+    spawn(device, ["jit"], cache_dir, env_init=True)
