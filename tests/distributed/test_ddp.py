@@ -27,10 +27,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory: Any) -> Any:
-    """One cache for the module's launches: the second launch loads what the first compiled."""
-    return tmp_path_factory.mktemp("pyjit-ddp-cache")
+@pytest.fixture
+def cache_dir(tmp_path: Any) -> Any:
+    """A fresh cache the two ranks share: both compile the same graphs at once."""
+    return tmp_path / "pyjit-cache"
 
 
 def spawn(device: str, names: list[str], cache_dir: Any, env_init: bool = False) -> None:
@@ -39,10 +39,6 @@ def spawn(device: str, names: list[str], cache_dir: Any, env_init: bool = False)
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_ddp_options_match_eager(device: str, cache_dir: Any) -> None:
-    spawn(device, list(ddp_worker.SCENARIOS), cache_dir)
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_torchrun_style_env_init(device: str, cache_dir: Any) -> None:
-    """env:// initialisation from MASTER_ADDR/PORT, RANK, WORLD_SIZE, as torchrun launches ranks."""
-    spawn(device, ["jit"], cache_dir, env_init=True)
+    """Every scenario, on ranks initialised as torchrun starts them: env:// with MASTER_ADDR,
+    MASTER_PORT, RANK, WORLD_SIZE and LOCAL_RANK in each rank's environment."""
+    spawn(device, list(ddp_worker.SCENARIOS), cache_dir, env_init=True)
