@@ -182,18 +182,21 @@ def plan_split(gm: Any, example_inputs: Sequence[Any], ddp: Any) -> tuple[SplitP
     if not param_of:
         return None
     compute = [n for n in gm.graph.nodes if n.op not in ("placeholder", "get_attr", "output")]
-    # Gradient-ready order: the parameter first used last gets its gradient first; within one
-    # node, the last argument first (a linear's bias before its weight, as eager's backward).
+    # Gradient-ready order: a parameter's gradient is complete when the backward of its first
+    # use in the forward has run (a tied weight used first and last is ready last), so the
+    # parameter whose first use comes last is ready first; within one node, the last argument
+    # first (a linear's bias before its weight).
+    first_use: dict[Any, Any] = {}
+    for node in compute:
+        for a in node.all_input_nodes:
+            if a in param_of and a not in first_use:
+                first_use[a] = node
     order: list[Any] = []
-    seen: set[Any] = set()
     uses: dict[Any, list[Any]] = {}
     for node in reversed(compute):
-        used = [a for a in reversed(node.all_input_nodes) if a in param_of]
+        used = [a for a in reversed(node.all_input_nodes) if a in param_of and first_use[a] is node]
         uses[node] = used
-        for a in used:
-            if a not in seen:
-                seen.add(a)
-                order.append(a)
+        order.extend(used)
     caps = bucket_limits(ddp)
     tensors = [param_of[a] for a in order]
     indices, _ = dist._compute_bucket_assignment_by_size(tensors, caps, [False] * len(tensors))
