@@ -78,6 +78,9 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, ddp_s
     if torch.is_grad_enabled() and (any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
                                     or any(p.requires_grad for p in gm.parameters())):
         if symbolic is not None:
+            if ddp_split and "torch.nn.parallel.distributed" in sys.modules:
+                from ..distributed.ddp import note_not_split
+                note_not_split("its sizes are symbolic")
             # A symbolic joint graph; static training graphs per input size if that is refused.
             from .aot import compile_training_dynamic
             return compile_training_dynamic(gm, list(example_inputs), symbolic)

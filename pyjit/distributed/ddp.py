@@ -376,6 +376,13 @@ class _SlotRef:
     slot: int
 
 
+def note_not_split(reason: str) -> None:
+    """A training graph compiled inside a DDP forward that is not split: say why on ``ddp``."""
+    if config.ddp_split and active_ddp_module() is not None:
+        log.info("DDP: training graph not split at buckets (%s): one backward node, all-reduces "
+                 "start when its backward ends", reason)
+
+
 def maybe_split(gm: Any, example_inputs: Sequence[Any],
                 compile_one: Callable[[Any, list[Any]], Callable[..., Any]]) -> Callable[..., Any] | None:
     """The split callable for a training graph compiled inside a DDP forward, else None (the
