@@ -32,6 +32,7 @@ split (one graph, logged).
 from __future__ import annotations
 
 import dataclasses
+import operator
 import sys
 import threading
 import types
@@ -128,6 +129,7 @@ class SplitPlan:
     # Per subgraph, in forward order: (number of nodes, parameter names it uses).
     subgraphs: list[tuple[int, list[str]]]
     caps: list[int]
+    ready_order: list[str]  # parameter names in estimated gradient-ready order
 
     @property
     def num_subgraphs(self) -> int:
@@ -164,9 +166,11 @@ def _managed_params(ddp: Any) -> dict[int, str]:
 def plan_split(gm: Any, example_inputs: Sequence[Any], ddp: Any) -> tuple[SplitPlan, dict[Any, int], dict[Any, int]] | None:
     """Which subgraph each compute node of ``gm`` goes to (forward order) and each parameter
     node's place in the estimated gradient-ready order, or None when the graph uses no
-    parameter DDP reduces."""
+    parameter DDP reduces. Parameters are identified by tensor, not node: a graph may read one
+    parameter through several nodes (``get_attr`` per access)."""
     import torch
     import torch.distributed as dist
+    import torch.fx
 
     managed = _managed_params(ddp)
     param_of: dict[Any, Any] = {}   # node -> parameter tensor
@@ -186,52 +190,61 @@ def plan_split(gm: Any, example_inputs: Sequence[Any], ddp: Any) -> tuple[SplitP
     # use in the forward has run (a tied weight used first and last is ready last), so the
     # parameter whose first use comes last is ready first; within one node, the last argument
     # first (a linear's bias before its weight).
-    first_use: dict[Any, Any] = {}
+    first_use: dict[int, Any] = {}
     for node in compute:
         for a in node.all_input_nodes:
-            if a in param_of and a not in first_use:
-                first_use[a] = node
-    order: list[Any] = []
-    uses: dict[Any, list[Any]] = {}
+            if a in param_of:
+                first_use.setdefault(id(param_of[a]), node)
+    order: list[Any] = []            # parameter tensors, ready order
+    uses: dict[Any, list[int]] = {}  # node -> ids of the parameters first used there
     for node in reversed(compute):
-        used = [a for a in reversed(node.all_input_nodes) if a in param_of and first_use[a] is node]
+        used: list[int] = []
+        for a in reversed(node.all_input_nodes):
+            key = id(param_of[a]) if a in param_of else None
+            if key is not None and first_use[key] is node and key not in used:
+                used.append(key)
+                order.append(param_of[a])
         uses[node] = used
-        order.extend(used)
     caps = bucket_limits(ddp)
-    tensors = [param_of[a] for a in order]
-    indices, _ = dist._compute_bucket_assignment_by_size(tensors, caps, [False] * len(tensors))
+    indices, _ = dist._compute_bucket_assignment_by_size(order, caps, [False] * len(order))
     # Buckets in the order their gradients complete (the first holds the first-ready parameter).
     indices = sorted(indices, key=min)
-    bucket_of: dict[Any, int] = {}
+    bucket_of: dict[int, int] = {}
     for b, members in enumerate(indices):
         for i in members:
-            bucket_of[order[i]] = b
+            bucket_of[id(order[i])] = b
     # Walk backward: a node joins the newest bucket among the parameters it uses first; nodes
     # without parameters stay with the bucket after them. Subgraphs are contiguous by construction.
     current = 0
     reverse_assign: dict[Any, int] = {}
     for node in reversed(compute):
-        fresh = [bucket_of[a] for a in uses[node]]
+        fresh = [bucket_of[k] for k in uses[node]]
         if fresh:
             current = max(current, max(fresh))
         reverse_assign[node] = current
+    for node in compute:
+        # A tuple-valued node's items stay with it: only tensors cross between subgraphs (a
+        # compiled static graph takes tensor inputs only).
+        source = node.args[0] if node.target is operator.getitem and node.args else None
+        if isinstance(source, torch.fx.Node) and source in reverse_assign:
+            reverse_assign[node] = reverse_assign[source]
     used_ids = sorted(set(reverse_assign.values()), reverse=True)
     forward_index = {b: i for i, b in enumerate(used_ids)}
     assign = {node: forward_index[b] for node, b in reverse_assign.items()}
-    names = {id(t): n for n, t in ((managed[id(p)], p) for p in param_of.values())}
-    buckets = [Bucket([names[id(tensors[i])] for i in members],
-                      sum(tensors[i].numel() * tensors[i].element_size() for i in members)) for members in indices]
+    position = {id(t): i for i, t in enumerate(order)}
+    ready = {node: position[id(t)] for node, t in param_of.items() if id(t) in position}
+    buckets = [Bucket([managed[id(order[i])] for i in sorted(members)],
+                      sum(order[i].numel() * order[i].element_size() for i in members)) for members in indices]
     subgraphs: list[tuple[int, list[str]]] = []
     for i in range(len(used_ids)):
         nodes = [n for n in compute if assign[n] == i]
-        params = []
+        params: list[str] = []
         for n in nodes:
             for a in n.all_input_nodes:
-                if a in param_of and names[id(param_of[a])] not in params:
-                    params.append(names[id(param_of[a])])
+                if a in param_of and managed[id(param_of[a])] not in params:
+                    params.append(managed[id(param_of[a])])
         subgraphs.append((len(nodes), params))
-    ready = {node: i for i, node in enumerate(order)}
-    return SplitPlan(buckets, subgraphs, caps), assign, ready
+    return SplitPlan(buckets, subgraphs, caps, [managed[id(t)] for t in order]), assign, ready
 
 
 def _fetch_attr(gm: Any, target: str) -> Any:
