@@ -228,6 +228,7 @@ def plan_split(gm: Any, example_inputs: Sequence[Any], ddp: Any) -> tuple[SplitP
         source = node.args[0] if node.target is operator.getitem and node.args else None
         if isinstance(source, torch.fx.Node) and source in reverse_assign:
             reverse_assign[node] = reverse_assign[source]
+    _keep_state_regions_whole(compute, reverse_assign)
     used_ids = sorted(set(reverse_assign.values()), reverse=True)
     forward_index = {b: i for i, b in enumerate(used_ids)}
     assign = {node: forward_index[b] for node, b in reverse_assign.items()}
@@ -245,6 +246,37 @@ def plan_split(gm: Any, example_inputs: Sequence[Any], ddp: Any) -> tuple[SplitP
                     params.append(managed[id(param_of[a])])
         subgraphs.append((len(nodes), params))
     return SplitPlan(buckets, subgraphs, caps, [managed[id(t)] for t in order]), assign, ready
+
+
+def _state_delta(node: Any) -> int:
+    """+1 where a graph enters a state region (autocast, grad off, inference mode), -1 where it
+    leaves one, else 0. A region's enter returns a context object its exit takes, and its nodes
+    were traced under its state: it must not be cut."""
+    import torch
+
+    target = node.target if node.op == "call_function" else None
+    name = getattr(target, "__name__", "")
+    if name in ("_enter_autocast", "_enter_inference_mode"):
+        return 1
+    if name in ("_exit_autocast", "_exit_inference_mode"):
+        return -1
+    if target in (torch._C._set_grad_enabled, torch.set_grad_enabled) and node.args:
+        return 1 if node.args[0] is False else -1
+    return 0
+
+
+def _keep_state_regions_whole(compute: list[Any], assign: dict[Any, int]) -> None:
+    """Every node of a state region joins the subgraph of the region's first node (the
+    assignment is monotonic along the graph, so subgraphs stay contiguous)."""
+    depth = 0
+    region = 0
+    for node in compute:
+        if depth > 0:
+            assign[node] = region
+        delta = _state_delta(node)
+        if delta > 0 and depth == 0:
+            region = assign[node]
+        depth = max(0, depth + delta)
 
 
 def _fetch_attr(gm: Any, target: str) -> Any:
@@ -366,6 +398,10 @@ def split_graph(gm: Any, assign: dict[Any, int], num: int, ready: dict[Any, int]
         for n in part:
             env[n] = graph.node_copy(n, lambda a: env[a])
         outs = [n for n in part if any(u not in members for u in n.users)]
+        for n in outs:
+            value = n.meta.get("example_value", n.meta.get("val"))
+            if value is not None and not isinstance(value, torch.Tensor):
+                raise NotSplittable(f"{n.format_node()} passes a {type(value).__name__} to a later subgraph")
         graph.output(tuple(env[n] for n in outs))
         sub_gm = torch.fx.GraphModule(gm, graph, class_name=f"DDPSubgraph{index}")
         for n in outs:
@@ -382,6 +418,10 @@ def split_graph(gm: Any, assign: dict[Any, int], num: int, ready: dict[Any, int]
         dead = sorted(s for s, last in last_use.items() if last == index and s not in kept)
         steps.append((sub, ins, outs, dead))
     return SplitGraph(len(placeholders), attrs, steps, spec, leaves, len(slot))
+
+
+class NotSplittable(Exception):
+    """The graph cannot be cut at the planned places (the reason says where)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -414,4 +454,8 @@ def maybe_split(gm: Any, example_inputs: Sequence[Any],
     _log_plan(plan)
     if plan.num_subgraphs < 2:
         return None
-    return split_graph(gm, assign, plan.num_subgraphs, ready, compile_one)
+    try:
+        return split_graph(gm, assign, plan.num_subgraphs, ready, compile_one)
+    except NotSplittable as e:
+        note_not_split(str(e))
+        return None

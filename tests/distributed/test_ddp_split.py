@@ -87,3 +87,45 @@ def test_bucket_limits_follow_ddp() -> None:
     assert pyjit_ddp.bucket_limits(ddp) == [1 << 20, 25 << 20]
     ddp.bucket_bytes_cap_list = [2 << 20, 4 << 20]
     assert pyjit_ddp.bucket_limits(ddp) == [2 << 20, 4 << 20]
+
+
+class AutocastInside(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(16, 16) for _ in range(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.layers[0](x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            x = self.layers[2](torch.relu(self.layers[1](x)))
+        return self.layers[3](x.float())
+
+
+def test_state_regions_are_not_cut() -> None:
+    """An autocast region inside the module (its enter returns a context object its exit takes,
+    and its nodes were traced under its state) stays in one subgraph."""
+    import pyjit
+
+    captured: list[Any] = []
+
+    def record(gm: torch.fx.GraphModule, example: list[Any]) -> Any:
+        captured.append((gm, list(example)))
+        return gm.forward
+
+    model = AutocastInside()
+    x = torch.randn(4, 16)
+    pyjit.jit(model, backend=record)(x)
+    gm, example = captured[0]
+    plan, assign, ready = pyjit_ddp.plan_split(gm, example, fake_ddp(model, cap_bytes=16 * 16 * 4 + 1))
+    region = [n for n in gm.graph.nodes if pyjit_ddp._state_delta(n) != 0]
+    assert len(region) == 2, gm.code
+    assert len({assign[n] for n in region}) == 1
+    assert plan.num_subgraphs == 3  # layers 1 and 2 share one: they are in the region
+
+    def run_captured(piece: torch.fx.GraphModule, example: list[Any]) -> Any:
+        assert all(isinstance(v, torch.Tensor) for v in example), "a non-tensor crossed between subgraphs"
+        return piece.forward
+
+    split = pyjit_ddp.split_graph(gm, assign, plan.num_subgraphs, ready, run_captured)
+    torch.testing.assert_close(split(*example), gm(*example))
+    pyjit.reset()
