@@ -13,14 +13,17 @@ Two halves:
 - **Split pass** (called by :func:`pyjit.backend.compile_fx.compile_fx` for a graph that needs
   autograd while a DDP forward is active, ``DistributedDataParallel._active_ddp_module``):
   :func:`plan_split` estimates the order in which the graph's parameters get their gradients
-  (reverse order of first use in the graph), asks torch's own bucket assignment
+  (by first use in the forward, last first), asks torch's own bucket assignment
   (``dist._compute_bucket_assignment_by_size``, DDP's ``first_bucket_bytes_cap`` then
   ``bucket_bytes_cap``, per dtype and device) which bucket each parameter joins, and cuts the
-  graph's nodes into contiguous subgraphs, one per bucket. :class:`SplitGraph` runs the
-  subgraphs in order; each is compiled on its first call by the normal backend (training path:
-  its own ``torch.autograd.Function``), so during backward each subgraph's parameter gradients
-  are complete when its backward node finishes and DDP's reducer can start that bucket's
-  all-reduce while the earlier subgraphs' backward still runs.
+  graph's nodes into contiguous subgraphs, one per bucket (an autocast or grad-mode region is
+  never cut; only tensors pass between subgraphs). :func:`split_graph` builds them, each taking
+  its parameters in the planned ready order (autograd fires gradient accumulators in input
+  order, and DDP rebuilds its buckets in firing order). :class:`SplitGraph` runs them in order;
+  each is compiled on its first call by the normal backend (training path: its own
+  ``torch.autograd.Function``), so during backward each subgraph's parameter gradients are
+  complete when its backward node finishes and DDP's reducer can start that bucket's all-reduce
+  while the earlier subgraphs' backward still runs.
 
 DDP's semantics stay DDP's: ignored parameters are not counted in buckets, and
 ``find_unused_parameters``, ``static_graph``, ``no_sync()``, ``broadcast_buffers`` and
@@ -95,8 +98,10 @@ def compile_wrapped(args: Sequence[Any], options: Any) -> None:
     inner = getattr(ddp, "module", None)
     if inner is None or getattr(type(inner), "_pyjit_forward", None) is not None:
         return  # a module jitted before DDP wrapped it compiles itself
-    forward = inner.__dict__.get("forward") if hasattr(inner, "__dict__") else None
-    func = forward if isinstance(forward, types.FunctionType) else getattr(type(inner), "forward", None)
+    # The function DDP's ``self.module(...)`` runs: an instance's own ``forward`` (a function
+    # or a method bound to it) first, else the class's.
+    forward = getattr(inner, "__dict__", {}).get("forward", getattr(type(inner), "forward", None))
+    func = forward.__func__ if isinstance(forward, types.MethodType) else forward
     if not isinstance(func, types.FunctionType):
         return
     known = _registered.get(ddp)
@@ -123,7 +128,7 @@ class Bucket:
 
 @dataclasses.dataclass
 class SplitPlan:
-    """What the split decided for one graph (kept in :data:`plans` for tests and ``explain``)."""
+    """What the split decided for one graph (kept in :data:`plans` for tests and benchmarks)."""
 
     buckets: list[Bucket]
     # Per subgraph, in forward order: (number of nodes, parameter names it uses).
