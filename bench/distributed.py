@@ -19,6 +19,7 @@ The ranks are processes this module starts (``torch.multiprocessing``); rank 0 w
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 import socket
@@ -145,7 +146,9 @@ def _run_variant(v: Variant, rank: int, device: str, shape: Shape) -> dict[str, 
 
     row: dict[str, Any] = {"backend": v.name, "status": STATUS_OK, "reason": None}
     pyjit.reset()
+    gc.collect()  # the previous variant's model and optimizer state leave before the peak is reset
     if device == "cuda":
+        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     g = torch.Generator().manual_seed(rank)
     batches = [(torch.randint(0, shape.vocab, (shape.batch, shape.seq), generator=g).to(device),
