@@ -60,7 +60,8 @@ _forward_code: list[types.CodeType] = []
 
 
 def is_ddp_forward(code: types.CodeType) -> bool:
-    """``code`` is ``DistributedDataParallel.forward``'s code."""
+    """``code`` is ``DistributedDataParallel.forward``'s code, or the copy ``pyjit.jit`` makes
+    of it when DDP is jitted a second time with another backend."""
     if not _forward_code:
         cls = ddp_class()
         if cls is None:
@@ -69,7 +70,9 @@ def is_ddp_forward(code: types.CodeType) -> bool:
         if fwd is None:
             return False
         _forward_code.append(fwd)
-    return code is _forward_code[0]
+    fwd = _forward_code[0]
+    return code is fwd or (code.co_firstlineno == fwd.co_firstlineno and code.co_name == fwd.co_name
+                           and code.co_filename == fwd.co_filename)
 
 
 def active_ddp_module() -> Any:
