@@ -103,6 +103,8 @@ def buckets_of(ddp: Any) -> int:
 # name -> (DDP keyword arguments, model keyword arguments, how pyjit is applied, micro-batches)
 SCENARIOS: dict[str, tuple[dict[str, Any], dict[str, Any], str, int]] = {
     "jit": ({}, {}, "jit", 1),
+    # DDP's own Python is not traced, so fullgraph=True holds for the module it wraps.
+    "fullgraph": ({}, {}, "jit_fullgraph", 1),
     "jit_before_wrap": ({}, {}, "inner", 1),
     "enable": ({}, {}, "enable", 1),
     "ignored_params": ({}, {}, "jit", 1),
@@ -148,7 +150,8 @@ def run_scenario(name: str, rank: int, device: str) -> None:
                 train(ddp, ddp, rank, device, accumulate=accumulate, autocast=autocast)
         else:
             ddp = DDP(model, **ddp_kw)
-            train(ddp, pyjit.jit(ddp), rank, device, accumulate=accumulate, autocast=autocast)
+            jitted = pyjit.jit(ddp, fullgraph=how == "jit_fullgraph")
+            train(ddp, jitted, rank, device, accumulate=accumulate, autocast=autocast)
     tol = {"atol": 2e-2, "rtol": 2e-2} if autocast else {}  # bf16: kernels round differently
     for (n, a), b in zip(eager.module.state_dict().items(), ddp.module.state_dict().values()):
         torch.testing.assert_close(b, a, msg=lambda m, n=n: f"{name}, rank {rank}, {n}: {m}", **tol)
