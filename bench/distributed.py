@@ -1,7 +1,7 @@
 """The ``distributed`` suite: data-parallel training steps on two ranks, launched by the suite.
 
 On two or more GPUs: a GPT-style decoder (8 layers, d=1024, T=512, batch 8 per rank, bf16
-autocast, fused AdamW) on 2 ranks over NCCL. Without them: a CPU smoke run (a 2-layer d=64
+autocast, fused AdamW) on 2 ranks over NCCL. Without them: a CPU smoke run (a 1-layer d=32
 decoder, gloo) that shows the rows work, not how fast anything is. One row per variant:
 
 - ``eager_ddp``: ``DistributedDataParallel(model)``;
@@ -88,7 +88,7 @@ class Shape:
 
 
 GPU_SHAPE = Shape(layers=8, dim=1024, heads=16, seq=512, batch=8, vocab=50304, steps=10)
-CPU_SHAPE = Shape(layers=2, dim=64, heads=4, seq=32, batch=4, vocab=256, steps=3)
+CPU_SHAPE = Shape(layers=1, dim=32, heads=2, seq=16, batch=2, vocab=64, steps=3)
 
 
 def _model(shape: Shape, device: str) -> torch.nn.Module:
