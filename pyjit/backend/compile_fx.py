@@ -7,7 +7,8 @@ so a warm start skips all of it) -> loaded module -> callable that checks its
 inputs still match what it was compiled for, calls ``call(args)`` and rebuilds the output
 structure. Graphs that need autograd (grad enabled and an input requiring grad) go through
 ``aot.compile_training``: joint forward/backward graph, min-cut partition, both halves compiled
-by this function, run by one ``torch.autograd.Function``. Graphs that this backend does not
+by this function, run by one ``torch.autograd.Function`` (inside a DistributedDataParallel
+forward, one per DDP gradient bucket: ``pyjit.distributed.ddp``). Graphs that this backend does not
 compile run as captured (``gm.forward``), with the reason logged on the ``fallbacks`` channel
 and recorded in ``metrics.eager_graphs``: CPU graphs under ``PYJIT_CPU_BACKEND=eager`` or
 without a working C++ compiler (``runtime/cpp_build.py``),
