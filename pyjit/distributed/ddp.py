@@ -331,10 +331,11 @@ class _Subgraph:
 class SplitGraph:
     """Runs the subgraphs of a split graph in order, passing values between them by slot."""
 
-    def __init__(self, n_inputs: int, attrs: list[tuple[int, Any]], steps: list[tuple[_Subgraph, list[int], list[int],
-                 list[int]]], out_spec: Any, out_leaves: list[Any], n_slots: int) -> None:
+    def __init__(self, root: Any, n_inputs: int, attrs: list[tuple[int, str]], steps: list[tuple[_Subgraph, list[int],
+                 list[int], list[int]]], out_spec: Any, out_leaves: list[Any], n_slots: int) -> None:
+        self._root = root              # the graph module get_attr targets are read from
         self._n_inputs = n_inputs
-        self._attrs = attrs            # (slot, value) of get_attr nodes
+        self._attrs = attrs            # (slot, target) of get_attr nodes
         self._steps = steps            # (subgraph, input slots, output slots, slots dead after it)
         self._out_spec = out_spec
         self._out_leaves = out_leaves  # slot index (int) or ('const', value)
@@ -346,8 +347,8 @@ class SplitGraph:
 
         vals: list[Any] = [None] * self._n_slots
         vals[:self._n_inputs] = args
-        for slot, value in self._attrs:
-            vals[slot] = value
+        for slot, target in self._attrs:
+            vals[slot] = _fetch_attr(self._root, target)  # read each call, as the graph would
         for sub, ins, outs, dead in self._steps:
             results = sub(*[vals[i] for i in ins])
             for slot, value in zip(outs, results):
@@ -374,11 +375,11 @@ def split_graph(gm: Any, assign: dict[Any, int], num: int, ready: dict[Any, int]
     placeholders = [n for n in nodes if n.op == "placeholder"]
     for n in placeholders:
         slot[n] = len(slot)
-    attrs: list[tuple[int, Any]] = []
+    attrs: list[tuple[int, str]] = []
     for n in nodes:
         if n.op == "get_attr":
             slot[n] = len(slot)
-            attrs.append((slot[n], _fetch_attr(gm, n.target)))
+            attrs.append((slot[n], n.target))
     output = next(n for n in nodes if n.op == "output")
     parts: list[list[Any]] = [[] for _ in range(num)]
     for n in nodes:
@@ -425,7 +426,7 @@ def split_graph(gm: Any, assign: dict[Any, int], num: int, ready: dict[Any, int]
     for index, (sub, ins, outs) in enumerate(pending):
         dead = sorted(s for s, last in last_use.items() if last == index and s not in kept)
         steps.append((sub, ins, outs, dead))
-    return SplitGraph(len(placeholders), attrs, steps, spec, leaves, len(slot))
+    return SplitGraph(gm, len(placeholders), attrs, steps, spec, leaves, len(slot))
 
 
 class NotSplittable(Exception):
@@ -457,13 +458,14 @@ def maybe_split(gm: Any, example_inputs: Sequence[Any],
     if planned is None:
         return None
     plan, assign, ready = planned
-    plans.append(plan)
-    del plans[:-_PLANS_KEPT]
     _log_plan(plan)
-    if plan.num_subgraphs < 2:
-        return None
-    try:
-        return split_graph(gm, assign, plan.num_subgraphs, ready, compile_one)
-    except NotSplittable as e:
-        note_not_split(str(e))
-        return None
+    split = None
+    if plan.num_subgraphs >= 2:
+        try:
+            split = split_graph(gm, assign, plan.num_subgraphs, ready, compile_one)
+        except NotSplittable as e:
+            note_not_split(str(e))
+            return None
+    plans.append(plan)  # the plan in force: one graph for one bucket, else the split
+    del plans[:-_PLANS_KEPT]
+    return split
