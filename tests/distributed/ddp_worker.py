@@ -165,6 +165,44 @@ def run_scenario(name: str, rank: int, device: str) -> None:
         assert set(got) == {buckets_of(ddp)}, f"{name}: subgraphs {got}, DDP buckets {buckets_of(ddp)}"
 
 
+def check_overlap(rank: int, device: str) -> None:
+    """Each bucket's all-reduce is launched right after the backward of its subgraph, before the
+    earlier subgraphs' backward runs: DDP's comm hook records how many compiled backward nodes
+    had finished when it was called for each bucket."""
+    import pyjit
+    from pyjit.backend.aot.runtime import CompiledFunction
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    finished = [0]
+    launched: list[int] = []
+    original = CompiledFunction.backward
+
+    def counting_backward(ctx: Any, *grads: Any) -> Any:
+        out = original(ctx, *grads)
+        finished[0] += 1
+        return out
+
+    def hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP rejects annotations it cannot resolve
+        launched.append(finished[0])
+        return default_hooks.allreduce_hook(None, bucket)
+
+    pyjit.reset()
+    ddp = DDP(make(device), bucket_cap_mb=CAP_MB, **({"device_ids": [rank]} if device == "cuda" else {}))
+    ddp.register_comm_hook(None, hook)
+    jitted = pyjit.jit(ddp)
+    CompiledFunction.backward = staticmethod(counting_backward)  # type: ignore[method-assign]
+    try:
+        for step in range(3):  # DDP rebuilds its buckets in the second step
+            finished[0] = 0
+            launched.clear()
+            jitted(batch(rank, step, 0, device)).square().mean().backward()
+    finally:
+        CompiledFunction.backward = staticmethod(original)  # type: ignore[method-assign]
+    buckets = buckets_of(ddp)
+    assert buckets > 1 and launched == list(range(1, buckets + 1)), \
+        f"rank {rank}: all-reduce launched after {launched} compiled backward nodes, {buckets} buckets"
+
+
 def worker(rank: int, world: int, port: int, device: str, cache_dir: str, names: list[str],
            env_init: bool = False) -> None:
     import pyjit
@@ -186,7 +224,9 @@ def worker(rank: int, world: int, port: int, device: str, cache_dir: str, names:
         with pyjit.config.patch(cache_dir=cache_dir, cpp_fast_compile=True, raise_on_internal_error=True,
                                 aot_defer_saving=False):
             for name in names:
-                if name not in CUDA_ONLY or device == "cuda":
+                if name == "overlap":
+                    check_overlap(rank, device)
+                elif name not in CUDA_ONLY or device == "cuda":
                     run_scenario(name, rank, device)
     finally:
         dist.destroy_process_group()

@@ -1,8 +1,9 @@
 """DistributedDataParallel compiled by pyjit against eager DDP: two ranks (gloo on CPU, NCCL on
 two GPUs when present), every DDP option of ``pyjit/distributed/ddp.py``, equal parameters after
-three optimizer steps, one compiled subgraph per DDP bucket. The ranks are processes started here
-(``torch.multiprocessing``); all scenarios share one start-up, and the ranks share one cache
-directory (two processes compiling the same graphs at once)."""
+three optimizer steps, one compiled subgraph per DDP bucket, and each bucket's all-reduce
+launched right after its subgraph's backward (before the earlier subgraphs' backward). The ranks
+are processes started here (``torch.multiprocessing``); all scenarios share one start-up, and
+the ranks share one cache directory (two processes compiling the same graphs at once)."""
 from __future__ import annotations
 
 import socket
@@ -41,4 +42,4 @@ def spawn(device: str, names: list[str], cache_dir: Any, env_init: bool = False)
 def test_ddp_options_match_eager(device: str, cache_dir: Any) -> None:
     """Every scenario, on ranks initialised as torchrun starts them: env:// with MASTER_ADDR,
     MASTER_PORT, RANK, WORLD_SIZE and LOCAL_RANK in each rank's environment."""
-    spawn(device, list(ddp_worker.SCENARIOS), cache_dir, env_init=True)
+    spawn(device, [*ddp_worker.SCENARIOS, "overlap"], cache_dir, env_init=True)
