@@ -3,6 +3,9 @@ pure-Python runtime used when the C core is not built.
 
 Decisions, in order, for ``callback(func, args)``:
 
+- ``DistributedDataParallel.forward`` runs natively (never marked skip) and registers the
+  forward of the module it wraps as a target with the options of the call or ``enable()``
+  (:mod:`pyjit.distributed.ddp`), which is then compiled even when its class is torch's own;
 - library/generated code (torch, pyjit, the stdlib, runtime packages such as Triton, ``<...>``
   files such as FX's generated ``forward``) is marked *skip* so it never calls back again;
 - any other frame called while a jitted call runs (or under ``pyjit.enable()``) is a *compiled
