@@ -40,6 +40,7 @@ from .joint import IntermediateView, JointGraph, fetch_attributes
 from .partition import Partitioned
 
 log = get_logger("fallbacks")
+_hint_log = get_logger("perf_hints")
 Compiler = Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]
 
 
@@ -77,6 +78,7 @@ class AOTState:
         # views were recorded for them (see keep_traced_strides).
         self.saved_strides = traced_strides(part.bw_gm, part.num_saved)
         self.any_saved_layout = any(st is not None for st in self.saved_strides)
+        self.layout_hint_logged = False
         if part.saved_sizes and sizes_of is None:
             raise ValueError("a partition that saves sizes needs sizes_of")
 
@@ -112,7 +114,9 @@ class AOTState:
         self.copied_outputs = None  # decided again on the saving forward's first call
         with torch.no_grad():
             outs = self.saving_fw(primals)(*primals)
-        return keep_traced_strides(list(outs[self.joint.num_fw_outputs:]), self.saved_strides)
+        saved = list(outs[self.joint.num_fw_outputs:])
+        keep_traced_strides(saved, self.saved_strides)
+        return saved
 
     def backward_fn(self, example: list[torch.Tensor]) -> Callable[..., Any]:
         """The compiled backward, compiled on first use (the aten graph as is if that fails)."""
@@ -179,8 +183,11 @@ class CompiledFunction(torch.autograd.Function):
         saved = list(outs[n_fw + n_mut:])
         for j in state.mutated_saved:  # the backward needs the value from before the mutation
             saved[j] = saved[j].clone()
-        if state.any_saved_layout:
-            saved = keep_traced_strides(saved, state.saved_strides)
+        if state.any_saved_layout and keep_traced_strides(saved, state.saved_strides):
+            if not state.layout_hint_logged:
+                state.layout_hint_logged = True
+                _hint_log.info("%s: the compiled forward returns saved values in another layout than traced; "
+                               "they are copied to the traced layout on every call", state.label)
         new_values = outs[n_fw:n_fw + n_mut]
         for j, (index, value) in enumerate(zip(joint.mutated_inputs, new_values)):
             if j not in state.diff_mutations:  # a value without autograd history: written here
@@ -227,11 +234,13 @@ def traced_strides(bw_gm: torch.fx.GraphModule, num_saved: int) -> list[tuple[in
     return out
 
 
-def keep_traced_strides(saved: list[Any], strides: Sequence[tuple[int, ...] | None]) -> list[Any]:
-    """The saved tensors with the strides the backward graph was traced for. A forward compiler
-    may pick another layout for a value (a transposed one stored row-major); the backward's
-    ``view`` of it, recorded for the traced layout, would then be invalid, or read the wrong
-    elements through a compiled kernel's fixed indexing. Copies only where the layout differs."""
+def keep_traced_strides(saved: list[Any], strides: Sequence[tuple[int, ...] | None]) -> int:
+    """Give the saved tensors (in place in ``saved``) the strides the backward graph was traced
+    for; returns how many were copied. A forward compiler may pick another layout for a value (a
+    transposed one stored row-major); the backward's ``view`` of it, recorded for the traced
+    layout, would then be invalid, or read the wrong elements through a compiled kernel's fixed
+    indexing. Copies only where the layout differs."""
+    copied = 0
     for i, want in enumerate(strides):
         t = saved[i] if i < len(saved) else None
         if want is None or not isinstance(t, torch.Tensor) or t.stride() == want or t.numel() == 0:
@@ -241,7 +250,8 @@ def keep_traced_strides(saved: list[Any], strides: Sequence[tuple[int, ...] | No
         fixed = torch.empty_strided(t.shape, want, dtype=t.dtype, device=t.device)
         fixed.copy_(t)
         saved[i] = fixed
-    return saved
+        copied += 1
+    return copied
 
 
 def _same_layout_ignoring_unit_dims(t: torch.Tensor, want: Sequence[int]) -> bool:
