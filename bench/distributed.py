@@ -49,7 +49,9 @@ class Variant:
 def _ddp(model: torch.nn.Module, rank: int, device: str) -> Any:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    return DDP(model, device_ids=[rank] if device == "cuda" else None)
+    # DDP's default buckets on GPU; small ones for the CPU smoke model so that it has several.
+    cap = None if device == "cuda" else CPU_BUCKET_CAP_MB
+    return DDP(model, device_ids=[rank] if device == "cuda" else None, bucket_cap_mb=cap)
 
 
 def _eager(model: torch.nn.Module, rank: int, device: str) -> Any:
@@ -88,6 +90,7 @@ class Shape:
 
 
 GPU_SHAPE = Shape(layers=8, dim=1024, heads=16, seq=512, batch=8, vocab=50304, steps=10)
+CPU_BUCKET_CAP_MB = 0.01
 CPU_SHAPE = Shape(layers=1, dim=32, heads=2, seq=16, batch=2, vocab=64, steps=3)
 
 
