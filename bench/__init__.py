@@ -12,7 +12,8 @@ JSON, CSV, PNG plots, ``--compare``). Module map, in the order a run uses them:
 - :mod:`bench.correctness`: results against eager before any timing.
 - :mod:`bench.runner`: runs one (workload, backend) case and returns a result row.
 - :mod:`bench.suites`: the suites themselves (:mod:`bench.dynamic`: the dynamic-shapes suite;
-  :mod:`bench.hook_overhead`: the ``hook`` suite, plain Python under ``pyjit.enable()``); :mod:`bench.compile_worker` is the child process
+  :mod:`bench.hook_overhead`: the ``hook`` suite, plain Python under ``pyjit.enable()``;
+  :mod:`bench.distributed`: the ``distributed`` suite, DDP training steps on two ranks it launches); :mod:`bench.compile_worker` is the child process
   of the compile suite; :mod:`bench.external` runs the other layers' scripts.
 - :mod:`bench.env`: run metadata; :mod:`bench.schema`: the JSON schema and its validator;
   :mod:`bench.report`, :mod:`bench.plots`, :mod:`bench.compare`: output.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 SCHEMA_VERSION = "pyjit-bench/1"
 # Names the command line offers; kept here (torch-free) so ``python -m bench --help`` is instant.
-SUITES = ("quick", "overhead", "compile", "artifacts", "kernels", "models", "dynamic", "hook", "differential")
+SUITES = ("quick", "overhead", "compile", "artifacts", "kernels", "models", "dynamic", "hook", "differential",
+          "distributed")
 DEFAULT_BACKENDS = ("eager", "pyjit", "torch.compile", "pyjit+inductor", "dynamo+pyjit")
 ALL_BACKENDS = DEFAULT_BACKENDS + ("wrong",)

@@ -6,6 +6,7 @@ Examples::
     python -m bench --suite kernels,compile,models --out docs/results/2026-11-28_abc1234_h100 --time-budget 540
     python -m bench --suite overhead --backends eager,pyjit --compare bench/out/quick_cpu.json
     python -m bench --list                            # suites, workloads, backend availability
+    python -m bench --suite distributed               # DDP training steps on 2 ranks (2 GPUs; else a CPU smoke run)
     python -m bench --suite differential --count 1000 --seed 0 --backend eager   # eager vs pyjit, by category
 
 Outputs go to ``--out`` (default ``bench/out``): ``<name>.json`` (every raw number, schema in

@@ -1,6 +1,7 @@
 """The suites: ``overhead``, ``compile``, ``artifacts`` (cold compile vs a warm start from a
 portable artifact file on a fresh cache), ``kernels``, ``models``, ``dynamic`` (see
-:mod:`bench.dynamic`), ``hook`` (see :mod:`bench.hook_overhead`) and ``quick`` (the default).
+:mod:`bench.dynamic`), ``hook`` (see :mod:`bench.hook_overhead`), ``distributed`` (see
+:mod:`bench.distributed`) and ``quick`` (the default).
 
 Each suite appends result rows to a :class:`RunContext`. Time is shared out by
 :class:`Budget`: a suite gets an equal share of what is left when it starts (so time a suite does
@@ -110,6 +111,9 @@ def planned_units(suite: str, ctx: RunContext) -> int:
         return len(_compile_workloads(ctx)) * len(_artifact_backends(ctx))
     if suite == "hook":
         return len(hook_overhead.selected(ctx.workload_filter))
+    if suite == "distributed":
+        from bench import distributed
+        return len(distributed.VARIANTS) + len(distributed.EXTRA_VARIANTS)
     return 0
 
 
@@ -400,6 +404,13 @@ def run_hook(ctx: RunContext) -> None:
         ctx.add(row)
 
 
+def run_distributed(ctx: RunContext) -> None:
+    """DDP training steps on two ranks the suite launches (GPT on 2 GPUs; a CPU smoke run)."""
+    from bench import distributed
+
+    distributed.run(ctx.device, ctx.add)
+
+
 RUNNERS: dict[str, Callable[[RunContext], None]] = {
     "quick": run_quick,
     "overhead": run_overhead,
@@ -409,4 +420,5 @@ RUNNERS: dict[str, Callable[[RunContext], None]] = {
     "dynamic": run_dynamic,
     "hook": run_hook,
     "artifacts": run_artifacts,
+    "distributed": run_distributed,
 }

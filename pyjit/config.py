@@ -134,6 +134,10 @@ class Config:
     # Training runtime: a graph with symbolic sizes that needs autograd gets a static training
     # graph per distinct input size, at most this many; further sizes run as captured (logged).
     aot_static_sizes_max: int = 8
+    # A module wrapped in DistributedDataParallel: its training graph is split into subgraphs at
+    # DDP's gradient-bucket boundaries, each with its own backward, so a bucket's all-reduce
+    # starts while earlier layers' backward still runs (pyjit/distributed/ddp.py). Off: one graph.
+    ddp_split: bool = True
     # Backend (runtime/precompile.py, PYJIT_PARALLEL_COMPILE): compile a CUDA module's Triton
     # kernels in parallel before its first call (from a dry run on fake tensors), and autotuning
     # candidates before they are timed. "processes": in compile worker processes

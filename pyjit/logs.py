@@ -9,7 +9,8 @@ Channels not named keep Python's default: only warnings, which reach stderr thro
 
 ``graph_breaks``, ``recompiles``, ``guards``, ``graph_code``, ``bytecode``, ``output_code``,
 ``perf_hints``, ``fallbacks``, ``compile_times``, ``cache``, ``dynamic`` (symbols created and
-specialised while tracing with dynamic shapes). ``all`` enables every channel.
+specialised while tracing with dynamic shapes), ``ddp`` (DistributedDataParallel's buckets and
+the subgraphs a DDP-wrapped module's graph is split into). ``all`` enables every channel.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ CHANNELS = (
     "compile_times",
     "cache",
     "dynamic",
+    "ddp",
 )
 
 _root = logging.getLogger("pyjit")

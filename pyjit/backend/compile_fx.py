@@ -7,7 +7,8 @@ so a warm start skips all of it) -> loaded module -> callable that checks its
 inputs still match what it was compiled for, calls ``call(args)`` and rebuilds the output
 structure. Graphs that need autograd (grad enabled and an input requiring grad) go through
 ``aot.compile_training``: joint forward/backward graph, min-cut partition, both halves compiled
-by this function, run by one ``torch.autograd.Function``. Graphs that this backend does not
+by this function, run by one ``torch.autograd.Function`` (inside a DistributedDataParallel
+forward, one per DDP gradient bucket: ``pyjit.distributed.ddp``). Graphs that this backend does not
 compile run as captured (``gm.forward``), with the reason logged on the ``fallbacks`` channel
 and recorded in ``metrics.eager_graphs``: CPU graphs under ``PYJIT_CPU_BACKEND=eager`` or
 without a working C++ compiler (``runtime/cpp_build.py``),
@@ -27,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import sys
 import time
 from typing import Any, Callable, Sequence
 
@@ -47,8 +49,12 @@ time_log = get_logger("compile_times")
 cache_log = get_logger("cache")
 
 
-def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-    """torch.compile's backend protocol: compile ``gm`` for inputs like ``example_inputs``."""
+def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, ddp_split: bool = True) -> Callable[..., Any]:
+    """torch.compile's backend protocol: compile ``gm`` for inputs like ``example_inputs``.
+
+    ``ddp_split``: a training graph compiled while a DistributedDataParallel forward runs is
+    split at DDP's bucket boundaries (``pyjit.distributed.ddp``); its pieces come back here
+    with ``ddp_split=False``."""
     symbolic = symbolic_inputs(gm)
     reason = _eager_reason(example_inputs, symbolic is not None)
     if reason is not None:
@@ -73,9 +79,17 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Calla
     if torch.is_grad_enabled() and (any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
                                     or any(p.requires_grad for p in gm.parameters())):
         if symbolic is not None:
+            if ddp_split and "torch.nn.parallel.distributed" in sys.modules:
+                from ..distributed.ddp import note_not_split
+                note_not_split("its sizes are symbolic")
             # A symbolic joint graph; static training graphs per input size if that is refused.
             from .aot import compile_training_dynamic
             return compile_training_dynamic(gm, list(example_inputs), symbolic)
+        if ddp_split and "torch.nn.parallel.distributed" in sys.modules:
+            from ..distributed.ddp import maybe_split
+            split = maybe_split(gm, example_inputs, _compile_ddp_piece)
+            if split is not None:
+                return split
         # Training (or inference with grad enabled): joint graph, partition, autograd.Function.
         from .aot import compile_training
         return compile_training(gm, list(example_inputs))
@@ -94,6 +108,11 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Calla
         if config.raise_on_internal_error:
             raise BackendError(f"pyjit backend failed on graph {_graph_label(gm)}: {e}") from e
         return _run_as_captured(gm, f"backend error: {type(e).__name__}: {e}")
+
+
+def _compile_ddp_piece(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+    """One subgraph of a DDP split: compiled like any graph, never split again."""
+    return compile_fx(gm, example_inputs, ddp_split=False)
 
 
 def _data_dependent_errors() -> tuple[type[BaseException], ...]:

@@ -3,6 +3,9 @@ pure-Python runtime used when the C core is not built.
 
 Decisions, in order, for ``callback(func, args)``:
 
+- ``DistributedDataParallel.forward`` runs natively (never marked skip) and registers the
+  forward of the module it wraps as a target with the options of the call or ``enable()``
+  (:mod:`pyjit.distributed.ddp`), which is then compiled even when its class is torch's own;
 - library/generated code (torch, pyjit, the stdlib, runtime packages such as Triton, ``<...>``
   files such as FX's generated ``forward``) is marked *skip* so it never calls back again;
 - any other frame called while a jitted call runs (or under ``pyjit.enable()``) is a *compiled
@@ -74,6 +77,9 @@ class CodeState:
     compiles: int = 0
     broke: bool = False
     callee: bool = False  # registered as a compiled callee (not by pyjit.jit/enable): reset forgets it
+    # The forward of a module DistributedDataParallel wraps (pyjit/distributed/ddp.py): compiled
+    # with the options it was registered with, even when its class is library code.
+    wrapped_by_ddp: bool = False
     # Sizes and scalar values earlier traces saw (automatic dynamic shapes, trace/dynamic.py).
     shape_memory: Any = dataclasses.field(default_factory=lambda: _shape_memory())
 
@@ -215,12 +221,27 @@ def callback(target: CodeState | None, func: types.FunctionType, args: tuple[Any
     fullgraph_ok = True
     if target is not None and target.code is code:
         state = target
+        if _is_ddp_forward(code):
+            # pyjit.jit(DDP(model)): DDP's own Python runs natively, the module it wraps compiles.
+            _ddp().compile_wrapped(args, state.options)
+            return None
         if not state.options.fullgraph and _runs_plain(func, args):
             return None
     else:
         # A callee of a jitted call is compiled around its breaks, whatever jitted it elsewhere.
         fullgraph_ok = target is None
-        if is_library_code(code):
+        wrapped = _targets.get(id(code))
+        if wrapped is not None and wrapped.wrapped_by_ddp:
+            fullgraph_ok = True  # keeps the options of the jit call or enable() that reached it
+        elif is_library_code(code):
+            if _is_ddp_forward(code):
+                # DDP.forward reached from a jitted call or under enable(): not marked skip, so
+                # each DDP instance it runs for gets its wrapped module registered.
+                enabled = enable_stack()
+                options = target.options if target is not None else (enabled[-1] if enabled else None)
+                if options is not None:
+                    _ddp().compile_wrapped(args, options)
+                return None
             _C.mark_skip(code)
             return None
         if _runs_plain(func, args):
@@ -272,6 +293,17 @@ def callback(target: CodeState | None, func: types.FunctionType, args: tuple[Any
         _C.mark_skip(code)
         return None
     return tree, frame.code
+
+
+def _is_ddp_forward(code: types.CodeType) -> bool:
+    """``code`` is DistributedDataParallel.forward (only looked at once torch's DDP is loaded)."""
+    return "torch.nn.parallel.distributed" in sys.modules and _ddp().is_ddp_forward(code)
+
+
+def _ddp() -> Any:
+    from ..distributed import ddp
+
+    return ddp
 
 
 def _runs_plain(func: types.FunctionType, args: tuple[Any, ...]) -> bool:

@@ -40,6 +40,7 @@ from .joint import IntermediateView, JointGraph, fetch_attributes
 from .partition import Partitioned
 
 log = get_logger("fallbacks")
+_hint_log = get_logger("perf_hints")
 Compiler = Callable[[torch.fx.GraphModule, list[Any]], Callable[..., Any]]
 
 
@@ -73,6 +74,11 @@ class AOTState:
         self.mutated_saved = [j for j, p in enumerate(part.saved_primals) if p in joint.mutated_inputs]
         self.sizes_of = sizes_of
         self.copied_outputs: list[int] | None = None  # see fresh()
+        # The strides each saved tensor had when the joint graph was traced: the backward graph's
+        # views were recorded for them (see keep_traced_strides).
+        self.saved_strides = traced_strides(part.bw_gm, part.num_saved)
+        self.any_saved_layout = any(st is not None for st in self.saved_strides)
+        self.layout_hint_logged = False
         if part.saved_sizes and sizes_of is None:
             raise ValueError("a partition that saves sizes needs sizes_of")
 
@@ -108,7 +114,9 @@ class AOTState:
         self.copied_outputs = None  # decided again on the saving forward's first call
         with torch.no_grad():
             outs = self.saving_fw(primals)(*primals)
-        return list(outs[self.joint.num_fw_outputs:])
+        saved = list(outs[self.joint.num_fw_outputs:])
+        keep_traced_strides(saved, self.saved_strides)
+        return saved
 
     def backward_fn(self, example: list[torch.Tensor]) -> Callable[..., Any]:
         """The compiled backward, compiled on first use (the aten graph as is if that fails)."""
@@ -125,8 +133,14 @@ class AOTState:
                             raise
                         log.warning("compiling the backward of %s failed (%s: %s); running it as captured",
                                     self.label, type(e).__name__, e)
-                        self.bw = bw_gm.forward
+                        self.bw = self.captured_backward()
         return self.bw
+
+    def captured_backward(self) -> Callable[..., Any]:
+        """The backward graph run by aten, with views that tolerate any input strides."""
+        if getattr(self, "_captured_bw", None) is None:
+            self._captured_bw = views_as_reshapes(self.part.bw_gm).forward
+        return self._captured_bw
 
     def run_backward(self, args: list[torch.Tensor]) -> Sequence[torch.Tensor]:
         """The compiled backward on ``args``; if it raises, the aten graph as captured (logged)."""
@@ -135,11 +149,11 @@ class AOTState:
             return bw(*args)
         except Exception as e:
             from ...config import config
-            if config.raise_on_internal_error or bw == self.part.bw_gm.forward:
+            if config.raise_on_internal_error or bw is getattr(self, "_captured_bw", None):
                 raise
             log.warning("the compiled backward of %s raised %s: %s; running it as captured from now on",
                         self.label, type(e).__name__, e)
-            self.bw = self.part.bw_gm.forward
+            self.bw = self.captured_backward()
             return self.bw(*args)
 
 
@@ -169,6 +183,11 @@ class CompiledFunction(torch.autograd.Function):
         saved = list(outs[n_fw + n_mut:])
         for j in state.mutated_saved:  # the backward needs the value from before the mutation
             saved[j] = saved[j].clone()
+        if state.any_saved_layout and keep_traced_strides(saved, state.saved_strides):
+            if not state.layout_hint_logged:
+                state.layout_hint_logged = True
+                _hint_log.info("%s: the compiled forward returns saved values in another layout than traced; "
+                               "they are copied to the traced layout on every call", state.label)
         new_values = outs[n_fw:n_fw + n_mut]
         for j, (index, value) in enumerate(zip(joint.mutated_inputs, new_values)):
             if j not in state.diff_mutations:  # a value without autograd history: written here
@@ -198,6 +217,63 @@ class CompiledFunction(torch.autograd.Function):
             _set_callback(previous)
         it = iter(present)
         return (None, *[next(it) if has else None for has in state.joint.has_grad])
+
+
+def traced_strides(bw_gm: torch.fx.GraphModule, num_saved: int) -> list[tuple[int, ...] | None]:
+    """Per saved tensor, the strides it was traced with when they are static and its memory is
+    dense without overlap (a layout a fresh tensor can have); None where no layout is required."""
+    out: list[tuple[int, ...] | None] = []
+    for node in [n for n in bw_gm.graph.nodes if n.op == "placeholder"][:num_saved]:
+        val = node.meta.get("val")
+        strides = None
+        if isinstance(val, torch.Tensor) and val.layout == torch.strided and \
+                all(isinstance(v, int) for v in (*val.shape, *val.stride())):
+            if torch._prims_common.is_non_overlapping_and_dense_or_false(val):
+                strides = tuple(val.stride())
+        out.append(strides)
+    return out
+
+
+def keep_traced_strides(saved: list[Any], strides: Sequence[tuple[int, ...] | None]) -> int:
+    """Give the saved tensors (in place in ``saved``) the strides the backward graph was traced
+    for; returns how many were copied. A forward compiler may pick another layout for a value (a
+    transposed one stored row-major); the backward's ``view`` of it, recorded for the traced
+    layout, would then be invalid, or read the wrong elements through a compiled kernel's fixed
+    indexing. Copies only where the layout differs."""
+    copied = 0
+    for i, want in enumerate(strides):
+        t = saved[i] if i < len(saved) else None
+        if want is None or not isinstance(t, torch.Tensor) or t.stride() == want or t.numel() == 0:
+            continue
+        if _same_layout_ignoring_unit_dims(t, want):
+            continue
+        fixed = torch.empty_strided(t.shape, want, dtype=t.dtype, device=t.device)
+        fixed.copy_(t)
+        saved[i] = fixed
+        copied += 1
+    return copied
+
+
+def _same_layout_ignoring_unit_dims(t: torch.Tensor, want: Sequence[int]) -> bool:
+    """Strides of size-1 dimensions do not address memory: layouts equal on the others match."""
+    return all(a == b for size, a, b in zip(t.shape, t.stride(), want) if size != 1)
+
+
+def views_as_reshapes(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of an aten graph whose ``view``/``_unsafe_view`` calls are ``reshape``: the same
+    result where the input's strides allow a view, a copy where they do not (the graph is
+    functional, so no one writes through the view). For running a graph as captured on inputs
+    whose strides may differ from the traced ones (extern kernels' real output layouts)."""
+    from ..compile_fx import copy_graph
+
+    graph = copy_graph(gm.graph)
+    views = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target in views:
+            node.target = torch.ops.aten.reshape.default
+    out = torch.fx.GraphModule(gm, graph, class_name=type(gm).__name__)
+    out.recompile()
+    return out
 
 
 def _storage_key(t: torch.Tensor) -> Any:
