@@ -66,7 +66,7 @@ def is_ddp_forward(code: types.CodeType) -> bool:
         cls = ddp_class()
         if cls is None:
             return False
-        fwd = getattr(cls.forward, "__code__", None)
+        fwd = getattr(getattr(cls, "forward", None), "__code__", None)
         if fwd is None:
             return False
         _forward_code.append(fwd)
@@ -419,7 +419,7 @@ def split_graph(gm: Any, assign: dict[Any, int], num: int, ready: dict[Any, int]
         for s in ins:
             last_use[s] = index
         pending.append((_Subgraph(sub_gm, compile_one), ins, [slot[n] for n in outs]))
-    out_struct = torch.fx.map_arg(output.args[0], lambda a: _SlotRef(slot[a]))
+    out_struct = torch.fx.map_arg(output.args[0], lambda a: _SlotRef(slot[a]))  # type: ignore[arg-type,return-value]
     flat, spec = pytree.tree_flatten(out_struct, is_leaf=lambda x: isinstance(x, _SlotRef))
     leaves = [x.slot if isinstance(x, _SlotRef) else ("const", x) for x in flat]
     kept = {x for x in leaves if isinstance(x, int)}
