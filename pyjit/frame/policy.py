@@ -130,6 +130,9 @@ def register_target(code: types.CodeType, options: JitOptions) -> CodeState:
 
 def reset() -> None:
     _failures_logged.clear()
+    convert = sys.modules.get("pyjit.frame.convert")
+    if convert is not None:
+        convert._graph_numbers.clear()  # graph names (``f graph 0``) start again
     for key in [k for k, state in _targets.items() if state.callee]:
         del _targets[key]  # the next jitted call that reaches them registers them with its options
     for state in _targets.values():
