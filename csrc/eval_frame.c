@@ -439,15 +439,23 @@ static void profile_range_exit(PyObject *handle)
     if (handle == NULL) {
         return;
     }
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *pending = PyErr_GetRaisedException();
+#else
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
+#endif
     PyObject *r = PyObject_CallOneArg(profile_exit, handle);
     if (r == NULL) {
         PyErr_Clear();
     }
     Py_XDECREF(r);
     Py_DECREF(handle);
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(pending);
+#else
     PyErr_Restore(type, value, tb);
+#endif
 }
 
 /* Everything after the fast path: an enabled thread, no throw, code not marked skip (`ex` is

@@ -298,6 +298,9 @@ def _runs_plain(func: types.FunctionType, args: tuple[Any, ...]) -> bool:
         _C.set_plain(code, marked)
     if _observers:
         _notify("skipped", code, "no tensor in reach")
+    if events.enabled():  # once per code and argument types: later calls carry the plain mark
+        with events.frame_scope(code) as record:
+            record.status, record.reason = "skipped", "no tensor in reach (runs natively)"
     return True
 
 

@@ -38,6 +38,7 @@ SCHEMA_VERSION = 1
 _lock = threading.Lock()
 _file: Any = None
 _file_dir: str | None = None
+_file_pid: int = 0
 _rank: int = 0
 _ids = itertools.count(1)
 _local = threading.local()
@@ -60,10 +61,12 @@ def _detect_rank() -> int:
 
 def _open() -> Any:
     """The open trace file for ``config.trace_dir`` (reopened when the setting changes)."""
-    global _file, _file_dir, _rank
+    global _file, _file_dir, _rank, _file_pid
     directory = config.trace_dir
-    if _file is not None and _file_dir == directory:
+    if _file is not None and _file_dir == directory and _file_pid == os.getpid():
         return _file
+    if _file is not None and _file_pid != os.getpid():
+        _file = None  # a forked child (a DataLoader worker): its own file, the parent's stays open there
     if _file is not None:
         _file.close()
         _file = None
@@ -73,6 +76,7 @@ def _open() -> Any:
     path = os.path.join(directory, f"pyjit_trace.rank{_rank}.{os.getpid()}.jsonl")
     _file = open(path, "a", encoding="utf-8", buffering=1)  # line-buffered: a crash keeps what was written
     _file_dir = directory
+    _file_pid = os.getpid()
     versions = {"python": sys.version.split()[0]}
     torch_mod = sys.modules.get("torch")
     if torch_mod is not None:
