@@ -99,3 +99,49 @@ def test_trace_written_in_process_via_config(tmp_path):
         pyjit.reset()
     evs = _events(str(tmp_path))
     assert [e["name"] for e in evs if e["event"] == "frame"] == ["f"]
+
+
+DIST_CHILD = '''
+import os, sys
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import pyjit
+
+
+def worker(rank, store):
+    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=2)
+    f = pyjit.jit(lambda x: x * (rank + 2), backend="eager")
+    assert torch.equal(f(torch.ones(3)), torch.ones(3) * (rank + 2))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    mp.spawn(worker, args=(sys.argv[1],), nprocs=2)
+    print("DIST OK")
+'''
+
+
+def test_one_file_per_rank_under_torch_distributed(tmp_path):
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    script = tmp_path / "dist_child.py"
+    script.write_text(DIST_CHILD)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYJIT_", "RANK"))}
+    env.update(PYJIT_TRACE=str(tmp_path / "trace"), PYJIT_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=ROOT + os.pathsep + env.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "store")], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0 and "DIST OK" in proc.stdout, proc.stderr[-3000:]
+    files = sorted(os.path.basename(p) for p in glob.glob(str(tmp_path / "trace" / "*.jsonl")))
+    assert [f.split(".")[1] for f in files] == ["rank0", "rank1"], files
+    for name in files:
+        rank = int(name.split(".")[1].removeprefix("rank"))
+        with open(tmp_path / "trace" / name, encoding="utf-8") as f:
+            evs = [json.loads(line) for line in f]
+        assert {e["rank"] for e in evs} == {rank}
+        assert any(e["event"] == "frame" and e["status"] == "compiled" for e in evs)
