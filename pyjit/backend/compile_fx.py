@@ -625,9 +625,10 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
         so running the graph as captured after a failure sees the inputs unchanged.
         Before it, the kernels are compiled in parallel (``runtime/precompile.py``)."""
         from ..runtime.precompile import warm_module
+        with events.span("kernel_compile", f"parallel compile for {_graph_label(gm)}"):
+            warm_module(call, flat)
         try:
             with events.span("kernel_compile", f"first call of {_graph_label(gm)}"):
-                warm_module(call, flat)
                 outs = call(flat)
         except torch.cuda.OutOfMemoryError:
             raise
