@@ -21,7 +21,7 @@ setup(
     name="pyjit",
     version="0.1.0",
     packages=find_packages(include=["pyjit", "pyjit.*"]),
-    package_data={"pyjit": ["_C.pyi", "py.typed"]},
+    package_data={"pyjit": ["_C.pyi", "py.typed"], "pyjit.report": ["schema.json"]},
     ext_modules=[
         Extension(
             "pyjit._C",

@@ -48,6 +48,13 @@ static _PyFrameEvalFunction restore_eval = NULL;
 static Py_ssize_t active_threads = 0;
 static int entry_limit = 8;
 static PyObject *limit_callback = NULL; /* strong or NULL; interpreter-wide */
+/* Profiler ranges around a guarded cache lookup (pyjit/report/profiler.py): the dict holding the
+ * profiler's "enabled" flag, the flag's key, and enter(code) -> handle / exit(handle). All
+ * strong or NULL; while NULL (or the flag is not True) the lookup pays one pointer test. */
+static PyObject *profile_flags = NULL;
+static PyObject *profile_key = NULL;
+static PyObject *profile_enter = NULL;
+static PyObject *profile_exit = NULL;
 
 
 /* ------------------------------------------------------------ install / enable -------- */
@@ -410,6 +417,47 @@ error:
     return NULL;
 }
 
+/* A profiler range around a guarded lookup, only while the profiler's flag is True; NULL
+ * otherwise. Errors in the callbacks are dropped (a range must never change the program), and
+ * an exception already set (a failed guard check) is kept across the exit call. */
+static PYJIT_NOINLINE PyObject *profile_range_enter(PyCodeObject *co)
+{
+    PyObject *flag = PyDict_GetItemWithError(profile_flags, profile_key); /* borrowed */
+    if (flag != Py_True) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *handle = PyObject_CallOneArg(profile_enter, (PyObject *)co);
+    if (handle == NULL) {
+        PyErr_Clear();
+    }
+    return handle;
+}
+
+static void profile_range_exit(PyObject *handle)
+{
+    if (handle == NULL) {
+        return;
+    }
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *pending = PyErr_GetRaisedException();
+#else
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+#endif
+    PyObject *r = PyObject_CallOneArg(profile_exit, handle);
+    if (r == NULL) {
+        PyErr_Clear();
+    }
+    Py_XDECREF(r);
+    Py_DECREF(handle);
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(pending);
+#else
+    PyErr_Restore(type, value, tb);
+#endif
+}
+
 /* Everything after the fast path: an enabled thread, no throw, code not marked skip (`ex` is
  * its state or NULL). Kept out of line so that the fast path below needs no stack frame. */
 static PYJIT_NOINLINE PyObject *eval_frame_enabled(PyThreadState *tstate, _PyInterpreterFrame *frame,
@@ -438,10 +486,12 @@ static PYJIT_NOINLINE PyObject *eval_frame_enabled(PyThreadState *tstate, _PyInt
         uint32_t version = ex->version;
         CacheEntry *prev = NULL;
         t->busy++;
+        PyObject *range = profile_flags != NULL ? profile_range_enter(co) : NULL;
         for (CacheEntry *e = ex->head; e != NULL; prev = e, e = e->next) {
             long failed = e->guard == NULL ? -1 : pyjit_guard_check(e->guard, func, frame->localsplus, nargs);
             if (failed == PYJIT_GUARD_ERROR) {
                 /* KeyboardInterrupt/SystemExit raised inside a Python-level check. */
+                profile_range_exit(range);
                 t->busy--;
                 pyjit_release_unrun_frame(tstate, frame);
                 return NULL;
@@ -452,12 +502,14 @@ static PYJIT_NOINLINE PyObject *eval_frame_enabled(PyThreadState *tstate, _PyInt
             if (failed < 0) {
                 PyObject *code = Py_NewRef(e->code);
                 pyjit_cache_move_to_front(ex, prev, e);
+                profile_range_exit(range);
                 t->busy--;
                 PyObject *res = run_replacement(tstate, frame, t, (PyCodeObject *)code, nargs);
                 Py_DECREF(code);
                 return res;
             }
         }
+        profile_range_exit(range);
         t->busy--;
     }
     return handle_miss(tstate, frame, t, co, ex, nargs);
@@ -628,6 +680,30 @@ static PyObject *py_set_limit_callback(PyObject *Py_UNUSED(m), PyObject *cb)
     Py_RETURN_NONE;
 }
 
+static PyObject *py_set_profiler_hooks(PyObject *Py_UNUSED(m), PyObject *args)
+{
+    PyObject *flags, *key, *enter, *exit_fn;
+    if (!PyArg_ParseTuple(args, "OOOO:set_profiler_hooks", &flags, &key, &enter, &exit_fn)) {
+        return NULL;
+    }
+    if (flags != Py_None && (!PyDict_Check(flags) || !PyCallable_Check(enter) || !PyCallable_Check(exit_fn))) {
+        PyErr_SetString(PyExc_TypeError, "set_profiler_hooks(flags: dict | None, key, enter, exit): "
+                                         "expected a dict and two callables");
+        return NULL;
+    }
+    Py_CLEAR(profile_flags);
+    Py_CLEAR(profile_key);
+    Py_CLEAR(profile_enter);
+    Py_CLEAR(profile_exit);
+    if (flags != Py_None) {
+        profile_key = Py_NewRef(key);
+        profile_enter = Py_NewRef(enter);
+        profile_exit = Py_NewRef(exit_fn);
+        profile_flags = Py_NewRef(flags); /* last: the hook tests this one */
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_hook_installed(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
 {
     PyInterpreterState *interp = PyInterpreterState_Get();
@@ -678,6 +754,9 @@ PyMethodDef pyjit_eval_frame_methods[] = {
     {"get_entry_limit", py_get_entry_limit, METH_NOARGS, "get_entry_limit() -> int."},
     {"set_limit_callback", py_set_limit_callback, METH_O,
      "set_limit_callback(fn(code) | None): called once per code object that reaches the entry limit."},
+    {"set_profiler_hooks", py_set_profiler_hooks, METH_VARARGS,
+     "set_profiler_hooks(flags, key, enter, exit): while flags[key] is True, a guarded cache lookup runs "
+     "between enter(code) -> handle and exit(handle); flags None removes them."},
     {"_hook_installed", py_hook_installed, METH_NOARGS, "Whether pyjit's eval function is installed (tests)."},
     {NULL, NULL, 0, NULL},
 };

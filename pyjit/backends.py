@@ -186,7 +186,7 @@ class _GuardedCompiled:
     """pyjit's compiled graph, falling back to the captured graph if it ever raises at run time
     (a backend bug must not break the user's program; logged once on ``fallbacks``)."""
 
-    __slots__ = ("fn", "gm", "failed")
+    __slots__ = ("fn", "gm", "failed", "range_name", "prof")
     pauses_frame_hook = True  # runs the graph with pyjit's frame hook off (see __call__)
 
     def __init__(self, fn: Callable[..., Any], gm: Any) -> None:
@@ -195,6 +195,10 @@ class _GuardedCompiled:
         # The backend chose to run the graph as captured: nothing to fall back from (running it
         # again after it raised would repeat the in-place updates it made before raising).
         self.failed = fn == getattr(gm, "forward", None)
+        # ``pyjit: <frame> graph <n>`` in torch.profiler traces (pyjit/report/profiler.py): set by
+        # the frontend; ``prof`` is torch.autograd.profiler, read once per call for its flag.
+        self.range_name: str | None = None
+        self.prof: Any = None
 
     def __call__(self, *args: Any) -> Any:
         compiled_error: Exception | None = None
@@ -203,6 +207,10 @@ class _GuardedCompiled:
             # frames it calls (Triton's launcher compiling a kernel on first launch) are not converted.
             previous = _set_callback(None)
             try:
+                prof = self.prof
+                if prof is not None and prof._is_profiler_enabled:
+                    with prof.record_function(self.range_name):
+                        return self.fn(*args)
                 return self.fn(*args)
             except Exception as e:
                 from .errors import GatherIndexError

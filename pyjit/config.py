@@ -25,6 +25,10 @@ import, by :func:`_from_environment` and nowhere else:
   how a CUDA module's Triton kernels are compiled in parallel before its first call
   (``runtime/precompile.py``); ``PYJIT_COMPILE_THREADS``: how many workers (0, the default: the
   CPUs this process may use, divided by torchrun's ``LOCAL_WORLD_SIZE`` when set).
+- ``PYJIT_TRACE``: a directory; pyjit writes its structured compile trace there (one JSONL file
+  per process and rank, ``pyjit/report/events.py``; render it with ``python -m pyjit report``).
+- ``PYJIT_PROGRESS``: ``0`` turns off the progress line of long compiles on a terminal
+  (``pyjit/report/progress.py``); ``1`` (default) keeps it.
 """
 from __future__ import annotations
 
@@ -159,6 +163,15 @@ class Config:
     # Warm start (PYJIT_WARM_START): record compiled frames on disk and install them in a new
     # process without tracing (pyjit/frame/warm_start.py); only with backend_disk_cache.
     warm_start: bool = True
+    # Structured compile trace (PYJIT_TRACE): the directory its JSONL files go to; None: off.
+    trace_dir: str | None = None
+    # The rank written in the trace when torch.distributed is not initialised (launcher's RANK).
+    trace_rank: int = 0
+    # Progress line of a long compile on stderr when it is a terminal (PYJIT_PROGRESS); never
+    # under pytest (``under_test``).
+    progress: bool = True
+    # Seconds a compile runs before its progress line appears.
+    progress_after_s: float = 2.0
 
     def default_cache_dir(self) -> str:
         """The cache root: PYJIT_CACHE_DIR, else $XDG_CACHE_HOME/pyjit, else ~/.cache/pyjit."""
@@ -207,12 +220,25 @@ def _from_environment(env: "os._Environ[str] | dict[str, str]") -> Config:
     if captured not in ("0", "1"):
         raise ValueError(f"PYJIT_CAPTURE_SCALAR_OUTPUTS={captured!r} must be 0 or 1")
     cfg.capture_scalar_outputs = captured == "1"
+    cfg.trace_dir = env.get("PYJIT_TRACE") or None
+    rank = env.get("RANK", "0").strip() or "0"
+    cfg.trace_rank = int(rank) if rank.isdigit() else 0
+    progress = env.get("PYJIT_PROGRESS", "1").strip() or "1"
+    if progress not in ("0", "1"):
+        raise ValueError(f"PYJIT_PROGRESS={progress!r} must be 0 or 1")
+    cfg.progress = progress == "1"
     local = env.get("LOCAL_WORLD_SIZE", "1").strip() or "1"
     cfg.compile_share = int(local) if local.isdigit() and int(local) > 0 else 1
     return cfg
 
 
 config: Config = _from_environment(os.environ)
+
+
+def under_test() -> bool:
+    """A pytest test is running (pytest sets ``PYTEST_CURRENT_TEST`` per test): interactive
+    output such as the progress line stays off."""
+    return "PYTEST_CURRENT_TEST" in os.environ
 
 
 @contextlib.contextmanager

@@ -39,6 +39,7 @@ from torch.utils import _pytree as pytree
 from ..config import config
 from ..errors import BackendError, GraphRefusal
 from ..logs import get_logger
+from ..report import events, progress
 from . import graph_cache
 from .aliasing import OutputAlias, OutputFixer, created_grad_leaf, output_aliases
 from .metrics import metrics
@@ -350,15 +351,21 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], symbolic: list
     from .passes.host_values import move_host_values  # CPU values of a CUDA graph: one transfer
     metrics.host_values += move_host_values(aten_gm, device)
     traced = time.perf_counter()
+    if events.enabled():
+        events.record_span("aten", _graph_label(gm), time.time() - (traced - start), traced - start)
     guards_checked = len(shape_env.guards) if shape_env is not None else 0
     with size_hints(hints, lower, facts):
         module, lowering = _lower_and_generate(aten_gm, device, extra_guards)
     if shape_env is not None:
         _refuse_specialisation(shape_env, replaced_before, guards_checked)
-    key, path, hit = cache.write_module(module.source)
-
-    interpret = device.type == "cpu" and config.cpu_backend == "triton_interpret"
-    compiled = load_module(path, key, interpret)
+    with events.span("load", _graph_label(gm)):
+        key, path, hit = cache.write_module(module.source)
+        interpret = device.type == "cpu" and config.cpu_backend == "triton_interpret"
+        compiled = load_module(path, key, interpret)
+    if events.enabled():
+        events.emit("kernels", graph=_graph_label(gm), module=path, module_key=key, module_cache_hit=hit,
+                    device=str(device), kernels=_kernel_launches(module.source, module.kernel_names),
+                    externs=module.extern_calls)
     metrics.generated_kernel_count += len(module.kernel_names)
     metrics.extern_calls += module.extern_calls
     metrics.reused_buffers += module.reused_buffers
@@ -398,9 +405,12 @@ def _lower_and_generate(aten_gm: torch.fx.GraphModule, device: torch.device, ext
     from .scheduler import Scheduler
 
     _prefetch_tuning(aten_gm, device, extra_guards)
-    lowering = GraphLowering(aten_gm, device)
-    lowering.extra_guards = extra_guards
-    lowering.run(*[None] * sum(1 for n in aten_gm.graph.nodes if n.op == "placeholder"))
+    progress.stage("lowering")
+    with events.span("lowering", f"{len(aten_gm.graph.nodes)} aten nodes"):
+        lowering = GraphLowering(aten_gm, device)
+        lowering.extra_guards = extra_guards
+        lowering.run(*[None] * sum(1 for n in aten_gm.graph.nodes if n.op == "placeholder"))
+    progress.stage("generating code")
     rmax = config.backend_persistent_reduction_max
     output_names = set()
     for value in list(lowering.outputs) + [v for _, v in lowering.mutations]:
@@ -408,8 +418,22 @@ def _lower_and_generate(aten_gm: torch.fx.GraphModule, device: torch.device, ext
             output_names.add(value.data.name)
         elif isinstance(value, Buffer):
             output_names.add(value.name)
-    scheduler = Scheduler(lowering.buffers, lowering.graph_inputs, output_names, rmax)
-    return WrapperCodegen(lowering, scheduler, device, rmax).generate(), lowering
+    with events.span("codegen", f"{len(lowering.buffers)} buffers"):
+        scheduler = Scheduler(lowering.buffers, lowering.graph_inputs, output_names, rmax)
+        return WrapperCodegen(lowering, scheduler, device, rmax).generate(), lowering
+
+
+def _kernel_launches(source: str, names: list[str]) -> list[dict[str, str]]:
+    """Each kernel of a generated module with the line that launches it (its grid and launch
+    parameters), for the compile trace."""
+    lines = source.splitlines()
+    out = []
+    for name in names:
+        launch = next((ln.strip() for ln in lines if name in ln and ("[" in ln or "(" in ln)
+                       and not ln.lstrip().startswith(("def ", "@", "#", "import ", "from "))
+                       and f"{name} =" not in ln), "")
+        out.append({"name": name, "launch": launch[:300]})
+    return out
 
 
 _TUNED_MATMULS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default)
@@ -620,9 +644,11 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
         so running the graph as captured after a failure sees the inputs unchanged.
         Before it, the kernels are compiled in parallel (``runtime/precompile.py``)."""
         from ..runtime.precompile import warm_module
-        warm_module(call, flat)
+        with events.span("kernel_compile", f"parallel compile for {_graph_label(gm)}"):
+            warm_module(call, flat)
         try:
-            outs = call(flat)
+            with events.span("kernel_compile", f"first call of {_graph_label(gm)}"):
+                outs = call(flat)
         except torch.cuda.OutOfMemoryError:
             raise
         except Exception as e:

@@ -28,6 +28,7 @@ import torch.fx
 
 from ..config import config
 from ..logs import get_logger
+from ..report import events
 from ..runtime import cache
 
 log = get_logger("cache")
@@ -166,10 +167,17 @@ def read_entry(gm: torch.fx.GraphModule, fields: dict[str, str], label: str) -> 
             entry = None
             data = None
     if data is None:
-        log.info("graph cache miss for %s (key %s): %s", label, key[:12],
-                 cache.explain_miss(NAMESPACE, graph_family(gm), fields))
+        if log.isEnabledFor(20) or events.enabled():
+            why = cache.explain_miss(NAMESPACE, graph_family(gm), fields)
+            log.info("graph cache miss for %s (key %s): %s", label, key[:12], why)
+            if events.enabled():
+                prefix = "differs from the earlier entry in: "
+                events.emit("cache", result="miss", graph=label, key=key[:12], reason=why,
+                            fields=why[len(prefix):].split(", ") if why.startswith(prefix) else [])
         return None
     log.info("graph cache hit for %s (key %s)", label, key[:12])
+    if events.enabled():
+        events.emit("cache", result="hit", graph=label, key=key[:12], reason="", fields=[])
     return entry
 
 

@@ -48,6 +48,7 @@ from ..trace import opcodes as _opcodes  # noqa: F401, E402
 from ..variables.builder import wrap
 from ..variables.functions import CellVariable
 from ..variables.torch_fns import install_global_state_guards
+from ..report import events, profiler
 from . import coldstart, warm_start
 from .size_symbols import lift_size_symbols, wants_size_placeholders
 
@@ -62,6 +63,9 @@ _dynamic_log = get_logger("dynamic")
 _fallback_log = get_logger("fallbacks")
 
 _counter = [0]
+# Graphs compiled per function (file, first line, name): ``pyjit: forward graph 1`` names the
+# second graph of ``forward`` in profiler traces and in the compile trace.
+_graph_numbers: dict[tuple[str, int, str], int] = {}
 
 
 @dataclasses.dataclass
@@ -147,6 +151,8 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
                     if len(stop.frames) == 1:
                         _break_log.info("graph break in %s (%s:%d) cannot resume (%s); the frame runs eagerly:\n%s",
                                         code.co_name, code.co_filename, code.co_firstlineno, e, first_break.format())
+                        if events.enabled():
+                            events.graph_break(first_break, f"cannot resume ({e}); the frame runs eagerly")
                         unresumable = Unsupported(first_break)
                         unresumable.logged = True  # type: ignore[attr-defined]  # policy: do not log twice
                         raise unresumable from None
@@ -192,7 +198,12 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
         # break, then ``y.mul_(2)`` and a read of ``x`` after it.
         output.guards.add(GuardKind.DISTINCT, None, "memory", extra=tuple(gi.source for gi in output.inputs))
     compiled: Callable[..., Any] | None = None
+    graph_key = (code.co_filename, code.co_firstlineno, code.co_name)
+    graph_number = _graph_numbers.get(graph_key, 0)
+    range_name = profiler.graph_range_name(code.co_name, graph_number)
     if has_graph:
+        _graph_numbers[graph_key] = graph_number + 1
+        gm.meta["pyjit_range_name"] = range_name  # training graphs name their backward after it
         _graph_log.info("graph for %s (%s:%d):\n%s", code.co_name, code.co_filename, code.co_firstlineno, gm.code)
         example_inputs = [gi.value for gi in output.inputs]
         if dynamic is None:
@@ -226,8 +237,12 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
         if not getattr(compiled, "pauses_frame_hook", False):
             # Frames the compiled graph runs (a backend's generated code, a custom operator's
             # Python kernel) are the backend's, not user code to compile as callees.
-            compiled = _without_hook(compiled)
+            compiled = _without_hook(compiled, range_name)
         from ..backends import _GuardedCompiled
+
+        if isinstance(compiled, _GuardedCompiled):
+            compiled.range_name = range_name
+            compiled.prof = torch.autograd.profiler
 
         if not isinstance(compiled, _GuardedCompiled) and any(
                 n.target is torch._C._set_grad_enabled for n in gm.graph.nodes):
@@ -249,6 +264,9 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
         _break_log.info("graph break in %s (%s:%d), compiled around it: %s graph, %s %s:\n%s", code.co_name,
                         code.co_filename, code.co_firstlineno, "a" if has_graph else "no", native,
                         ", ".join(c.resume.co_name for c in plan.continuations) or "(returns)", first_break.format())
+        if events.enabled():
+            events.graph_break(first_break, f"compiled around it: {native} "
+                                            f"{', '.join(c.resume.co_name for c in plan.continuations) or '(returns)'}")
     repl = pycg.finish(fn_name)
     if config.debug_dir or _bytecode_log.isEnabledFor(logging.INFO):
         text = disassemble(repl)
@@ -264,10 +282,32 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
         phases = {**once, **phases}
     _times_log.info("%s: %s", code.co_name, " ".join(f"{k}={v * 1e3:.2f}ms" for k, v in phases.items()),
                     extra={"phases": phases})
+    if events.enabled():
+        _trace_compile(code, gm if has_graph else None, output, range_name, graph_number, phases, t3)
     frame = CompiledFrame(output.guards, repl, gm if has_graph else None, compiled, names, first_break,
                           [c.resume for c in plan.continuations] if plan else [])
     warm_start.record(func, frame, [gi.value for gi in output.inputs], backend)  # for later processes
     return frame
+
+
+def _trace_compile(code: types.CodeType, gm: torch.fx.GraphModule | None, output: OutputGraph, range_name: str,
+                   graph_number: int, phases: dict[str, float], end: float) -> None:
+    """The compile trace's ``graph`` event and the frontend's phase spans (pyjit/report)."""
+    if gm is not None:
+        nodes = len(gm.graph.nodes)
+        events.emit("graph", id=events.next_id("g"), name=range_name.removeprefix("pyjit: "), number=graph_number,
+                    function=code.co_name, file=code.co_filename, line=code.co_firstlineno,
+                    code=gm.code, nodes=nodes, ops=sum(1 for n in gm.graph.nodes if n.op.startswith("call_")),
+                    inputs=[gi.source.name() for gi in output.inputs], guards=[g.describe() for g in output.guards.guards])
+    else:
+        events.emit("guards", function=code.co_name, file=code.co_filename, line=code.co_firstlineno,
+                    guards=[g.describe() for g in output.guards.guards])
+    # perf_counter durations, placed on the wall clock by their end (the trace's ``t``).
+    now_wall = time.time() - (time.perf_counter() - end)
+    start = now_wall - sum(phases.values())
+    for name, dur in phases.items():
+        events.record_span("replacement" if name == "codegen" else name, code.co_name, start, dur)
+        start += dur
 
 
 def _inputs_share_memory(values: list[Any]) -> bool:
@@ -318,18 +358,23 @@ def _restoring_grad_mode(compiled: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-def _without_hook(compiled: Callable[..., Any]) -> Callable[..., Any]:
+def _without_hook(compiled: Callable[..., Any], range_name: str) -> Callable[..., Any]:
     """Run ``compiled`` with this thread's frame callback off, as torch.compile runs its graphs
-    (pyjit's own backend does this itself: ``pauses_frame_hook``)."""
+    (pyjit's own backend does this itself: ``pauses_frame_hook``), inside a profiler range
+    named ``range_name`` while a torch profiler records."""
     from .policy import _C
 
     if _C is None:
         return compiled
     set_callback = _C.set_callback
+    prof = torch.autograd.profiler
 
     def graph_without_hook(*args: Any) -> Any:
         previous = set_callback(None)
         try:
+            if prof._is_profiler_enabled:
+                with prof.record_function(range_name):
+                    return compiled(*args)
             return compiled(*args)
         finally:
             set_callback(previous)

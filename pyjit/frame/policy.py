@@ -44,6 +44,8 @@ from ..config import config
 from ..errors import BackendError, GraphBreakError, SkipFrame, Unsupported
 from ..guards.source import FrameValues
 from ..logs import get_logger
+from ..report import events, progress
+from ..report import profiler as _profiler
 from . import stance, warm_start
 
 try:
@@ -134,6 +136,9 @@ def register_target(code: types.CodeType, options: JitOptions) -> CodeState:
 
 def reset() -> None:
     _failures_logged.clear()
+    convert = sys.modules.get("pyjit.frame.convert")
+    if convert is not None:
+        convert._graph_numbers.clear()  # graph names (``f graph 0``) start again
     for key in [k for k, state in _targets.items() if state.callee]:
         del _targets[key]  # the next jitted call that reaches them registers them with its options
     for state in _targets.values():
@@ -273,6 +278,9 @@ def callback(target: CodeState | None, func: types.FunctionType, args: tuple[Any
             # run this call natively once; later calls hit that entry (no duplicate entry).
             return None
         if not _observers and (warm := warm_start.install(func, args, state)) is not None:
+            if events.enabled():
+                events.emit("warm_start", function=code.co_name, file=code.co_filename, line=code.co_firstlineno,
+                            stack=events.user_stack(code))
             return warm  # an entry recorded by an earlier process, installed without tracing
         if stance.miss_action(func, args, state.frames) == "eager":
             return None  # pyjit.set_stance: this call runs natively, nothing is compiled or marked
@@ -324,6 +332,9 @@ def _runs_plain(func: types.FunctionType, args: tuple[Any, ...]) -> bool:
         _C.set_plain(code, marked)
     if _observers:
         _notify("skipped", code, "no tensor in reach")
+    if events.enabled():  # once per code and argument types: later calls carry the plain mark
+        with events.frame_scope(code) as record:
+            record.status, record.reason = "skipped", "no tensor in reach (runs natively)"
     return True
 
 
@@ -336,31 +347,38 @@ def compile_for(func: types.FunctionType, args: tuple[Any, ...], state: CodeStat
         fullgraph = state.options.fullgraph
     if code.co_flags & (0x20 | 0x80 | 0x200):  # generators/coroutines: never converted
         return None
-    if state.frames:
-        _log_recompile(func, args, state)
-    try:
-        frame = convert_frame(func, args, state.options.backend, fullgraph=fullgraph, dynamic=state.dynamic_policy())
-    except SkipFrame as e:
-        _notify("skipped", code, str(e))
-        return None
-    except GraphBreakError:
-        raise
-    except Unsupported as e:
-        if fullgraph:
-            raise GraphBreakError(e.graph_break) from None
-        state.broke = True
-        _notify("eager", code, e.graph_break)
-        if not getattr(e, "logged", False):
-            _break_log.info("graph break in %s (%s:%d); running it eagerly:\n%s", code.co_name, code.co_filename,
-                            code.co_firstlineno, e.graph_break.format())
-        return None
-    except Exception as e:
-        if config.raise_on_internal_error:
+    label = f"{code.co_name} ({os.path.basename(code.co_filename)}:{code.co_firstlineno})"
+    with progress.compiling(label), events.frame_scope(code) as record, events.span("frame", code.co_name):
+        if state.frames:
+            _log_recompile(func, args, state)
+        try:
+            frame = convert_frame(func, args, state.options.backend, fullgraph=fullgraph, dynamic=state.dynamic_policy())
+        except SkipFrame as e:
+            record.status, record.reason = "skipped", str(e)
+            _notify("skipped", code, str(e))
+            return None
+        except GraphBreakError:
             raise
-        if isinstance(e, BackendError) and not config.suppress_errors and not _is_pyjit_backend(state.options.backend):
-            raise  # the user's own backend failed: their error, as torch.compile's BackendCompilerFailed
-        log_internal_error(code, e, "failed to compile")
-        return None
+        except Unsupported as e:
+            if fullgraph:
+                raise GraphBreakError(e.graph_break) from None
+            state.broke = True
+            record.status, record.reason = "eager", f"graph break [{e.graph_break.kind}]"
+            _notify("eager", code, e.graph_break)
+            if not getattr(e, "logged", False):
+                _break_log.info("graph break in %s (%s:%d); running it eagerly:\n%s", code.co_name, code.co_filename,
+                                code.co_firstlineno, e.graph_break.format())
+                if events.enabled():
+                    events.graph_break(e.graph_break, "the frame runs eagerly")
+            return None
+        except Exception as e:
+            record.status, record.reason = "failed", f"{type(e).__name__}: {e}"
+            if config.raise_on_internal_error:
+                raise
+            if isinstance(e, BackendError) and not config.suppress_errors and not _is_pyjit_backend(state.options.backend):
+                raise  # the user's own backend failed: their error, as torch.compile's BackendCompilerFailed
+            log_internal_error(code, e, "failed to compile")
+            return None
     state.frames.append(frame)
     state.compiles += 1
     _notify("compiled", code, frame)
@@ -455,14 +473,21 @@ def frame_values(func: types.FunctionType, arg_names: list[str], args: tuple[Any
 
 
 def _log_recompile(func: types.FunctionType, args: tuple[Any, ...], state: CodeState) -> None:
-    if not _recompile_log.isEnabledFor(20):
+    tracing = events.enabled()
+    if not _recompile_log.isEnabledFor(20) and not tracing:
         return
     code = func.__code__
     fv = frame_values(func, state.frames[-1].arg_names, args)
     reasons = []
+    failures = []
     for i, frame in enumerate(reversed(state.frames)):
         failed = frame.guards.first_failure(fv)
         reasons.append(f"  entry {i}: {failed[1] if failed else 'no guard failed (evicted?)'}")
+        failures.append({"entry": i, "guard": frame.guards.guards[failed[0]].describe() if failed else None,
+                         "reason": failed[1] if failed else "no guard failed (evicted?)"})
+    if tracing:
+        events.emit("recompile", function=code.co_name, file=code.co_filename, line=code.co_firstlineno,
+                    entries=len(state.frames), failures=failures)
     _recompile_log.info("recompiling %s (%s:%d), guard failures:\n%s", code.co_name, code.co_filename,
                         code.co_firstlineno, "\n".join(reasons))
 
@@ -479,6 +504,7 @@ def ensure_installed() -> None:
         return
     _C.set_entry_limit(config.entry_limit)
     _C.set_limit_callback(_on_limit)
+    _profiler.install(_C)  # guard-lookup ranges in torch.profiler traces
     from . import coexist
 
     coexist.install()

@@ -245,7 +245,11 @@ def _cached_so(source: str, cc: Compiler) -> str:
             return path
         tmp = tempfile.mkdtemp(prefix="pyjit-cxx-")
         start = time.perf_counter()
-        built = _compile(cc.path, cc.flags(), source, tmp)
+        from ..report import events, progress
+
+        progress.stage("C++ build")
+        with events.span("kernel_compile", f"C++ kernels {key[:12]}"):
+            built = _compile(cc.path, cc.flags(), source, tmp)
         cache_log.info("pyjit: compiled C++ kernels %s in %.2f s (%s)", key[:12], time.perf_counter() - start,
                        " ".join(cc.flags()))
         stored = cache.put_file("cpp", key, built, ".so")

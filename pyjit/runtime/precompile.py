@@ -316,7 +316,10 @@ def _warm_in_threads(warmers: list[Callable[[], object]]) -> int:
         async_mode = mode_cls(_pool())
     try:
         with async_mode:
-            for warm in warmers:
+            from ..report import progress
+
+            for done, warm in enumerate(warmers):
+                progress.count(done, len(warmers), "kernels submitted")
                 try:
                     warm()
                     submitted += 1
@@ -428,7 +431,10 @@ def _warm_in_processes(warmers: list[tuple[Any, Callable[[], object]]]) -> int |
         seen.add(blob)
         futures.append(pool.submit(request))
     ok, busy, longest = 0, 0.0, 0.0
-    for future in futures:
+    from ..report import progress
+
+    for done, future in enumerate(futures):
+        progress.count(done, len(futures))
         try:
             success, detail = future.result(timeout=_WAIT_S)
         except concurrent.futures.TimeoutError:

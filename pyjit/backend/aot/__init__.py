@@ -68,6 +68,8 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], fw_comp
             state = AOTState(label, joint, part, None, bw_compiler or fw_compiler, fw_compiler, inference_fw)
         else:
             state = AOTState(label, joint, part, fw_compiler(part.fw_gm, examples), bw_compiler or fw_compiler)
+    if gm.meta.get("pyjit_range_name"):  # the frame's graph name, set by the frontend
+        state.range_name = f"{gm.meta['pyjit_range_name']} backward"
     return make_runtime(state, gm, attr_names, gm.forward)
 
 

@@ -55,6 +55,9 @@ class AOTState:
         first use; ``inference_fw`` (deferred saving) runs until the first backward.
         ``sizes_of(primals)``: the values of ``part.saved_sizes`` for a call (symbolic graphs)."""
         self.label = label
+        # The backward's torch.profiler range (pyjit/report/profiler.py), named after the frame
+        # by the frontend when it knows it.
+        self.range_name = f"pyjit: {label} backward"
         self.joint = joint
         self.part = part
         self.fw = fw
@@ -212,7 +215,11 @@ class CompiledFunction(torch.autograd.Function):
         try:
             saved = state.replay_saved(_with_numbers(ctx.saved_tensors, ctx.numbers)) if ctx.replay \
                 else list(ctx.saved_tensors)
-            present = list(state.run_backward(saved + ctx.sizes + tangents))
+            if torch.autograd.profiler._is_profiler_enabled:
+                with torch.autograd.profiler.record_function(state.range_name):
+                    present = list(state.run_backward(saved + ctx.sizes + tangents))
+            else:
+                present = list(state.run_backward(saved + ctx.sizes + tangents))
         finally:
             _set_callback(previous)
         it = iter(present)

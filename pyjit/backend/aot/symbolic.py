@@ -83,6 +83,8 @@ def compile_training_symbolic(gm: torch.fx.GraphModule, example_inputs: Sequence
         else:
             state = AOTState(label, joint, part, compile_now(part.fw_gm, examples), compile_fx,
                              sizes_of=sizes_of)
+    if gm.meta.get("pyjit_range_name"):  # the frame's graph name, set by the frontend
+        state.range_name = f"{gm.meta['pyjit_range_name']} backward"
     _refuse_specialisation(shape_env, replaced_before, len(shape_env.guards))
     return make_runtime(state, gm, [], gm.forward)
 
