@@ -268,7 +268,8 @@ class NNModuleVariable(VariableTracker):
             if name == "values":
                 return ListVariable(vals)
             return ListVariable([TupleVariable([ConstantVariable(k), v]) for k, v in zip(keys, vals)])
-        if name in ("parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children", "modules"):
+        if name in ("parameters", "named_parameters", "buffers", "named_buffers", "children", "named_children", "modules") \
+                or (name == "named_modules" and not args and not kwargs):
             from .lists import ListIteratorVariable
 
             # These are generators: ``next(m.parameters())`` (the ``dtype``/``device`` properties
@@ -293,27 +294,34 @@ class NNModuleVariable(VariableTracker):
         if name in ("parameters", "named_parameters", "buffers", "named_buffers"):
             dict_name = "_parameters" if "param" in name else "_buffers"
             recurse = kwargs["recurse"].as_python_constant() if "recurse" in kwargs else True
+            members: set[int] = set()  # a tensor held twice (tied weights) is listed once, as in torch
             for prefix, sub, sub_var in self._walk(tx, recurse):
                 sub_var._guard_keys(tx, dict_name)
-                for k in getattr(sub, dict_name):
+                for k, member in getattr(sub, dict_name).items():
                     v = sub_var.var_getattr(tx, k)  # a None entry is guarded to stay None
                     if isinstance(v, ConstantVariable) and v.value is None:
                         continue
+                    if id(member) in members:
+                        continue
+                    members.add(id(member))
                     out.append(TupleVariable([ConstantVariable(prefix + k), v]) if name.startswith("named") else v)
             return ListVariable(out)
         if name == "modules":
             return ListVariable([sv for _, _, sv in self._walk(tx, True)])
+        if name == "named_modules" and not args and not kwargs:
+            return ListVariable([TupleVariable([ConstantVariable(p[:-1]), sv]) for p, _, sv in self._walk(tx, True)])
         unsupported("untracked_method", f"Module.{name}")
 
     def _walk(self, tx: "Translator", recurse: bool) -> list[tuple[str, torch.nn.Module, "NNModuleVariable"]]:
+        """The modules ``named_modules()`` yields, in its order (depth first, each module
+        before its children, a module reached twice only the first time), with prefixes
+        ending in a dot ("" for this module)."""
         result = [("", self.value, self)]
         if not recurse:
             return result
         seen = {id(self.value)}
-        i = 0
-        while i < len(result):
-            prefix, mod, var = result[i]
-            i += 1
+
+        def visit(prefix: str, mod: torch.nn.Module, var: "NNModuleVariable") -> None:
             var._guard_keys(tx, "_modules")
             for k, child in mod._modules.items():
                 if child is None or id(child) in seen:
@@ -322,6 +330,9 @@ class NNModuleVariable(VariableTracker):
                 cv = var.var_getattr(tx, k)
                 assert isinstance(cv, NNModuleVariable)
                 result.append((prefix + k + ".", child, cv))
+                visit(prefix + k + ".", child, cv)
+
+        visit("", self.value, self)
         return result
 
     def unpack(self, tx: "Translator") -> list[VariableTracker]:
@@ -424,7 +435,7 @@ def _is_library_class(cls: type) -> bool:
 
 # Module methods answered by NNModuleVariable.call_method instead of inlining torch's generators.
 _TRACKED_METHODS = frozenset({"parameters", "named_parameters", "buffers", "named_buffers", "children",
-                              "named_children", "modules"})
+                              "named_children", "modules", "named_modules"})
 
 
 

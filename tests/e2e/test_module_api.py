@@ -319,3 +319,34 @@ def test_pickle_deepcopy_and_torch_save_of_a_jitted_module():
     # A backend object (not a registered name) restores the original, un-jitted module.
     plain = pickle.loads(pickle.dumps(pyjit.jit(_Net(), backend=lambda gm, ex: gm.forward)))
     assert type(plain) is _Net
+
+
+class _Nested(nn.Module):
+    """Children with children of their own, a module held twice and a tied weight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 4))
+        self.b = nn.Linear(4, 5)
+        self.again = self.a  # the same module under a second name
+        self.emb = nn.Embedding(5, 4)
+        self.head = nn.Linear(4, 5, bias=False)
+        self.head.weight = self.emb.weight  # tied: one parameter in two modules
+
+    def forward(self, x):
+        flat = torch.cat([p.flatten() for p in self.parameters()])
+        names = [n for n, _ in self.named_parameters()]
+        modules = [n for n, _ in self.named_modules()]
+        kinds = [type(m).__name__ for m in self.modules()]
+        return flat * x, names, modules, kinds, sum(p.numel() for p in self.parameters())
+
+
+def test_module_walks_keep_torchs_order_and_deduplicate():
+    # torch walks modules depth first (each before its children) and lists a module or
+    # tensor reached twice once
+    torch.manual_seed(0)
+    m = _Nested()
+    expected = m(torch.ones(1))
+    actual = pyjit.jit(m, backend=CountingBackend())(torch.ones(1))
+    assert actual[1:] == expected[1:]
+    torch.testing.assert_close(actual[0], expected[0])
