@@ -95,6 +95,14 @@ BREAK_KINDS: dict[str, tuple[str, str]] = {
         "an nn.Module with forward hooks or pre-hooks is called",
         "remove the hooks while the module runs under pyjit.jit",
     ),
+    "distributed": (
+        "a torch.distributed call pyjit does not trace (async_op=True with its Work handle, point-to-point "
+        "or object collectives, process-group management) or a module managed by FSDP, whose unshard/"
+        "reshard hooks run natively; the call runs natively between compiled graphs",
+        "nothing to do for FSDP modules (their forward still compiles as its own frame); for collectives use "
+        "dist.all_reduce/all_gather_into_tensor/reduce_scatter_tensor/broadcast with async_op=False or "
+        "torch.distributed._functional_collectives, which are traced into the graph",
+    ),
     "inline_depth": ("calls nest deeper than config.inline_depth_limit", "raise pyjit.config.inline_depth_limit"),
     "inline_budget": (
         "a called function runs long without tensor work (config.inline_instruction_budget) or recurses "

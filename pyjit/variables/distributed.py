@@ -1,0 +1,204 @@
+"""Calls of ``torch.distributed`` functions met while tracing.
+
+* The in-place c10d collectives (``dist.all_reduce``, ``all_gather_into_tensor``,
+  ``reduce_scatter_tensor``, ``broadcast``) with ``async_op=False`` become the functional op
+  ``torch.ops._c10d_functional.<op>``, its ``wait_tensor``, and ``written.copy_(result)``:
+  the copy goes through the tensor tracker like a user's ``copy_``, so a graph input is written
+  back by the backend's mutation machinery exactly as eager's collective writes it.
+* ``torch.distributed._functional_collectives`` calls become the functional op and its wait
+  (the wait is placed later by the backend, ``backend/passes/collectives.py``).
+* Rank, world size, backend and initialization queries are answered at trace time.
+* Everything else of ``torch.distributed`` (``async_op=True`` with its ``Work`` handle,
+  point-to-point ops, object collectives, FSDP/DTensor internals) breaks the graph with kind
+  ``distributed`` and runs natively.
+
+Process groups are read at trace time and pinned by identity when they come from a source;
+the functional ops take the group's name.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..errors import Unsupported
+from ..guards.guards import GuardKind
+from ..trace.graph_breaks import unsupported
+from .base import BoundMethodVariable, VariableTracker
+from .constant import ConstantVariable
+from .user_defined import UserDefinedObjectVariable
+
+if TYPE_CHECKING:
+    from ..trace.translator import Translator
+
+
+def call_distributed(tx: "Translator", fn: Any, args: list[VariableTracker],
+                     kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    """Trace ``fn(*args, **kwargs)`` for a function defined in ``torch.distributed``."""
+    from ..distributed import collectives as c
+
+    name = getattr(fn, "__qualname__", repr(fn))
+    if fn in c.CONSTANT_QUERIES:
+        values = [_value(tx, a, name) for a in args]
+        kw = {k: _value(tx, v, name) for k, v in kwargs.items()}
+        return ConstantVariable(fn(*values, **kw))
+    if fn in c.C10D_INPLACE:
+        return _c10d_inplace(tx, fn, name, args, kwargs)
+    if fn in c.FUNCOL:
+        return _funcol(tx, c.FUNCOL[fn], args, kwargs)
+    unsupported("distributed", f"torch.distributed function {getattr(fn, '__module__', '')}.{name} "
+                               "is not traced; it runs natively between graphs")
+
+
+def _bind(fn: Any, name: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> dict[str, Any]:
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as e:
+        unsupported("exception", f"TypeError: {name}(): {e}")
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+def _value(tx: "Translator", v: Any, name: str) -> Any:
+    """The Python value of a non-tensor argument (a constant, a process group, a mesh, a
+    ``ReduceOp``), pinned by identity when it was read from a source."""
+    from .tensor import TensorVariable
+
+    if not isinstance(v, VariableTracker):
+        return v  # a default from the signature
+    if isinstance(v, TensorVariable):
+        unsupported("distributed", f"{name}: a tensor where a constant argument is expected")
+    try:
+        return v.as_python_constant()
+    except Unsupported:
+        pass
+    value = getattr(v, "value", _MISSING)
+    if value is _MISSING:
+        unsupported("distributed", f"{name}: argument {v} is not known at trace time")
+    if v.source is not None:
+        tx.output.guards.add(GuardKind.ID_MATCH, v.source, value)
+    return value
+
+
+_MISSING = object()
+
+
+def _tensor(v: Any, name: str, param: str) -> Any:
+    from .tensor import TensorVariable
+
+    if not isinstance(v, TensorVariable):
+        unsupported("distributed", f"{name}: {param} is not a tensor the trace tracks")
+    return v
+
+
+def _functional(tx: "Translator", op: Any, tensor: VariableTracker, *consts: Any) -> VariableTracker:
+    """``wait_tensor(op(tensor, *consts))`` recorded in the graph."""
+    from ..distributed.collectives import WAIT_OP
+
+    started = tx.output.call(tx, "call_function", op, [tensor, *[ConstantVariable(x) for x in consts]], {})
+    return tx.output.call(tx, "call_function", WAIT_OP, [started], {})
+
+
+def _method(tx: "Translator", obj: VariableTracker, method: str, *args: VariableTracker) -> VariableTracker:
+    return obj.var_getattr(tx, method).call_function(tx, list(args), {})
+
+
+def _c10d_inplace(tx: "Translator", fn: Any, name: str, args: list[VariableTracker],
+                  kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    from ..distributed import collectives as c
+
+    a = _bind(fn, name, args, kwargs)
+    if _value(tx, a.get("async_op", False), name):
+        unsupported("distributed", f"{name}(async_op=True) returns a Work handle that pyjit does not trace; "
+                                   "call it with async_op=False, or use torch.distributed._functional_collectives "
+                                   "(its result is waited on where it is first used)")
+    group = _value(tx, a.get("group"), name)
+    gname = c.group_name(group)
+    written_param, read_param = c.C10D_INPLACE[fn]
+    written = _tensor(a[written_param], name, written_param)
+    read = _tensor(a[read_param], name, read_param)
+    ops = torch.ops._c10d_functional
+    if fn is c.dist.all_reduce:
+        result = _functional(tx, ops.all_reduce.default, read, c.reduce_op_name(_value(tx, a["op"], name)), gname)
+    elif fn is c.dist.broadcast:
+        src, group_src = _value(tx, a.get("src"), name), _value(tx, a.get("group_src"), name)
+        if group_src is None:
+            if src is None:
+                unsupported("exception", f"ValueError: {name}() needs src or group_src")
+            group_src = c.group_rank_of(group, src)
+        result = _functional(tx, ops.broadcast.default, read, group_src, gname)
+    elif fn is c.dist.all_gather_into_tensor:
+        result = _functional(tx, ops.all_gather_into_tensor.default, read, c.group_size(gname), gname)
+        result = _method(tx, result, "view_as", written)
+    else:  # reduce_scatter_tensor
+        result = _functional(tx, ops.reduce_scatter_tensor.default, read,
+                             c.reduce_op_name(_value(tx, a["op"], name)), c.group_size(gname), gname)
+        result = _method(tx, result, "view_as", written)
+    _method(tx, written, "copy_", result)
+    return ConstantVariable(None)
+
+
+def _funcol(tx: "Translator", kind: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+    from ..distributed import collectives as c
+
+    fn = next(f for f, k in c.FUNCOL.items() if k == kind)
+    name = f"_functional_collectives.{kind}"
+    a = _bind(fn, name, args, kwargs)
+    ops = torch.ops._c10d_functional
+    if kind == "wait_tensor":
+        return tx.output.call(tx, "call_function", c.WAIT_OP, [_tensor(a["tensor"], name, "tensor")], {})
+    x = _tensor(a["self"], name, "self")
+    gname = c.group_name(_value(tx, a["group"], name))
+    if kind == "all_reduce":
+        return _functional(tx, ops.all_reduce.default, x, c.reduce_op_name(_value(tx, a["reduceOp"], name)), gname)
+    if kind == "broadcast":
+        return _functional(tx, ops.broadcast.default, x, _value(tx, a["src"], name), gname)
+    size = c.group_size(gname)
+    if kind == "all_gather_tensor":
+        dim = _value(tx, a["gather_dim"], name)
+        out = _functional(tx, ops.all_gather_into_tensor.default, _method(tx, x, "contiguous"), size, gname)
+        if dim != 0:
+            # Gathered along dim 0 (rank-major): the ranks' chunks concatenated along ``dim``.
+            chunks = tx.output.call(tx, "call_function", torch.chunk, [out, ConstantVariable(size)], {})
+            out = tx.output.call(tx, "call_function", torch.cat, [chunks, ConstantVariable(dim)], {})
+        return out
+    # reduce_scatter_tensor: scattered along dim 0; another dim is first moved there in chunks.
+    dim = _value(tx, a["scatter_dim"], name)
+    op = c.reduce_op_name(_value(tx, a["reduceOp"], name))
+    if dim != 0:
+        chunks = tx.output.call(tx, "call_function", torch.chunk, [x, ConstantVariable(size), ConstantVariable(dim)], {})
+        x = tx.output.call(tx, "call_function", torch.cat, [chunks], {})
+    return _functional(tx, ops.reduce_scatter_tensor.default, _method(tx, x, "contiguous"), op, size, gname)
+
+
+def is_process_group(value: Any) -> bool:
+    """Whether ``value`` is a c10d ``ProcessGroup`` (only asked when torch.distributed is loaded)."""
+    import sys
+
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    return c10d is not None and isinstance(value, c10d.ProcessGroup)
+
+
+class ProcessGroupVariable(UserDefinedObjectVariable):
+    """A ``ProcessGroup``, pinned by identity (``builder.wrap``): its name, rank and size are
+    constants of the trace."""
+
+    __slots__ = ()
+
+    def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
+        if name in _GROUP_CONSTANTS:
+            return ConstantVariable(getattr(self.value, name))
+        if name in _GROUP_QUERIES:
+            return BoundMethodVariable(self, name)
+        return super().var_getattr(tx, name)
+
+    def call_method(self, tx: "Translator", name: str, args: list[VariableTracker],
+                    kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        if name in _GROUP_QUERIES and not args and not kwargs:
+            return ConstantVariable(getattr(self.value, name)())
+        unsupported("distributed", f"ProcessGroup.{name}() is not traced")
+
+
+_GROUP_CONSTANTS = frozenset({"group_name", "group_desc"})
+_GROUP_QUERIES = frozenset({"rank", "size", "name"})
