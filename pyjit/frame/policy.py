@@ -220,7 +220,7 @@ def callback(target: CodeState | None, func: types.FunctionType, args: tuple[Any
     else:
         # A callee of a jitted call is compiled around its breaks, whatever jitted it elsewhere.
         fullgraph_ok = target is None
-        if is_library_code(code):
+        if is_library_code(code) or _is_namedtuple_new(func):
             _C.mark_skip(code)
             return None
         if _runs_plain(func, args):
@@ -270,6 +270,13 @@ def callback(target: CodeState | None, func: types.FunctionType, args: tuple[Any
         _C.mark_skip(code)
         return None
     return tree, frame.code
+
+
+def _is_namedtuple_new(func: types.FunctionType) -> bool:
+    """``collections.namedtuple``'s generated ``__new__`` (code from ``<string>``): it only builds
+    a tuple, so there is nothing to compile; library code building namedtuples of tensors (FSDP's
+    all-gather results) called it natively once per call, each a traced frame and a break."""
+    return func.__code__.co_filename == "<string>" and str(func.__globals__.get("__name__", "")).startswith("namedtuple_")
 
 
 def _runs_plain(func: types.FunctionType, args: tuple[Any, ...]) -> bool:

@@ -19,10 +19,14 @@ from .registry import register_lowering
 if TYPE_CHECKING:
     from ..graph import GraphLowering
 
-_ops = torch.ops._c10d_functional
-COLLECTIVES = (_ops.all_reduce.default, _ops.all_gather_into_tensor.default, _ops.reduce_scatter_tensor.default,
-               _ops.broadcast.default, _ops.wait_tensor.default)
-EXTERN_NOT_FALLBACK.update(COLLECTIVES)
+
+
+def _collectives() -> tuple[Any, ...]:
+    if not torch.distributed.is_available():
+        return ()
+    ops = torch.ops._c10d_functional
+    return (ops.all_reduce.default, ops.all_gather_into_tensor.default, ops.reduce_scatter_tensor.default,
+            ops.broadcast.default, ops.wait_tensor.default)
 
 
 def _lower(target: Any) -> None:
@@ -31,5 +35,7 @@ def _lower(target: Any) -> None:
         return make_extern(ctx, target, args, kwargs)
 
 
+COLLECTIVES = _collectives()
+EXTERN_NOT_FALLBACK.update(COLLECTIVES)
 for _target in COLLECTIVES:
     _lower(_target)

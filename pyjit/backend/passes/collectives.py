@@ -16,7 +16,7 @@ import torch.fx
 
 
 
-_WAIT = torch.ops._c10d_functional.wait_tensor.default
+_WAIT = torch.ops._c10d_functional.wait_tensor.default if torch.distributed.is_available() else None
 
 
 def sink_waits(gm: torch.fx.GraphModule) -> int:
@@ -28,6 +28,8 @@ def sink_waits(gm: torch.fx.GraphModule) -> int:
     wait's result, and the work after it, at the collective's program position."""
     from .graph_utils import has_effect
 
+    if _WAIT is None:
+        return 0
     graph = gm.graph
     nodes = list(graph.nodes)
     dependent: set[torch.fx.Node] = set()

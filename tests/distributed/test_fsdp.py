@@ -1,0 +1,185 @@
+"""FSDP under pyjit.jit: a model sharded with ``fully_shard`` (FSDP2) and one wrapped in
+``FullyShardedDataParallel(use_orig_params=True)`` (FSDP1) train for three optimizer steps
+with losses and gathered parameters equal to eager FSDP's on every rank; the FSDP modules'
+calls break the graph with kind ``distributed`` (their hooks run natively) while their
+forwards compile as frames of their own.
+
+Two processes per device (gloo on CPU, NCCL on CUDA when two GPUs are present), spawned once
+per device; each check reports its failure by name.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import traceback
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+
+pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
+
+WORLD = 2
+STEPS = 3
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin1 = nn.Linear(8, 16)
+        self.lin2 = nn.Linear(16, 8)
+
+    def forward(self, x):
+        return x + self.lin2(torch.relu(self.lin1(x)))
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(), Block()])
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x).square().mean()
+
+
+def _fsdp2(device: str):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model = Net().to(device)
+    mesh = init_device_mesh(torch.device(device).type, (WORLD,))
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def _fsdp1(device: str):
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    torch.manual_seed(0)
+    return FSDP(Net().to(device), auto_wrap_policy=ModuleWrapPolicy({Block}), use_orig_params=True,
+                device_id=torch.device(device))
+
+
+def _full_params(kind: str, model) -> list[torch.Tensor]:
+    if kind == "fsdp2":
+        return [p.full_tensor().detach().clone() for p in model.parameters()]
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    with FSDP.summon_full_params(model):
+        return [p.detach().clone() for p in model.parameters()]
+
+
+def _train(kind: str, device: str, rank: int, jit: bool):
+    import pyjit
+
+    model = (_fsdp2 if kind == "fsdp2" else _fsdp1)(device)
+    run = pyjit.jit(model) if jit else model
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    gen = torch.Generator().manual_seed(100 + rank)  # each rank its own batches
+    losses = []
+    for _ in range(STEPS):
+        loss = run(torch.randn(4, 8, generator=gen).to(device))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.detach())
+    return losses, _full_params(kind, model)
+
+
+def _check_training(kind: str, device: str, rank: int) -> None:
+    import pyjit
+    from pyjit.backend.metrics import metrics
+
+    expected_losses, expected_params = _train(kind, device, rank, jit=False)
+    pyjit.reset()
+    metrics.reset()
+    with pyjit.config.patch(raise_on_internal_error=True):
+        losses, params = _train(kind, device, rank, jit=True)
+    torch.testing.assert_close(losses, expected_losses)
+    torch.testing.assert_close(params, expected_params)
+    # The blocks' forwards (and backwards) were compiled by pyjit's backend, none run as captured.
+    assert metrics.compiled_graphs >= 2 and not metrics.eager_graphs, (metrics.compiled_graphs, metrics.eager_graphs)
+
+
+def _check_breaks(kind: str, device: str, rank: int) -> None:
+    """Every graph break of the jitted forward is an FSDP module call (kind ``distributed``)."""
+    import pyjit
+
+    model = (_fsdp2 if kind == "fsdp2" else _fsdp1)(device)
+    with torch.no_grad():
+        explained = pyjit.explain(model)(torch.randn(4, 8).to(device))
+    assert explained.graph_count >= 1, str(explained)
+    assert explained.break_count >= 1, str(explained)
+    for gb in explained.graph_breaks:
+        assert gb.kind == "distributed" and ("FSDP" in gb.explanation or "torch.distributed" in gb.explanation), gb.format()
+
+
+def _worker(rank: int, port: int, device: str, out_dir: str) -> None:
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    os.environ.setdefault("PYJIT_CACHE_DIR", os.path.join(out_dir, "cache"))
+    backend = "nccl" if device == "cuda" else "gloo"
+    if device == "cuda":
+        torch.cuda.set_device(rank)
+        device = f"cuda:{rank}"
+    dist.init_process_group(backend, rank=rank, world_size=WORLD)
+    import pyjit
+
+    pyjit.config.config.warm_start = False
+    failures: dict[str, str] = {}
+    for kind in ("fsdp2", "fsdp1"):
+        for name, check in ((f"{kind}_training", _check_training), (f"{kind}_breaks", _check_breaks)):
+            try:
+                check(kind, device, rank)
+            except Exception:  # noqa: BLE001 - reported per check to the test process
+                failures[name] = traceback.format_exc()
+            dist.barrier()
+            pyjit.reset()
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(failures, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _devices():
+    two_gpus = torch.cuda.is_available() and torch.cuda.device_count() >= 2 and dist.is_nccl_available()
+    return ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not two_gpus, reason="needs 2 CUDA GPUs and NCCL"))]
+
+
+@pytest.fixture(scope="module", params=_devices())
+def results(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp(f"fsdp_{request.param}")
+    mp.spawn(_worker, args=(_free_port(), request.param, str(out)), nprocs=WORLD)
+    merged: dict[str, list[str]] = {}
+    for rank in range(WORLD):
+        with open(out / f"rank{rank}.json") as f:
+            for name, tb in json.load(f).items():
+                merged.setdefault(name, []).append(f"rank {rank}:\n{tb}")
+    return merged
+
+
+@pytest.mark.parametrize("kind", ["fsdp2", "fsdp1"])
+def test_fsdp_trains_like_eager(results, kind):
+    name = f"{kind}_training"
+    assert name not in results, "\n".join(results[name])
+
+
+@pytest.mark.parametrize("kind", ["fsdp2", "fsdp1"])
+def test_fsdp_breaks_are_fsdp_calls(results, kind):
+    name = f"{kind}_breaks"
+    assert name not in results, "\n".join(results[name])
