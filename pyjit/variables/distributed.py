@@ -42,7 +42,10 @@ def call_distributed(tx: "Translator", fn: Any, args: list[VariableTracker],
     if fn in c.CONSTANT_QUERIES:
         values = [_value(tx, a, name) for a in args]
         kw = {k: _value(tx, v, name) for k, v in kwargs.items()}
-        return ConstantVariable(fn(*values, **kw))
+        try:
+            return ConstantVariable(fn(*values, **kw))
+        except (RuntimeError, ValueError) as e:  # not initialized...: the call raises natively
+            unsupported("exception", f"{type(e).__name__}: {e}")
     if fn in c.C10D_INPLACE:
         return _c10d_inplace(tx, fn, name, args, kwargs)
     if fn in c.FUNCOL:

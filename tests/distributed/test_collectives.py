@@ -168,7 +168,6 @@ def _check_async(rank: int, device: str) -> None:
 
 def _worker(rank: int, port: int, device: str, out_dir: str) -> None:
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    os.environ.setdefault("PYJIT_CACHE_DIR", os.path.join(out_dir, "cache"))
     backend = "nccl" if device == "cuda" else "gloo"
     if device == "cuda":
         torch.cuda.set_device(rank)
