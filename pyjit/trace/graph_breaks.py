@@ -96,12 +96,12 @@ BREAK_KINDS: dict[str, tuple[str, str]] = {
         "remove the hooks while the module runs under pyjit.jit",
     ),
     "distributed": (
-        "a torch.distributed call pyjit does not trace (async_op=True with its Work handle, point-to-point "
-        "or object collectives, process-group management) or a module managed by FSDP, whose unshard/"
-        "reshard hooks run natively; the call runs natively between compiled graphs",
+        "a torch.distributed call pyjit does not trace (point-to-point or object collectives, process-group "
+        "management, the Work handle of an async_op=True collective leaving the traced code) or a module managed "
+        "by FSDP, whose unshard/reshard hooks run natively; the call runs natively between compiled graphs",
         "nothing to do for FSDP modules (their forward still compiles as its own frame); for collectives use "
-        "dist.all_reduce/all_gather_into_tensor/reduce_scatter_tensor/broadcast with async_op=False or "
-        "torch.distributed._functional_collectives, which are traced into the graph",
+        "dist.all_reduce/all_gather_into_tensor/reduce_scatter_tensor/broadcast (wait on an async_op=True "
+        "handle inside the jitted function) or torch.distributed._functional_collectives, which are traced",
     ),
     "inline_depth": ("calls nest deeper than config.inline_depth_limit", "raise pyjit.config.inline_depth_limit"),
     "inline_budget": (

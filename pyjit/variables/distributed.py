@@ -8,7 +8,9 @@
 * ``torch.distributed._functional_collectives`` calls become the functional op and its wait
   (the wait is placed later by the backend, ``backend/passes/collectives.py``).
 * Rank, world size, backend and initialization queries are answered at trace time.
-* Everything else of ``torch.distributed`` (``async_op=True`` with its ``Work`` handle,
+* With ``async_op=True`` the same is recorded and the call returns a :class:`WorkVariable`
+  whose ``wait()`` is a no-op (the graph's wait goes where the result is first read).
+* Everything else of ``torch.distributed`` (a ``Work`` handle that leaves the trace,
   point-to-point ops, object collectives, FSDP/DTensor internals) breaks the graph with kind
   ``distributed`` and runs natively.
 
@@ -112,10 +114,7 @@ def _c10d_inplace(tx: "Translator", fn: Any, name: str, args: list[VariableTrack
     from ..distributed import collectives as c
 
     a = _bind(fn, name, args, kwargs)
-    if _value(tx, a.get("async_op", False), name):
-        unsupported("distributed", f"{name}(async_op=True) returns a Work handle that pyjit does not trace; "
-                                   "call it with async_op=False, or use torch.distributed._functional_collectives "
-                                   "(its result is waited on where it is first used)")
+    async_op = _value(tx, a.get("async_op", False), name)
     group = _value(tx, a.get("group"), name)
     gname = c.group_name(group)
     written_param, read_param = c.C10D_INPLACE[fn]
@@ -139,7 +138,9 @@ def _c10d_inplace(tx: "Translator", fn: Any, name: str, args: list[VariableTrack
                              c.reduce_op_name(_value(tx, a["op"], name)), c.group_size(gname), gname)
         result = _method(tx, result, "view_as", written)
     _method(tx, written, "copy_", result)
-    return ConstantVariable(None)
+    # async_op=True: the graph's wait is moved by the backend to the first use of the result,
+    # which is as late as eager's ``work.wait()`` may let the program read it.
+    return WorkVariable(name) if async_op else ConstantVariable(None)
 
 
 def _funcol(tx: "Translator", kind: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
@@ -173,6 +174,44 @@ def _funcol(tx: "Translator", kind: str, args: list[VariableTracker], kwargs: di
         chunks = tx.output.call(tx, "call_function", torch.chunk, [x, ConstantVariable(size), ConstantVariable(dim)], {})
         x = tx.output.call(tx, "call_function", torch.cat, [chunks], {})
     return _functional(tx, ops.reduce_scatter_tensor.default, _method(tx, x, "contiguous"), op, size, gname)
+
+
+class WorkVariable(VariableTracker):
+    """The ``Work`` handle of a traced ``async_op=True`` collective. The collective and its wait
+    are already in the graph, so ``wait()`` and ``is_completed()`` answer True; the handle
+    cannot leave the trace (returned, stored, or live at a graph break: that frame runs
+    natively, with eager's handle)."""
+
+    __slots__ = ("op_name",)
+
+    def __init__(self, op_name: str) -> None:
+        super().__init__(None)
+        self.op_name = op_name
+
+    def python_type(self) -> type:
+        import torch.distributed as dist
+
+        return dist.Work
+
+    def var_getattr(self, tx: "Translator", name: str) -> VariableTracker:
+        if name in _WORK_DONE:
+            return BoundMethodVariable(self, name)
+        unsupported("distributed", f"Work.{name} of {self.op_name}(async_op=True) is not traced")
+
+    def call_method(self, tx: "Translator", name: str, args: list[VariableTracker],
+                    kwargs: dict[str, VariableTracker]) -> VariableTracker:
+        if name in _WORK_DONE:
+            return ConstantVariable(True)
+        unsupported("distributed", f"Work.{name}() of {self.op_name}(async_op=True) is not traced")
+
+    def reconstruct(self, cg: Any) -> str:
+        unsupported("distributed", f"the Work handle of {self.op_name}(async_op=True) leaves the traced code")
+
+    def __repr__(self) -> str:
+        return f"WorkVariable({self.op_name})"
+
+
+_WORK_DONE = frozenset({"wait", "is_completed", "is_success"})
 
 
 def is_process_group(value: Any) -> bool:

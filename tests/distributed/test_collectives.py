@@ -87,10 +87,16 @@ def f_overlap(x, w):
     return y + z.sum()
 
 
-def f_async(x):
+def f_async(x, w):
     work = dist.all_reduce(x, async_op=True)
+    z = w.exp().sum()  # independent of the collective
     work.wait()
-    return x + 1
+    return x + z
+
+
+def f_async_escapes(x, w):
+    work = dist.all_reduce(x, async_op=True)
+    return w + 1, work
 
 
 CASES = {
@@ -102,6 +108,7 @@ CASES = {
     "functional_collectives": (f_funcol, lambda r, d: [torch.arange(8.0, device=d).view(4, 2) + 10 * r]),
     "raw_functional_ops": (f_raw_ops, lambda r, d: [torch.arange(4.0, device=d) + r]),
     "overlap": (f_overlap, lambda r, d: [torch.arange(4.0, device=d) + r, torch.ones(8, 8, device=d)]),
+    "all_reduce_async": (f_async, lambda r, d: [torch.arange(3.0, device=d) + r, torch.ones(2, 2, device=d)]),
 }
 
 
@@ -152,18 +159,22 @@ def _check_wait_order(rank: int, device: str, out_dir: str) -> None:
 
 
 def _check_async(rank: int, device: str) -> None:
-    """``async_op=True`` breaks with a reason naming it; the program still gives eager's values."""
+    """``async_op=True`` whose Work is waited on in the traced code: traced (no break); a Work
+    handle that leaves the function breaks with a reason naming it; both equal eager."""
     import pyjit
 
-    explained = pyjit.explain(f_async)(torch.arange(3.0, device=device) + rank)
+    make = CASES["all_reduce_async"][1]
+    explained = pyjit.explain(f_async_escapes)(*make(rank, device))
     assert explained.break_count >= 1, str(explained)
     first = explained.graph_breaks[0]
     assert first.kind == "distributed" and "async_op=True" in first.explanation, first.format()
-    x_eager, x_jit = torch.arange(3.0, device=device) + rank, torch.arange(3.0, device=device) + rank
-    expected = f_async(x_eager)
-    got = pyjit.jit(f_async)(x_jit)
+    eager_args, jit_args = make(rank, device), make(rank, device)
+    expected, work = f_async_escapes(*eager_args)
+    work.wait()
+    got, work = pyjit.jit(f_async_escapes)(*jit_args)
+    work.wait()
     torch.testing.assert_close(got, expected)
-    torch.testing.assert_close(x_jit, x_eager)
+    torch.testing.assert_close(jit_args, eager_args)
 
 
 def _worker(rank: int, port: int, device: str, out_dir: str) -> None:
@@ -218,7 +229,7 @@ def test_wait_placed_after_independent_compute(results):
     assert "wait_order" not in results, "\n".join(results["wait_order"])
 
 
-def test_async_op_breaks_with_reason(results):
+def test_async_op_work_leaving_the_trace_breaks_with_reason(results):
     assert "async_op" not in results, "\n".join(results["async_op"])
 
 
