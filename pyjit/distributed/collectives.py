@@ -46,6 +46,7 @@ C10D_INPLACE: dict[Any, tuple[str, str]] = {
 }
 
 # torch.distributed._functional_collectives: the functions traced as a functional op + wait.
+# (``all_gather_tensor``/``reduce_scatter_tensor`` are the deprecated names of the ``_single`` ones.)
 FUNCOL = {
     funcol.all_reduce: "all_reduce",
     funcol.all_gather_tensor: "all_gather_tensor",
@@ -53,6 +54,9 @@ FUNCOL = {
     funcol.broadcast: "broadcast",
     funcol.wait_tensor: "wait_tensor",
 }
+for _name, _kind in (("all_gather_single", "all_gather_tensor"), ("reduce_scatter_single", "reduce_scatter_tensor")):
+    if hasattr(funcol, _name):
+        FUNCOL[getattr(funcol, _name)] = _kind
 
 # Queries whose answer cannot change while the process group lives: folded into the trace.
 CONSTANT_QUERIES = (dist.is_available, dist.is_initialized, dist.get_rank, dist.get_world_size,

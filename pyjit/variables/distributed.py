@@ -51,7 +51,7 @@ def call_distributed(tx: "Translator", fn: Any, args: list[VariableTracker],
     if fn in c.C10D_INPLACE:
         return _c10d_inplace(tx, fn, name, args, kwargs)
     if fn in c.FUNCOL:
-        return _funcol(tx, c.FUNCOL[fn], args, kwargs)
+        return _funcol(tx, fn, c.FUNCOL[fn], args, kwargs)
     unsupported("distributed", f"torch.distributed function {getattr(fn, '__module__', '')}.{name} "
                                "is not traced; it runs natively between graphs")
 
@@ -143,11 +143,11 @@ def _c10d_inplace(tx: "Translator", fn: Any, name: str, args: list[VariableTrack
     return WorkVariable(name) if async_op else ConstantVariable(None)
 
 
-def _funcol(tx: "Translator", kind: str, args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
+def _funcol(tx: "Translator", fn: Any, kind: str, args: list[VariableTracker],
+            kwargs: dict[str, VariableTracker]) -> VariableTracker:
     from ..distributed import collectives as c
 
-    fn = next(f for f, k in c.FUNCOL.items() if k == kind)
-    name = f"_functional_collectives.{kind}"
+    name = f"_functional_collectives.{getattr(fn, '__name__', kind)}"
     a = _bind(fn, name, args, kwargs)
     ops = torch.ops._c10d_functional
     if kind == "wait_tensor":

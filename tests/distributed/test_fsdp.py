@@ -108,7 +108,8 @@ def _check_training(kind: str, device: str, rank: int) -> None:
     torch.testing.assert_close(losses, expected_losses)
     torch.testing.assert_close(params, expected_params)
     # The blocks' forwards (and backwards) were compiled by pyjit's backend, none run as captured.
-    assert metrics.compiled_graphs >= 2 and not metrics.eager_graphs, (metrics.compiled_graphs, metrics.eager_graphs)
+    compiled = metrics.compiled_graphs  # by pyjit's backend (graph-cache hits included)
+    assert compiled >= 2 and not metrics.eager_graphs, (compiled, metrics.eager_graphs)
 
 
 def _check_breaks(kind: str, device: str, rank: int) -> None:
