@@ -88,6 +88,18 @@ def f_overlap(x, w):
     return y + z.sum()
 
 
+def f_rank_dependent(x):
+    """Each rank reads a different one of two collectives: both must still be issued, in order
+    (a dropped or reordered one pairs with the other rank's wrong collective)."""
+    import torch.distributed._functional_collectives as funcol
+
+    y = funcol.all_reduce(x, "sum", dist.group.WORLD)
+    z = funcol.all_reduce(x * 2, "max", dist.group.WORLD)
+    if dist.get_rank() == 0:
+        return x + z
+    return x - y
+
+
 def f_async(x, w):
     work = dist.all_reduce(x, async_op=True)
     z = w.exp().sum()  # independent of the collective
@@ -109,6 +121,7 @@ CASES = {
     "functional_collectives": (f_funcol, lambda r, d: [torch.arange(8.0, device=d).view(4, 2) + 10 * r]),
     "raw_functional_ops": (f_raw_ops, lambda r, d: [torch.arange(4.0, device=d) + r]),
     "overlap": (f_overlap, lambda r, d: [torch.arange(4.0, device=d) + r, torch.ones(8, 8, device=d)]),
+    "rank_dependent_use": (f_rank_dependent, lambda r, d: [torch.arange(4.0, device=d) * (r + 1)]),
     "all_reduce_async": (f_async, lambda r, d: [torch.arange(3.0, device=d) + r, torch.ones(2, 2, device=d)]),
 }
 

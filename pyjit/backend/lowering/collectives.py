@@ -5,7 +5,10 @@ group does the work), so these are externs by design, not fallbacks. ``wait_tens
 its argument, so its output aliases the collective's buffer: these externs stay out of
 ``EXTERN_BY_DESIGN``, whose outputs the wrapper may recycle, and are listed in
 ``EXTERN_NOT_FALLBACK`` instead (no fallback log or count; outputs and inputs never recycled).
-Where waits go is decided before lowering, by ``passes/collectives.py``.
+Where waits go is decided before lowering, by ``passes/collectives.py``. The scheduler keeps
+every collective and its wait even when nothing reads the result, and issues the collectives
+in program order (``scheduler._eliminate_dead``, ``_topological``): every rank must issue the
+same collectives in the same order, also when rank-dependent code uses different results.
 """
 from __future__ import annotations
 
@@ -36,6 +39,8 @@ def _lower(target: Any) -> None:
 
 
 COLLECTIVES = _collectives()
+# The ops that start communication (not the wait): the scheduler issues them in program order.
+COLLECTIVE_STARTS = COLLECTIVES[:-1]
 EXTERN_NOT_FALLBACK.update(COLLECTIVES)
 for _target in COLLECTIVES:
     _lower(_target)
