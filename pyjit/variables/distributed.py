@@ -89,6 +89,24 @@ def _value(tx: "Translator", v: Any, name: str) -> Any:
 _MISSING = object()
 
 
+def _reduce_op(tx: "Translator", v: Any, name: str) -> str:
+    from ..distributed.collectives import reduce_op_name
+
+    try:
+        return reduce_op_name(_value(tx, v, name))
+    except ValueError as e:
+        unsupported("distributed", f"{name}: {e}")
+
+
+def _group_name(group: Any, name: str) -> str:
+    from ..distributed.collectives import group_name
+
+    try:
+        return group_name(group)
+    except (RuntimeError, ValueError, TypeError, AttributeError) as e:
+        unsupported("distributed", f"{name}: process group {group!r} has no functional-collective name ({e})")
+
+
 def _tensor(v: Any, name: str, param: str) -> Any:
     from .tensor import TensorVariable
 
@@ -116,13 +134,13 @@ def _c10d_inplace(tx: "Translator", fn: Any, name: str, args: list[VariableTrack
     a = _bind(fn, name, args, kwargs)
     async_op = _value(tx, a.get("async_op", False), name)
     group = _value(tx, a.get("group"), name)
-    gname = c.group_name(group)
+    gname = _group_name(group, name)
     written_param, read_param = c.C10D_INPLACE[fn]
     written = _tensor(a[written_param], name, written_param)
     read = _tensor(a[read_param], name, read_param)
     ops = torch.ops._c10d_functional
     if fn is c.dist.all_reduce:
-        result = _functional(tx, ops.all_reduce.default, read, c.reduce_op_name(_value(tx, a["op"], name)), gname)
+        result = _functional(tx, ops.all_reduce.default, read, _reduce_op(tx, a["op"], name), gname)
     elif fn is c.dist.broadcast:
         src, group_src = _value(tx, a.get("src"), name), _value(tx, a.get("group_src"), name)
         if group_src is None:
@@ -135,7 +153,7 @@ def _c10d_inplace(tx: "Translator", fn: Any, name: str, args: list[VariableTrack
         result = _method(tx, result, "view_as", written)
     else:  # reduce_scatter_tensor
         result = _functional(tx, ops.reduce_scatter_tensor.default, read,
-                             c.reduce_op_name(_value(tx, a["op"], name)), c.group_size(gname), gname)
+                             _reduce_op(tx, a["op"], name), c.group_size(gname), gname)
         result = _method(tx, result, "view_as", written)
     _method(tx, written, "copy_", result)
     # async_op=True: the graph's wait is moved by the backend to the first use of the result,
@@ -153,9 +171,9 @@ def _funcol(tx: "Translator", fn: Any, kind: str, args: list[VariableTracker],
     if kind == "wait_tensor":
         return tx.output.call(tx, "call_function", c.WAIT_OP, [_tensor(a["tensor"], name, "tensor")], {})
     x = _tensor(a["self"], name, "self")
-    gname = c.group_name(_value(tx, a["group"], name))
+    gname = _group_name(_value(tx, a["group"], name), name)
     if kind == "all_reduce":
-        return _functional(tx, ops.all_reduce.default, x, c.reduce_op_name(_value(tx, a["reduceOp"], name)), gname)
+        return _functional(tx, ops.all_reduce.default, x, _reduce_op(tx, a["reduceOp"], name), gname)
     if kind == "broadcast":
         return _functional(tx, ops.broadcast.default, x, _value(tx, a["src"], name), gname)
     size = c.group_size(gname)
@@ -169,7 +187,7 @@ def _funcol(tx: "Translator", fn: Any, kind: str, args: list[VariableTracker],
         return out
     # reduce_scatter_tensor: scattered along dim 0; another dim is first moved there in chunks.
     dim = _value(tx, a["scatter_dim"], name)
-    op = c.reduce_op_name(_value(tx, a["reduceOp"], name))
+    op = _reduce_op(tx, a["reduceOp"], name)
     if dim != 0:
         chunks = tx.output.call(tx, "call_function", torch.chunk, [x, ConstantVariable(size), ConstantVariable(dim)], {})
         x = tx.output.call(tx, "call_function", torch.cat, [chunks], {})

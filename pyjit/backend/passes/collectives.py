@@ -14,8 +14,6 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-
-
 _WAIT = torch.ops._c10d_functional.wait_tensor.default if torch.distributed.is_available() else None
 
 
