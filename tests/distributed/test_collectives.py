@@ -286,3 +286,15 @@ def test_sink_waits_moves_pure_dependents_with_the_wait():
     sink_waits(gm)
     order = [n for n in gm.graph.nodes if n.op == "call_function"]
     assert order == [y, start, wait, write_back, mm, copy, use]
+
+
+def test_cuda_graphs_refuse_collectives():
+    """``mode="reduce-overhead"`` never captures a graph with a collective into a CUDA graph."""
+    from pyjit.runtime import cudagraphs
+
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    start = g.call_function(_F.all_reduce.default, (x, "sum", "0"))
+    g.output((g.call_function(_F.wait_tensor.default, (start,)),))
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+    assert "collective" in cudagraphs.graph_reason(gm, device="cpu")
