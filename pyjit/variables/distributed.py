@@ -138,6 +138,11 @@ def _c10d_inplace(tx: "Translator", fn: Any, name: str, args: list[VariableTrack
     written_param, read_param = c.C10D_INPLACE[fn]
     written = _tensor(a[written_param], name, written_param)
     read = _tensor(a[read_param], name, read_param)
+    if torch.is_grad_enabled() and (written.example.requires_grad or read.example.requires_grad):
+        # Eager's autograd runs c10d's in-place op through its not-implemented fallback, whose
+        # gradients differ from any functional form's: keep eager's exactly.
+        unsupported("distributed", f"{name} on a tensor that requires grad runs natively (autograd through "
+                                   "c10d's in-place collective is eager's fallback, not a traced formula)")
     ops = torch.ops._c10d_functional
     if fn is c.dist.all_reduce:
         result = _functional(tx, ops.all_reduce.default, read, _reduce_op(tx, a["op"], name), gname)

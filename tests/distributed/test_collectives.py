@@ -197,6 +197,40 @@ def _check_async(rank: int, device: str) -> None:
     torch.testing.assert_close(jit_args, eager_args)
 
 
+def f_inplace_grad(x):
+    y = x * 2
+    dist.all_reduce(y)
+    return (y * x).sum()
+
+
+def f_funcol_grad(x):
+    import torch.distributed._functional_collectives as funcol
+
+    y = funcol.all_reduce(x * 2, "sum", dist.group.WORLD)
+    return (y * x).sum()
+
+
+def _check_grad(rank: int, device: str) -> None:
+    """Gradients through collectives equal eager's: the in-place c10d call on a tensor that
+    requires grad runs natively (a ``distributed`` break), the functional one compiles."""
+    import pyjit
+
+    for fn, breaks in ((f_inplace_grad, True), (f_funcol_grad, False)):
+        explained = pyjit.explain(fn)((torch.arange(3.0, device=device) + rank).requires_grad_())
+        assert (explained.break_count > 0) == breaks, str(explained)
+        if breaks:
+            assert explained.graph_breaks[0].kind == "distributed", explained.graph_breaks[0].format()
+        x_eager = (torch.arange(3.0, device=device) + rank).requires_grad_()
+        x_jit = (torch.arange(3.0, device=device) + rank).requires_grad_()
+        expected = fn(x_eager)
+        expected.backward()
+        with pyjit.config.patch(raise_on_internal_error=True):
+            got = pyjit.jit(fn)(x_jit)
+        got.backward()
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(x_jit.grad, x_eager.grad)
+
+
 def _worker(rank: int, port: int, device: str, out_dir: str) -> None:
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     backend = "nccl" if device == "cuda" else "gloo"
@@ -210,7 +244,8 @@ def _worker(rank: int, port: int, device: str, out_dir: str) -> None:
     pyjit.config.config.warm_start = False
     failures: dict[str, str] = {}
     checks = [(name, lambda n=name: _check_case(n, rank, device)) for name in CASES]
-    checks += [("wait_order", lambda: _check_wait_order(rank, device, out_dir)), ("async_op", lambda: _check_async(rank, device))]
+    checks += [("wait_order", lambda: _check_wait_order(rank, device, out_dir)), ("async_op", lambda: _check_async(rank, device)),
+               ("gradients", lambda: _check_grad(rank, device))]
     for name, check in checks:
         try:
             check()
@@ -245,7 +280,8 @@ def _run(device: str, tmp_path) -> dict[str, list[str]]:
 def test_collectives_traced_equal_to_eager(device, tmp_path):
     """Per op (CASES): no graph break, compiled by pyjit's backend, result and in-place effect
     equal to eager on both ranks; the wait placed after independent compute in the generated
-    wrapper (wait_order); a Work handle leaving the function breaks with its reason (async_op)."""
+    wrapper (wait_order); a Work handle leaving the function breaks with its reason (async_op);
+    gradients through collectives equal eager's (gradients)."""
     failures = _run(device, tmp_path)
     assert not failures, "\n".join(f"--- {name}\n" + "\n".join(tbs) for name, tbs in failures.items())
 
