@@ -272,8 +272,11 @@ class Scheduler:
         stack = [n for n in self.output_names if n in by_name]
         # Externs run for their effect (an error check that raises as eager does; a random op,
         # whose draw moves torch's generator for every later one) stay.
+        # So do collectives and their waits: every rank must issue them, whether or not its
+        # graph reads the result (rank-dependent code), or the other ranks wait forever.
+        from .lowering.collectives import COLLECTIVES
         stack += [n.name for n in self.nodes
-                  if isinstance(n.buf, ExternKernel) and (n.buf.error_check or n.buf.random)]
+                  if isinstance(n.buf, ExternKernel) and (n.buf.error_check or n.buf.random or n.buf.kernel in COLLECTIVES)]
         while stack:
             name = stack.pop()
             if name in live:
@@ -439,7 +442,7 @@ class Scheduler:
 
     @staticmethod
     def _topological(groups: list[FusedGroup]) -> list[FusedGroup]:
-        """Groups in dependency order, random externs in their program order where fusion allows.
+        """Groups in dependency order, random externs and collectives in their program order where fusion allows.
 
         Random externs keep their program order (each runs after the previous one), so the
         generator hands out the same numbers as in eager: without this, a dropout independent of
@@ -447,7 +450,11 @@ class Scheduler:
         fused group that feeds an earlier random op and reads a later one makes that order
         impossible (a cycle): then only the data dependencies order the groups.
         """
-        randoms = sorted((n for g in groups for n in g.nodes if isinstance(n.buf, ExternKernel) and n.buf.random),
+        from .lowering.collectives import COLLECTIVE_STARTS
+
+        # Collectives are chained the same way: every rank must issue them in one order.
+        randoms = sorted((n for g in groups for n in g.nodes if isinstance(n.buf, ExternKernel)
+                          and (n.buf.random or n.buf.kernel in COLLECTIVE_STARTS)),
                          key=lambda n: n.index)
         after = {b.name: a.name for a, b in zip(randoms, randoms[1:])}
         try:

@@ -238,7 +238,7 @@ def callback(target: CodeState | None, func: types.FunctionType, args: tuple[Any
         wrapped = _targets.get(id(code))
         if wrapped is not None and wrapped.wrapped_by_ddp:
             fullgraph_ok = True  # keeps the options of the jit call or enable() that reached it
-        elif is_library_code(code):
+        elif is_library_code(code) or _is_namedtuple_new(func):
             if _is_ddp_forward(code):
                 # DDP.forward reached from a jitted call or under enable(): not marked skip, so
                 # each DDP instance it runs for gets its wrapped module registered.
@@ -312,6 +312,13 @@ def _ddp() -> Any:
     from ..distributed import ddp
 
     return ddp
+
+
+def _is_namedtuple_new(func: types.FunctionType) -> bool:
+    """``collections.namedtuple``'s generated ``__new__`` (code from ``<string>``): it only builds
+    a tuple, so there is nothing to compile; library code building namedtuples of tensors (FSDP's
+    all-gather results) called it natively once per call, each a traced frame and a break."""
+    return func.__code__.co_filename == "<string>" and str(func.__globals__.get("__name__", "")).startswith("namedtuple_")
 
 
 def _runs_plain(func: types.FunctionType, args: tuple[Any, ...]) -> bool:

@@ -27,7 +27,7 @@ builds). ``y = f(x)`` in a loop never trips it (the old ``y`` is gone or never r
 torch lacks that API, outputs are returned as clones (always safe, one copy per output; logged).
 
 Not captured, with the reason logged on ``perf_hints`` (the graph then runs as compiled): the
-graph has no CUDA inputs, CPU tensors or ops, symbolic sizes, non-tensor inputs, in-place
+graph has no CUDA inputs, CPU tensors or ops, collectives, symbolic sizes, non-tensor inputs, in-place
 updates of an input (seen statically or as a version-counter bump during warm-up), an output
 aliasing an input, grad-requiring inputs under grad mode (training), or the capture itself failed.
 """
@@ -135,6 +135,9 @@ def graph_reason(gm: Any, device: str = "cuda") -> str | None:
         if node.op not in ("call_function", "call_method", "call_module"):
             continue
         name = _target_name(node)
+        if str(node.target).startswith("_c10d_functional."):
+            # Collectives run on the process group's own stream and work objects; not captured.
+            return f"the graph calls a collective ({node.target}); collectives are not replayed"
         if name in _SYNC_OPS or name.removeprefix("aten.").split(".")[0] in _SYNC_OPS:
             return f"the graph calls {name} (a host synchronisation or data-dependent shape)"
         for v in pytree.tree_leaves(node.meta.get("example_value")):

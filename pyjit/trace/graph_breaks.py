@@ -39,6 +39,7 @@ class BreakKind(enum.StrEnum):
     UNSUPPORTED_OBJECT = "unsupported_object"
     UNSUPPORTED_RETURN = "unsupported_return"
     HOOKS = "hooks"
+    DISTRIBUTED = "distributed"
     INLINE_DEPTH = "inline_depth"
     INLINE_BUDGET = "inline_budget"
     LOOP_LIMIT = "loop_limit"
@@ -128,6 +129,14 @@ BREAK_KINDS: dict[BreakKind, tuple[str, str]] = {
     BreakKind.HOOKS: (
         "an nn.Module with forward hooks or pre-hooks is called",
         "remove the hooks while the module runs under pyjit.jit",
+    ),
+    BreakKind.DISTRIBUTED: (
+        "a torch.distributed call pyjit does not trace (point-to-point or object collectives, process-group "
+        "management, the Work handle of an async_op=True collective leaving the traced code) or a module managed "
+        "by FSDP, whose unshard/reshard hooks run natively; the call runs natively between compiled graphs",
+        "nothing to do for FSDP modules (their forward still compiles as its own frame); for collectives use "
+        "dist.all_reduce/all_gather_into_tensor/reduce_scatter_tensor/broadcast (wait on an async_op=True "
+        "handle inside the jitted function) or torch.distributed._functional_collectives, which are traced",
     ),
     BreakKind.INLINE_DEPTH: ("calls nest deeper than config.inline_depth_limit", "raise pyjit.config.inline_depth_limit"),
     BreakKind.INLINE_BUDGET: (

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import sys
 import types
 from typing import TYPE_CHECKING, Any
 
@@ -231,6 +232,13 @@ def wrap(tx: "Translator", value: Any, source: Source | None) -> VariableTracker
     known = side_effects.known(tx, value, source)
     if known is not None:
         return known
+    if "torch.distributed" in sys.modules:
+        from .distributed import ProcessGroupVariable, is_process_group
+
+        if is_process_group(value):
+            if source is not None:
+                guards.add(GuardKind.ID_MATCH, source, value)
+            return ProcessGroupVariable(value, source)
     if source is not None:
         guards.add(GuardKind.TYPE_MATCH, source, t)
     return side_effects.remember(value, UserDefinedObjectVariable(value, source))

@@ -97,6 +97,12 @@ class NNModuleVariable(VariableTracker):
 
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         m = self.value
+        if "torch.distributed" in sys.modules:
+            from ..distributed.fsdp import break_reason
+
+            fsdp = break_reason(m)
+            if fsdp is not None:
+                unsupported("distributed", fsdp)
         if _uninitialised_lazy(m):
             _initialize_lazy(tx, m, args, kwargs)
             if self.source is not None:

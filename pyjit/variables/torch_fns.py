@@ -36,6 +36,11 @@ def is_torch_library_function(fn: Any) -> bool:
     return False
 
 
+def _is_distributed(fn: Any) -> bool:
+    mod = static_attr(fn, "__module__")
+    return type(mod) is str and mod.startswith("torch.distributed") and torch.distributed.is_available()
+
+
 # Functions whose result depends only on global state guarded below, or on constant args.
 _FOLD_ON_CONSTANTS = {
     torch.is_tensor: lambda v: False,
@@ -54,6 +59,10 @@ class TorchFunctionVariable(KnownCallableVariable):
 
     def call_function(self, tx: "Translator", args: list[VariableTracker], kwargs: dict[str, VariableTracker]) -> VariableTracker:
         fn = self.fn
+        if _is_distributed(fn):
+            from .distributed import call_distributed  # collectives as functional ops; the rest breaks
+
+            return call_distributed(tx, fn, args, kwargs)
         if fn in (torch.no_grad, torch.enable_grad):
             return GradModeVariable(fn is torch.enable_grad)
         if fn in _AUTOCAST_CLASSES or fn is torch.inference_mode:

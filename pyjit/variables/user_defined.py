@@ -44,6 +44,10 @@ class UserDefinedClassVariable(KnownValueVariable):
         if attr is _MISSING:
             if name in ("__name__", "__qualname__", "__module__"):
                 return wrap(tx, getattr(self.value, name), src)
+            if _torch_metaclass_property(self.value, name):
+                # ``dist.group.WORLD``: a property of a torch class's metaclass, read as it is
+                # now (the value is guarded through ``src`` by whatever tracker wraps it).
+                return wrap(tx, getattr(self.value, name), src)
             unsupported("exception", f"AttributeError: type object {self.value.__name__!r} has no attribute {name!r}")
         member = class_member(tx, self, name, attr, on_instance=False)
         if member is not None:
@@ -118,6 +122,12 @@ class UserDefinedClassVariable(KnownValueVariable):
 
     def __repr__(self) -> str:
         return f"UserDefinedClassVariable({self.value.__name__})"
+
+
+def _torch_metaclass_property(cls: type, name: str) -> bool:
+    meta = type(cls)
+    mod = getattr(meta, "__module__", "") or ""
+    return meta is not type and mod.startswith("torch.") and isinstance(_class_attr(meta, name), property)
 
 
 class UserDefinedObjectVariable(VariableTracker):

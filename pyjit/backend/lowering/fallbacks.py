@@ -35,6 +35,10 @@ EXTERN_BY_DESIGN = {
     aten.dot.default,
 }
 
+# Externs that are no fallback although their outputs may alias their inputs (so the wrapper
+# never recycles them, as for fallbacks): the functional collectives (``collectives.py``).
+EXTERN_NOT_FALLBACK: set[Any] = set()
+
 
 # Fused attention kernels read q, k, v (and, for the backward ones, grad_out and out) as rows
 # of a last dimension of stride 1: eager's scaled_dot_product_attention picks them only for
@@ -228,7 +232,7 @@ def _dense(size: tuple, stride: tuple) -> bool:
 
 def make_extern(ctx: "GraphLowering", target: Any, args: tuple, kwargs: dict, reason: str = "") -> Any:
     """An :class:`ExternKernel` calling ``target``; returns IR nodes shaped like its outputs."""
-    if target not in EXTERN_BY_DESIGN and not getattr(ctx, "prefetch", False):
+    if target not in EXTERN_BY_DESIGN and target not in EXTERN_NOT_FALLBACK and not getattr(ctx, "prefetch", False):
         name = str(target)
         metrics.fallback_ops[name] += 1
         if name not in _logged:

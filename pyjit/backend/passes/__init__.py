@@ -7,6 +7,9 @@ floating-point reassociation), and leaves the graph alone where it cannot prove 
   scaled-dot-product attention kernels (extern calls);
 * :mod:`.conv_bn` -- an eval-mode batch norm (any per-channel affine chain) after a
   convolution folded into the convolution's weight and bias, computed inside the graph;
+* :mod:`.collectives` -- each functional collective's ``wait_tensor`` moved to just before the
+  first use of its result, so independent compute runs while the collective is in flight
+  (also on symbolic graphs);
 * :mod:`.layout` -- channels-last operands for 2-d convolutions, eager's strides re-propagated,
   graph outputs kept in their layout (``config.layout_opt``; runs last, on the folded convs).
 
@@ -24,10 +27,11 @@ import torch
 import torch.fx
 
 from .attention import rewrite_attention
+from .collectives import sink_waits
 from .conv_bn import fold_conv_bn
 from .layout import optimize_layout
 
-__all__ = ["run_passes", "rewrite_attention", "fold_conv_bn", "optimize_layout"]
+__all__ = ["run_passes", "rewrite_attention", "fold_conv_bn", "optimize_layout", "sink_waits"]
 
 
 def run_passes(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -38,4 +42,5 @@ def run_passes(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     rewrite_attention(gm)
     fold_conv_bn(gm)
     optimize_layout(gm)
+    sink_waits(gm)
     return gm
