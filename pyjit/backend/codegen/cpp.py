@@ -1,11 +1,11 @@
 """C++ kernel generation for CPU graphs: one ``extern "C"`` function per fused group.
 
-``CppKernel`` is a second ops handler over the same loop IR and the same fused groups as
-:class:`~pyjit.backend.codegen.triton.TritonKernel`; it reuses that class's placement of nodes
-into sections (``pre``, then per reduction loop ``acc{i}`` / ``loop{i}`` / ``post{i}``), its
-scoping and its recomputation of values from earlier loops, and prints C++ instead of Triton.
-Values are scalar C++ temporaries (``float tmp3 = ...;``, common subexpressions reused). Kernel
-shapes:
+``CppKernel`` is the C++ target's ops handler over the same loop IR and fused groups as
+:class:`~pyjit.backend.codegen.triton.TritonKernel`, its sibling: both derive from
+:class:`~pyjit.backend.codegen.common.Kernel` (placement of nodes into sections ``pre``, then
+per reduction loop ``acc{i}`` / ``loop{i}`` / ``post{i}``; scoping; recomputation of values from
+earlier loops). Pointwise ops come from ``cpp_ops.py``'s tables. Values are scalar C++
+temporaries (``float tmp3 = ...;``, common subexpressions reused). Kernel shapes:
 
 - pointwise: one flat loop over ``xindex`` (``#pragma omp parallel for simd`` above
   ``config.cpp_parallel_min`` elements, else ``#pragma omp simd``);
@@ -29,7 +29,6 @@ parallelism is decided per call (``if(parallel: ...)`` on the element count).
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from typing import Any
 
@@ -37,12 +36,13 @@ import sympy
 import torch
 
 from ...config import config
-from ..ops_handler import BinaryOp, ReductionType, UnaryOp
-from ..scheduler import FusedGroup
+from ..ops_handler import ReductionType
+from ..scheduler import XINDEX, FusedGroup
 from ..symbolic import FloorDiv, ModularIndexing, _Printer, is_static, simplify_with_ranges, sym
-from .common import IndentedBuffer, compute_dtype, drop_dead_loop_temporaries
+from . import cpp_ops
+from .common import CSEVar, IndentedBuffer, Kernel, compute_dtype
 from .cpp_prelude import HEADER
-from .triton import XINDEX, YINDEX, CSEVar, TritonKernel
+from .cpp_ops import cpp_type, literal as _literal, math_fn as _math
 
 X_OUTER, X_INNER = sym("x_outer"), sym("x_inner")  # a split pointwise loop (_inner_split)
 
@@ -52,20 +52,6 @@ TILE = 16
 # (a stack buffer of at most 32 KiB per thread).
 ROW_BUFFER_MAX = 8192
 _EXPENSIVE = re.compile(r"pyjit_expf|pyjit_erff|pyjit_tanhf|__builtin_|/")
-
-CPP_TYPES = {
-    torch.float32: "float", torch.float64: "double", torch.int64: "int64_t", torch.int32: "int32_t",
-    torch.int16: "int16_t", torch.int8: "int8_t", torch.uint8: "uint8_t", torch.bool: "bool",
-    torch.float16: "uint16_t", torch.bfloat16: "uint16_t",
-}
-
-
-def cpp_type(dtype: torch.dtype) -> str:
-    try:
-        return CPP_TYPES[dtype]
-    except KeyError:
-        raise NotImplementedError(f"no C++ type for {dtype}") from None
-
 
 _DEAD_ASSIGN = re.compile(r"\s*[\w:]+ (tmp\d+) = ")  # a loop temporary's assignment line
 
@@ -129,45 +115,6 @@ def _bound(size: Any) -> str:
     return str(size) if is_static(size) else cexpr(sympy.sympify(size))
 
 
-def _literal(value: Any, dtype: torch.dtype) -> str:
-    if dtype == torch.bool:
-        return "true" if value else "false"
-    if dtype.is_floating_point:
-        v = float(value)
-        suffix = "f" if dtype == torch.float32 else ""
-        t = cpp_type(dtype)
-        if math.isnan(v):
-            return f"({t})NAN"
-        if math.isinf(v):
-            return f"({t})INFINITY" if v > 0 else f"(-({t})INFINITY)"
-        text = repr(v)
-        if "e" not in text and "." not in text:
-            text += ".0"
-        return f"{text}{suffix}"
-    v = int(value)
-    if dtype == torch.int64 and v == -(2 ** 63):
-        return "(-INT64_C(9223372036854775807) - 1)"
-    return f"INT64_C({v})" if dtype == torch.int64 else f"({cpp_type(dtype)}){v}"
-
-
-_UNARY_FP = {op: op for op in ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "sin", "cos",
-                               "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
-                               "erf", "erfc", "floor", "ceil", "trunc", "lgamma")}
-_UNARY_FP.update({"round": "nearbyint", "abs": "fabs"})
-_VECTOR_FP32 = {"exp": "pyjit_expf", "tanh": "pyjit_tanhf", "erf": "pyjit_erff"}
-
-
-def _math(fn: str, dtype: torch.dtype) -> str:
-    """The function computing ``fn`` for ``dtype``: a vectorizable helper for fp32 exp/tanh/erf,
-    else the libm builtin (``__builtin_expf`` for float, ``__builtin_exp`` for double)."""
-    if dtype == torch.float32 and fn in _VECTOR_FP32:
-        return _VECTOR_FP32[fn]
-    return f"__builtin_{fn}{'f' if dtype != torch.float64 else ''}"
-_INFIX = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "bitwise_and": "&", "bitwise_or": "|",
-          "bitwise_xor": "^", "lshift": "<<", "rshift": ">>", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
-          "gt": ">", "ge": ">="}
-
-
 # Fold sum(exp(x - c)) into the row loop of max(x) (see CppKernel._online_exp_sum). Off by
 # default: measured slower or equal on the CPU of docs/performance.md (rows are walked again
 # from cache, and softmax then computes exp twice per element). Not part of the graph-cache
@@ -220,18 +167,23 @@ class CppKernelSource:
     size_types: list[str] = dataclasses.field(default_factory=list)
 
 
-class CppKernel(TritonKernel):
-    """Generates one C++ kernel. Implements the ops-handler Protocol with ``CSEVar`` values."""
+class CppKernel(Kernel):
+    """Generates one C++ kernel: the C++ target's ops handler (``CSEVar`` values)."""
+
+    UNARY = cpp_ops.UNARY
+    BINARY = cpp_ops.BINARY
+    TARGET = "C++"
+    COMMENT = "//"
+    RINDEX = sym(RINDEX_NAME)
+    DEAD_ASSIGN = _DEAD_ASSIGN
 
     def __init__(self, group: FusedGroup, kernel_index: int, removed: set[str], dtypes: dict[str, torch.dtype],
                  node_info: dict[str, tuple[str, str]], size_symbols: frozenset[str] = frozenset(),
                  float_symbols: frozenset[str] = frozenset(), inner: int | None = None):
         """``inner``: a pointwise kernel walks ``xindex = x_outer * inner + x_inner`` in two
-        nested loops (see :func:`_inner_split`); None: one flat loop."""
-        # persistent_rmax=0: every reduction row is walked by explicit rindex loops (so a
-        # symbolic row length needs nothing special). The base class turns 2-D tiling off for
-        # symbolic sizes.
-        super().__init__(_in_dependency_order(group), kernel_index, removed, dtypes, 0, node_info, size_symbols)
+        nested loops (see :func:`_inner_split`); None: one flat loop. Every reduction row is
+        walked by explicit ``rindex`` loops (so a symbolic row length needs nothing special)."""
+        super().__init__(_in_dependency_order(group), kernel_index, removed, dtypes, node_info, size_symbols)
         self.float_symbols = float_symbols
         self.inner = inner
         self.index_log: list[sympy.Expr] = []  # every index this kernel printed (for _inner_split)
@@ -242,30 +194,18 @@ class CppKernel(TritonKernel):
         self.chunks: dict[int, int] = {}
         self.online = False  # an exp-sum was folded into its max's loop
 
-    # ------------------------------------------------------------------ helpers
-    def _emit(self, expr: str, dtype: torch.dtype, cse: bool = True) -> CSEVar:
-        if cse:
-            hit = self._lookup(expr)
-            if hit is not None:
-                return hit
-        var = CSEVar(f"tmp{self.counter}", dtype)
-        self.counter += 1
-        self._section(self.section).writeline(f"{cpp_type(dtype)} {var.name} = {expr};")
-        self.defs[var.name] = (self.section, expr)
-        if cse:
-            self.cache[(self.section, expr)] = var
-        return var
+    def _assign(self, name: str, expr: str, dtype: torch.dtype) -> str:
+        return f"{cpp_type(dtype)} {name} = {expr};"
+
+    def printer(self, expr: sympy.Expr) -> str:
+        return cexpr(expr)
 
     def _index_str(self, index: sympy.Expr) -> str:
         self.index_log.append(index)
         if self.inner is not None:
             split = index.subs(XINDEX, X_OUTER * self.inner + X_INNER)
             return cexpr(simplify_with_ranges(split, {X_OUTER: int(self.xnumel) // self.inner, X_INNER: self.inner}))
-        if self.tiling is not None:
-            ranges = {XINDEX: self.tiling.xnumel, YINDEX: self.tiling.ynumel}
-        else:
-            ranges = {XINDEX: self.xnumel, sympy.Symbol(RINDEX_NAME, integer=True, nonnegative=True): self.rnumel}
-        return cexpr(simplify_with_ranges(index, ranges))
+        return super()._index_str(index)
 
     def _clause(self, clause: str | None, loop: int | None = None) -> None:
         """Record the ``omp simd`` reduction clause loop ``loop`` (default: the current one)
@@ -278,14 +218,7 @@ class CppKernel(TritonKernel):
             current.append(clause)
 
     # ------------------------------------------------------------------ ops handler
-    def load(self, name: str, index: sympy.Expr) -> CSEVar:
-        key = f"store:{name}:{self._index_str(index)}"
-        hit = self._lookup(key)
-        if hit is not None:
-            return hit
-        producer = self.producers.get(name)
-        if producer is not None:
-            return self._recompute(producer, name, index)
+    def _load_expr(self, name: str, index: sympy.Expr) -> tuple[str, torch.dtype]:
         ptr = self.inputs.setdefault(name, f"in_ptr{len(self.inputs)}")
         dtype = self.dtypes[name]
         expr = f"{ptr}[{self._index_str(index)}]"
@@ -293,19 +226,9 @@ class CppKernel(TritonKernel):
             expr = f"pyjit_bf16_to_f32({expr})"
         elif dtype == torch.float16:
             expr = f"pyjit_f16_to_f32({expr})"
-        return self._emit(expr, compute_dtype(dtype))
+        return expr, compute_dtype(dtype)
 
-    def store(self, name: str, index: sympy.Expr, value: CSEVar) -> None:
-        if self.store_after_loop:
-            section, self.section, self.store_after_loop = self.section, f"post{self.loop}", False
-            try:
-                self.store(name, index, value)
-            finally:
-                self.section, self.store_after_loop = section, True
-            return
-        self.cache[(self.section, f"store:{name}:{self._index_str(index)}")] = value
-        if name in self.removed:
-            return
+    def _store_line(self, name: str, index: sympy.Expr, value: CSEVar) -> None:
         ptr = self.outputs.setdefault(name, f"out_ptr{len(self.outputs)}")
         dtype = self.dtypes[name]
         val = str(value)
@@ -348,73 +271,6 @@ class CppKernel(TritonKernel):
         if x.dtype == dtype:
             return x
         return self._emit(f"static_cast<{cpp_type(dtype)}>({x})", dtype)
-
-    def unary(self, op: UnaryOp, x: CSEVar) -> CSEVar:
-        dt = x.dtype
-        fp = dt.is_floating_point
-        t = cpp_type(dt)
-        if op == "isnan":
-            return self._emit(f"{x} != {x}" if fp else "false", torch.bool)
-        if op == "isinf":
-            return self._emit(f"__builtin_isinf({x})" if fp else "false", torch.bool)
-        if op == "signbit":
-            return self._emit(f"__builtin_signbit({x}) != 0" if fp else f"{x} < 0", torch.bool)
-        if op == "logical_not":
-            return self._emit(f"{x} == 0", torch.bool)
-        if op == "neg":
-            return self._emit(f"-{x}", dt)
-        if op == "bitwise_not":
-            return self._emit(f"!{x}" if dt == torch.bool else f"~{x}", dt)
-        if op == "square":
-            return self._emit(f"{x} * {x}", dt)
-        if op == "reciprocal":
-            return self._emit(f"({t})1 / {x}", dt)
-        if op == "rsqrt":
-            return self._emit(f"({t})1 / {_math('sqrt', dt)}({x})", dt)
-        if op == "sigmoid":
-            return self._emit(f"({t})1 / (({t})1 + {_math('exp', dt)}(-{x}))", dt)
-        if op == "sign":
-            expr = f"({t})({x} > 0) - ({t})({x} < 0)"
-            return self._emit(f"{x} != {x} ? {x} : ({expr})" if fp else expr, dt)
-        if not fp and op in ("abs", "floor", "ceil", "trunc", "round"):
-            return self._emit(f"{x} < 0 ? ({t})-{x} : {x}", dt) if op == "abs" else x
-        if op == "erfinv":
-            return self._emit(f"({t})pyjit_erfinv((double){x})", dt)
-        if op in _UNARY_FP:
-            return self._emit(f"{_math(_UNARY_FP[op], dt)}({x})", dt)
-        raise NotImplementedError(f"no C++ code for unary {op}")
-
-    def binary(self, op: BinaryOp, a: CSEVar, b: CSEVar) -> CSEVar:
-        dt = torch.promote_types(a.dtype, b.dtype)
-        fp = dt.is_floating_point
-        t = cpp_type(dt)
-        if op in ("eq", "ne", "lt", "le", "gt", "ge"):
-            return self._emit(f"{a} {_INFIX[op]} {b}", torch.bool)
-        if op in ("logical_and", "logical_or", "logical_xor"):
-            sym = {"logical_and": "&&", "logical_or": "||", "logical_xor": "!="}[op]
-            return self._emit(f"({a} != 0) {sym} ({b} != 0)", torch.bool)
-        if op in ("truediv", "floordiv", "truncdiv", "mod", "remainder", "fmod") and not fp:
-            fn = {"truediv": "pyjit_truncdiv", "truncdiv": "pyjit_truncdiv", "floordiv": "pyjit_floordiv",
-                  "mod": "pyjit_mod", "remainder": "pyjit_mod", "fmod": "pyjit_fmod"}[op]
-            return self._emit(f"{fn}<{t}>({a}, {b})", dt)
-        if op in _INFIX:
-            return self._emit(f"{a} {_INFIX[op]} {b}", dt)
-        if op in ("maximum", "minimum"):
-            cmp = ">" if op == "maximum" else "<"
-            if fp:  # NaN-propagating, as torch.maximum/minimum
-                return self._emit(f"({a} {cmp} {b} || {a} != {a}) ? ({t}){a} : ({t}){b}", dt)
-            return self._emit(f"{a} {cmp} {b} ? ({t}){a} : ({t}){b}", dt)
-        ca, cb = f"({t}){a}", f"({t}){b}"
-        if op == "floordiv":
-            return self._emit(f"{_math('floor', dt)}({ca} / {cb})", dt)
-        if op == "truncdiv":
-            return self._emit(f"{_math('trunc', dt)}({ca} / {cb})", dt)
-        if op in ("mod", "remainder"):
-            r = self._emit(f"{_math('fmod', dt)}({ca}, {cb})", dt)
-            return self._emit(f"({r} != 0 && (({r} < 0) != ({b} < 0))) ? {r} + {cb} : {r}", dt)
-        if op in ("fmod", "pow", "atan2", "copysign", "hypot"):
-            return self._emit(f"{_math(op, dt)}({ca}, {cb})", dt)
-        raise NotImplementedError(f"no C++ code for binary {op}")
 
     def where(self, cond: CSEVar, a: CSEVar, b: CSEVar) -> CSEVar:
         dt = torch.promote_types(a.dtype, b.dtype)
@@ -575,16 +431,6 @@ class CppKernel(TritonKernel):
                 return None
         return text
 
-    def _drop_dead_loop_temporaries(self) -> None:
-        drop_dead_loop_temporaries(self.sections, _DEAD_ASSIGN)
-
-    def _post(self, expr: str, dtype: torch.dtype) -> CSEVar:
-        var = CSEVar(f"tmp{self.counter}", dtype)
-        self.counter += 1
-        self._section(f"post{self.loop}").writeline(f"{cpp_type(dtype)} {var.name} = {expr};")
-        self.defs[var.name] = (f"post{self.loop}", var.name)  # its section (a row constant)
-        return var
-
     # ------------------------------------------------------------------ kernel assembly
     def _reuse_row_values(self) -> list[str]:
         """Keep expensive values of an earlier row loop in a per-row buffer for later loops.
@@ -636,8 +482,7 @@ class CppKernel(TritonKernel):
         code = IndentedBuffer()
         code.writeline(f'extern "C" void {name}({", ".join(params)}) {{')
         with code.indent():
-            for line in self._origin_comments():
-                code.writeline("//" + line[1:])
+            code.writelines(self._origin_comments())
             threads = " num_threads(pyjit_threads)"
             if self.dynamic:
                 # Symbolic sizes: parallel or not is decided per call, on the same rule.
