@@ -101,6 +101,21 @@ class CSEVar:
         return self.name
 
 
+def column_load_bytes(group: FusedGroup, dtypes: dict[str, torch.dtype]) -> int | None:
+    """Element bytes of a reduction kernel's x-contiguous loads if it is a column reduction
+    (``reduction_heuristics.column_element_bytes``): the memory reads of its r-iterated nodes,
+    in kernel coordinates. Values produced inside the kernel are not memory reads."""
+    from .reduction_heuristics import column_element_bytes
+    loads: list[tuple[sympy.Expr, int]] = []
+    for node in group.nodes:
+        access = node.access(group.group)
+        if access is None or access.x_only:
+            continue
+        loads += [(dep.index, dtypes[dep.name].itemsize) for dep in access.reads
+                  if dep.name not in group.names and dep.name in dtypes]
+    return column_element_bytes(loads)
+
+
 # A table entry prints one op: ``(kernel, x)`` (unary) or ``(kernel, a, b, dtype)`` (binary,
 # ``dtype`` the promoted one) -> the expression, or an existing value (the op is the identity).
 UnaryFormat = Callable[[Any, CSEVar], Union[str, CSEVar]]

@@ -38,11 +38,15 @@ import torch
 from ...config import config
 from ..ops_handler import ReductionType
 from ..scheduler import XINDEX, FusedGroup
-from ..symbolic import FloorDiv, ModularIndexing, _Printer, is_static, simplify_with_ranges, sym
+from ..symbolic import FloorDiv, ModularIndexing, is_static, simplify_with_ranges, sym
 from . import cpp_ops
-from .common import CSEVar, IndentedBuffer, Kernel, compute_dtype
+from .common import CSEVar, IndentedBuffer, Kernel, column_load_bytes, compute_dtype
 from .cpp_prelude import HEADER
-from .cpp_ops import cpp_type, literal as _literal, math_fn as _math
+from .cpp_ops import bound as _bound
+from .cpp_ops import cexpr, cpp_type
+from .cpp_ops import literal as _literal
+from .cpp_ops import math_fn as _math
+from .cpp_reductions import COLUMN_BLOCK, CppReductions
 
 X_OUTER, X_INNER = sym("x_outer"), sym("x_inner")  # a split pointwise loop (_inner_split)
 
@@ -56,64 +60,10 @@ _EXPENSIVE = re.compile(r"pyjit_expf|pyjit_erff|pyjit_tanhf|__builtin_|/")
 _DEAD_ASSIGN = re.compile(r"\s*[\w:]+ (tmp\d+) = ")  # a loop temporary's assignment line
 
 
-class _CppPrinter(_Printer):
-    """Index expressions as C++ int64 arithmetic (``//`` is ``/``; a possibly negative base
-    floors as :class:`_Printer` describes)."""
-
-    _div = "/"
-
-    def _print_TrueDiv(self, e: Any) -> str:
-        return f"(static_cast<double>({self._print(e.args[0])}) / static_cast<double>({self._print(e.args[1])}))"
-
-    def _print_Min(self, e: sympy.Min) -> str:
-        args = [self._print(a) for a in e.args]
-        text = args[0]
-        for a in args[1:]:
-            text = f"pyjit_min<int64_t>({text}, {a})"
-        return text
-
-    def _print_Max(self, e: sympy.Max) -> str:
-        args = [self._print(a) for a in e.args]
-        text = args[0]
-        for a in args[1:]:
-            text = f"pyjit_max<int64_t>({text}, {a})"
-        return text
-
-    def _print_Pow(self, e: sympy.Pow) -> str:
-        base, exp = e.args
-        if exp.is_Integer and int(exp) > 0:
-            return "(" + " * ".join([self._paren(base)] * int(exp)) + ")"
-        raise NotImplementedError(f"index expression {e}")
-
-    def _print_Integer(self, e: sympy.Integer) -> str:
-        v = int(e)
-        return f"INT64_C({v})" if abs(v) >= 2 ** 31 else str(v)
-
-    def _print_Float(self, e: sympy.Float) -> str:
-        return repr(float(e))  # a double literal (symbolic float scalar inputs)
-
-    def _print_Rational(self, e: sympy.Rational) -> str:
-        return f"({int(e.p)}.0 / {int(e.q)}.0)"  # only in float expressions of scalar inputs
-
-    def _print_Function(self, e: Any) -> str:
-        raise NotImplementedError(f"no C++ code for the size expression {e} ({type(e).__name__})")
-
-    _print_Relational = _print_Function
-    _print_Piecewise = _print_Function
-
-
-def cexpr(expr: sympy.Expr) -> str:
-    """``expr`` (an int, or a sympy index/size expression) as C++ int64 arithmetic."""
-    if isinstance(expr, int):
-        return _CppPrinter()._print_Integer(sympy.Integer(expr))
-    return _CppPrinter().doprint(expr)
-
-
-def _bound(size: Any) -> str:
-    """A loop bound: the literal of a static size (exactly what static kernels always printed),
-    else the C++ expression over the size parameters."""
-    return str(size) if is_static(size) else cexpr(sympy.sympify(size))
-
+# Column reductions (loads contiguous along the output index) walk rows outer and a block of
+# outputs inner (cpp_reductions.py). Not part of the graph-cache key: flip it with a fresh
+# PYJIT_CACHE_DIR.
+COLUMN_REDUCTIONS = True
 
 # Fold sum(exp(x - c)) into the row loop of max(x) (see CppKernel._online_exp_sum). Off by
 # default: measured slower or equal on the CPU of docs/performance.md (rows are walked again
@@ -167,7 +117,7 @@ class CppKernelSource:
     size_types: list[str] = dataclasses.field(default_factory=list)
 
 
-class CppKernel(Kernel):
+class CppKernel(CppReductions, Kernel):
     """Generates one C++ kernel: the C++ target's ops handler (``CSEVar`` values)."""
 
     UNARY = cpp_ops.UNARY
@@ -179,10 +129,11 @@ class CppKernel(Kernel):
 
     def __init__(self, group: FusedGroup, kernel_index: int, removed: set[str], dtypes: dict[str, torch.dtype],
                  node_info: dict[str, tuple[str, str]], size_symbols: frozenset[str] = frozenset(),
-                 float_symbols: frozenset[str] = frozenset(), inner: int | None = None):
+                 float_symbols: frozenset[str] = frozenset(), inner: int | None = None, column: bool = False):
         """``inner``: a pointwise kernel walks ``xindex = x_outer * inner + x_inner`` in two
         nested loops (see :func:`_inner_split`); None: one flat loop. Every reduction row is
-        walked by explicit ``rindex`` loops (so a symbolic row length needs nothing special)."""
+        walked by explicit ``rindex`` loops (so a symbolic row length needs nothing special).
+        ``column``: a reduction walked in blocks of outputs, rows outer (``cpp_reductions.py``)."""
         super().__init__(_in_dependency_order(group), kernel_index, removed, dtypes, node_info, size_symbols)
         self.float_symbols = float_symbols
         self.inner = inner
@@ -193,6 +144,8 @@ class CppKernel(Kernel):
         # Row loops walked in chunks (an online exp-sum lives there): loop -> chunk length.
         self.chunks: dict[int, int] = {}
         self.online = False  # an exp-sum was folded into its max's loop
+        self.column = column
+        self.column_refused = False  # a reduction with no column form was met (argmax/argmin)
 
     def _assign(self, name: str, expr: str, dtype: torch.dtype) -> str:
         return f"{cpp_type(dtype)} {name} = {expr};"
@@ -282,72 +235,6 @@ class CppKernel(Kernel):
         return sympy.Symbol(idx.name, integer=True, nonnegative=True)
 
     # ------------------------------------------------------------------ reductions
-    def reduction(self, dtype: torch.dtype, src_dtype: torch.dtype, reduction_type: ReductionType,
-                  value: CSEVar) -> CSEVar:
-        vdt = value.dtype
-        t = cpp_type(vdt)
-        fp = vdt.is_floating_point
-        acc_buf, loop = self._section(f"acc{self.loop}"), self._section(f"loop{self.loop}")
-        acc = f"acc{self.counter}"
-        self.counter += 1
-        if reduction_type == "sum":
-            online = self._online_exp_sum(value, acc) if vdt in (torch.float32, torch.float64) else None
-            if online is not None:
-                return online
-            at = "double" if fp else ("int64_t" if vdt == torch.bool else t)
-            acc_buf.writeline(f"{at} {acc} = 0;")
-            loop.writeline(f"{acc} += {value};")
-            self._clause(f"+:{acc}")
-            return self._post(f"static_cast<{t}>({acc})", vdt)
-        if reduction_type in ("any", "all"):
-            acc_buf.writeline(f"int {acc} = {0 if reduction_type == 'any' else 1};")
-            op = "|" if reduction_type == "any" else "&"
-            loop.writeline(f"{acc} {op}= ({value} != 0);")
-            self._clause(f"{op}:{acc}")
-            return self._post(f"{acc} != 0", torch.bool)
-        if reduction_type in ("max", "min"):
-            cmp = ">" if reduction_type == "max" else "<"
-            if fp:
-                ident = f"-({t})INFINITY" if reduction_type == "max" else f"({t})INFINITY"
-            else:
-                info = torch.iinfo(vdt) if vdt != torch.bool else None
-                ident = (_literal(info.min if reduction_type == "max" else info.max, vdt) if info is not None
-                         else ("false" if reduction_type == "max" else "true"))
-            acc_buf.writeline(f"{t} {acc} = {ident};")
-            loop.writeline(f"{acc} = {value} {cmp} {acc} ? {value} : {acc};")
-            self._clause(f"{reduction_type}:{acc}")
-            if not fp:
-                return self._post(acc, vdt)
-            # NaN tracked apart so the loop stays a plain max/min reduction.
-            acc_buf.writeline(f"int {acc}_nan = 0;")
-            loop.writeline(f"{acc}_nan |= ({value} != {value});")
-            self._clause(f"|:{acc}_nan")
-            best = self._post(f"{acc}_nan ? ({t})NAN : {acc}", vdt)
-            if reduction_type == "max":
-                self.max_of[best.name] = (self.loop, value.name)
-            return best
-        if reduction_type in ("argmax", "argmin"):
-            cmp = ">" if reduction_type == "argmax" else "<"
-            acc_buf.writeline(f"{t} {acc}_v = 0;")
-            acc_buf.writeline(f"int64_t {acc} = -1;")
-            nan = f" || ({value} != {value} && {acc}_v == {acc}_v)" if fp else ""
-            loop.writeline(f"if ({acc} < 0 || {value} {cmp} {acc}_v{nan}) {{ {acc}_v = {value}; {acc} = rindex; }}")
-            self._clause(None)
-            return self._post(f"{acc} < 0 ? 0 : {acc}", torch.int64)
-        if reduction_type == "m2":
-            # Sum and sum of squares in double (exact squares of fp32 inputs), so the loop stays
-            # an ``omp simd`` reduction: M2 = S2 - S1^2 / n loses digits only when |mean| / std
-            # approaches 1e6 for fp32 data (Welford would cost the vectorisation).
-            acc_buf.writeline(f"double {acc} = 0, {acc}_sq = 0;")
-            loop.writeline(f"{acc} += {value}; {acc}_sq += (double){value} * (double){value};")
-            self._clause(f"+:{acc},{acc}_sq")
-            if is_static(self.rnumel):
-                n = repr(float(max(self.rnumel, 1)))
-            else:
-                n = f"(double)pyjit_max<int64_t>({cexpr(self.rnumel)}, 1)"
-            return self._post(f"static_cast<{t}>(pyjit_max<double>({acc}_sq - {acc} * {acc} / {n}, 0.0))", vdt)
-        raise NotImplementedError(f"reduction {reduction_type}")
-
     def _online_exp_sum(self, value: CSEVar, acc: str) -> CSEVar | None:
         """``sum(exp(v - c))`` (``c`` constant per row) in a later loop than ``max(v)``: fold it
         into the max's loop (issue 12, item 1; off unless ``ONLINE_EXP_SUM``).
@@ -469,8 +356,40 @@ class CppKernel(Kernel):
             section.lines = lines
         return decls
 
+    def column_form(self) -> bool:
+        """Whether this column-mode kernel has the one shape column loops support: a single
+        row loop, nothing before it, no reduction without a column form."""
+        return not self.column_refused and self.num_loops == 1 and not self.sections["pre"].lines \
+            and not self.chunks and not self.online
+
+    def _column_loops(self, code: IndentedBuffer, threads: str, xbound: str, rbound: str) -> None:
+        """Blocks of ``COLUMN_BLOCK`` outputs (one thread each); per row, an ``omp simd`` loop
+        over the block's outputs updates their accumulators; then each output is finalised."""
+        blocks = -(-int(self.xnumel) // COLUMN_BLOCK)
+        if blocks > 1 and int(self.xnumel) * max(int(self.rnumel), 1) >= config.cpp_parallel_min:
+            code.writeline(f"#pragma omp parallel for schedule(static){threads}")
+        code.writeline(f"for (int64_t x0 = 0; x0 < {xbound}; x0 += {COLUMN_BLOCK}) {{")
+        with code.indent():
+            code.writeline(f"const int64_t xn = pyjit_min<int64_t>({COLUMN_BLOCK}, {xbound} - x0);")
+            code.writelines(self._section("acc0").lines)
+            code.writeline(f"for (int64_t rindex = 0; rindex < {rbound}; ++rindex) {{")
+            code.writeline("    #pragma omp simd")
+            code.writeline("    for (int64_t xl = 0; xl < xn; ++xl) {")
+            code.writeline("        const int64_t xindex = x0 + xl;")
+            with code.indent(2):
+                code.writelines(self._section("loop0").lines)
+            code.writelines(["    }", "}"])
+            code.writeline("for (int64_t xl = 0; xl < xn; ++xl) {")
+            code.writeline("    const int64_t xindex = x0 + xl;")
+            with code.indent():
+                code.writelines(self._section("post0").lines)
+            code.writeline("}")
+        code.writeline("}")
+
     def cpp_source(self) -> CppKernelSource:
         self.codegen_nodes()
+        if self.column and not self.column_form():
+            raise _NoColumnForm()
         if self.online:
             self._drop_dead_loop_temporaries()
         row_buffers = self._reuse_row_values() if self.is_reduction else []
@@ -536,6 +455,8 @@ class CppKernel(Kernel):
                 with code.indent():
                     code.writelines(self.sections["pre"].lines)
                 code.writeline("}")
+            elif self.column:
+                self._column_loops(code, threads, xbound, rbound)
             else:
                 if parallel:
                     code.writeline(f"#pragma omp parallel for schedule(static){threads}")
@@ -593,9 +514,21 @@ class CppKernel(Kernel):
         return names, ["double" if n in self.float_symbols else "int64_t" for n in names]
 
 
+class _NoColumnForm(Exception):
+    """A column-mode kernel met something column loops do not support."""
+
+
 def generate_cpp_kernel(group: FusedGroup, kernel_index: int, removed: set[str], dtypes: dict[str, torch.dtype],
                         node_info: dict[str, tuple[str, str]], size_symbols: frozenset[str] = frozenset(),
                         float_symbols: frozenset[str] = frozenset()) -> CppKernelSource:
+    if COLUMN_REDUCTIONS and not group.is_scatter and group.group[1] != 1 \
+            and all(is_static(n) for n in group.group) and column_load_bytes(group, dtypes) is not None:
+        # Loads contiguous along the outputs: walk rows outer, a block of outputs inner.
+        try:
+            return CppKernel(group, kernel_index, removed, dtypes, node_info, size_symbols, float_symbols,
+                             column=True).cpp_source()
+        except _NoColumnForm:
+            pass
     kernel = CppKernel(group, kernel_index, removed, dtypes, node_info, size_symbols, float_symbols)
     source = kernel.cpp_source()
     inner = None if group.is_scatter else _inner_split(kernel)

@@ -12,7 +12,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import sympy
 import torch
+
+from ..symbolic import _Printer, is_static
 
 from .common import BinaryFormat, CSEVar, UnaryFormat
 
@@ -50,6 +53,65 @@ def literal(value: Any, dtype: torch.dtype) -> str:
     if dtype == torch.int64 and v == -(2 ** 63):
         return "(-INT64_C(9223372036854775807) - 1)"
     return f"INT64_C({v})" if dtype == torch.int64 else f"({cpp_type(dtype)}){v}"
+
+
+class _CppPrinter(_Printer):
+    """Index expressions as C++ int64 arithmetic (``//`` is ``/``; a possibly negative base
+    floors as :class:`_Printer` describes)."""
+
+    _div = "/"
+
+    def _print_TrueDiv(self, e: Any) -> str:
+        return f"(static_cast<double>({self._print(e.args[0])}) / static_cast<double>({self._print(e.args[1])}))"
+
+    def _print_Min(self, e: sympy.Min) -> str:
+        args = [self._print(a) for a in e.args]
+        text = args[0]
+        for a in args[1:]:
+            text = f"pyjit_min<int64_t>({text}, {a})"
+        return text
+
+    def _print_Max(self, e: sympy.Max) -> str:
+        args = [self._print(a) for a in e.args]
+        text = args[0]
+        for a in args[1:]:
+            text = f"pyjit_max<int64_t>({text}, {a})"
+        return text
+
+    def _print_Pow(self, e: sympy.Pow) -> str:
+        base, exp = e.args
+        if exp.is_Integer and int(exp) > 0:
+            return "(" + " * ".join([self._paren(base)] * int(exp)) + ")"
+        raise NotImplementedError(f"index expression {e}")
+
+    def _print_Integer(self, e: sympy.Integer) -> str:
+        v = int(e)
+        return f"INT64_C({v})" if abs(v) >= 2 ** 31 else str(v)
+
+    def _print_Float(self, e: sympy.Float) -> str:
+        return repr(float(e))  # a double literal (symbolic float scalar inputs)
+
+    def _print_Rational(self, e: sympy.Rational) -> str:
+        return f"({int(e.p)}.0 / {int(e.q)}.0)"  # only in float expressions of scalar inputs
+
+    def _print_Function(self, e: Any) -> str:
+        raise NotImplementedError(f"no C++ code for the size expression {e} ({type(e).__name__})")
+
+    _print_Relational = _print_Function
+    _print_Piecewise = _print_Function
+
+
+def cexpr(expr: sympy.Expr) -> str:
+    """``expr`` (an int, or a sympy index/size expression) as C++ int64 arithmetic."""
+    if isinstance(expr, int):
+        return _CppPrinter()._print_Integer(sympy.Integer(expr))
+    return _CppPrinter().doprint(expr)
+
+
+def bound(size: Any) -> str:
+    """A loop bound: the literal of a static size (exactly what static kernels always printed),
+    else the C++ expression over the size parameters."""
+    return str(size) if is_static(size) else cexpr(sympy.sympify(size))
 
 
 _VECTOR_FP32 = {"exp": "pyjit_expf", "tanh": "pyjit_tanhf", "erf": "pyjit_erff"}

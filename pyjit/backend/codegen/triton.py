@@ -33,8 +33,8 @@ from ..ops_handler import ReductionType
 from ..scheduler import RINDEX, FusedGroup
 from ..symbolic import FloorDiv, hint, is_static, texpr
 from . import triton_ops
-from .common import CSEVar, IndentedBuffer, Kernel, compute_dtype, next_power_of_2, triton_dtype
-from .reduction_heuristics import (COLUMN_PERSISTENT_RMAX, column_element_bytes, column_meta, column_multi_pass_rmax,
+from .common import CSEVar, IndentedBuffer, Kernel, column_load_bytes, compute_dtype, next_power_of_2, triton_dtype
+from .reduction_heuristics import (COLUMN_PERSISTENT_RMAX, column_meta, column_multi_pass_rmax,
                                    looped_meta, persistent_meta)
 from .tiling import tile_blocks
 
@@ -93,7 +93,7 @@ class TritonKernel(Kernel):
         super().__init__(group, kernel_index, removed, dtypes, node_info, size_symbols)
         # A column reduction (loads contiguous along x, strided along r) gets wide-x tiles; it
         # holds whole columns only when they are short (reduction_heuristics.py).
-        self.column_bytes = _column_bytes(group, dtypes) if self.is_reduction else None
+        self.column_bytes = column_load_bytes(group, dtypes) if self.is_reduction else None
         if self.column_bytes is not None:
             persistent_rmax = min(persistent_rmax, COLUMN_PERSISTENT_RMAX)
         # A symbolic row length is looped (correct for every length); the wrapper may also get
@@ -514,18 +514,3 @@ def generate_kernel(group: FusedGroup, kernel_index: int, removed: set[str], dty
         return TritonKernel(group, kernel_index, removed, dtypes, kernel.rnumel, node_info, size_symbols,
                             force_persistent=True).source()
     return source
-
-
-def _column_bytes(group: FusedGroup, dtypes: dict[str, torch.dtype]) -> int | None:
-    """Element bytes of a reduction kernel's x-contiguous loads if it is a column reduction
-    (``reduction_heuristics.column_element_bytes``): the memory reads of its r-iterated nodes,
-    in kernel coordinates. Values produced inside the kernel are not memory reads."""
-    loads: list[tuple[sympy.Expr, int]] = []
-    for node in group.nodes:
-        access = node.access(group.group)
-        if access is None or access.x_only:
-            continue
-        loads += [(dep.index, dtypes[dep.name].itemsize) for dep in access.reads
-                  if dep.name not in group.names and dep.name in dtypes]
-    return column_element_bytes(loads)
-
