@@ -12,9 +12,10 @@ temporaries (``float tmp3 = ...;``, common subexpressions reused). Kernel shapes
 - transposes/permutes (``codegen/tiling.py`` chooses the split): 16x16 tiles over
   ``(yindex, xindex)`` so loads and stores both touch contiguous runs;
 - reductions: an outer (OpenMP-parallel) loop over rows, each row reduced by one thread in as
-  many ``rindex`` loops as the group needs; sums accumulate in double, max/min propagate NaN
-  through a separate flag so the loop stays a ``#pragma omp simd reduction``; variance is
-  ``S2 - S1^2/n`` in double; argmax/argmin keep the first extreme (first NaN wins).
+  many ``rindex`` loops as the group needs, or, for a column reduction, blocks of outputs with
+  rows outer (accumulators and the fp32 summation order: ``cpp_reductions.py``); max/min
+  propagate NaN through a separate flag so the loop stays a ``#pragma omp simd reduction``;
+  variance is ``S2 - S1^2/n`` in double; argmax/argmin keep the first extreme (first NaN wins).
 
 fp16/bf16 are stored as ``uint16_t`` and computed in fp32 (round to nearest even on store).
 
@@ -36,16 +37,15 @@ import sympy
 import torch
 
 from ...config import config
-from ..ops_handler import ReductionType
 from ..scheduler import XINDEX, FusedGroup
 from ..symbolic import FloorDiv, ModularIndexing, is_static, simplify_with_ranges, sym
 from . import cpp_ops
 from .common import CSEVar, IndentedBuffer, Kernel, column_load_bytes, compute_dtype
-from .cpp_prelude import HEADER
 from .cpp_ops import bound as _bound
 from .cpp_ops import cexpr, cpp_type
 from .cpp_ops import literal as _literal
 from .cpp_ops import math_fn as _math
+from .cpp_prelude import HEADER
 from .cpp_reductions import COLUMN_BLOCK, CppReductions
 
 X_OUTER, X_INNER = sym("x_outer"), sym("x_inner")  # a split pointwise loop (_inner_split)

@@ -16,7 +16,6 @@ import sympy
 import torch
 
 from ..symbolic import _Printer, is_static
-
 from .common import BinaryFormat, CSEVar, UnaryFormat
 
 CPP_TYPES = {

@@ -164,4 +164,4 @@ class CppReductions:
         raise NotImplementedError(f"reduction {reduction_type}")
 
 
-__all__ = ["CppReductions", "COLUMN_BLOCK", "SUM_BLOCK", "kahan_update"]
+__all__ = ["COLUMN_BLOCK", "SUM_BLOCK", "CppReductions", "kahan_update"]
