@@ -40,7 +40,7 @@ from ...config import config
 from ..scheduler import XINDEX, FusedGroup
 from ..symbolic import FloorDiv, ModularIndexing, is_static, simplify_with_ranges, sym
 from . import cpp_ops
-from .common import CSEVar, IndentedBuffer, Kernel, column_load_bytes, compute_dtype
+from .common import CSEVar, IndentedBuffer, column_load_bytes, compute_dtype
 from .cpp_ops import bound as _bound
 from .cpp_ops import cexpr, cpp_type
 from .cpp_ops import literal as _literal
@@ -117,7 +117,7 @@ class CppKernelSource:
     size_types: list[str] = dataclasses.field(default_factory=list)
 
 
-class CppKernel(CppReductions, Kernel):
+class CppKernel(CppReductions):
     """Generates one C++ kernel: the C++ target's ops handler (``CSEVar`` values)."""
 
     UNARY = cpp_ops.UNARY

@@ -22,17 +22,12 @@ stays inf and NaN stays NaN as in a plain sum; max/min carry NaN in a flag (the 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from ..ops_handler import ReductionType
 from ..symbolic import is_static
-from .common import CSEVar
+from .common import CSEVar, Kernel
 from .cpp_ops import cexpr, cpp_type, literal
-
-if TYPE_CHECKING:
-    from .cpp import CppKernel
 
 # Elements per fp32 block of a row sum: the row loop is walked in chunks of this many elements.
 SUM_BLOCK = 512
@@ -46,14 +41,22 @@ def kahan_update(s: str, c: str, value: str) -> str:
             f"{c} = (t_ - t_ == 0.0f) ? d_ : 0.0f; {s} = t_; }}")
 
 
-class CppReductions:
-    """The ``reduction`` method of the ops handler and the accumulator helpers it uses."""
+class CppReductions(Kernel):
+    """The C++ handler's ``reduction`` and the accumulator helpers it uses (the rest of the
+    handler is :class:`~pyjit.backend.codegen.cpp.CppKernel`)."""
 
     column: bool
     column_refused: bool
+    chunks: dict[int, int]
+
+    def _clause(self, clause: str | None, loop: int | None = None) -> None:
+        raise NotImplementedError
+
+    def _online_exp_sum(self, value: CSEVar, acc: str) -> CSEVar | None:
+        raise NotImplementedError
 
     # ------------------------------------------------------------------ accumulators
-    def _acc_decl(self: "CppKernel", ctype: str, name: str, init: str) -> None:
+    def _acc_decl(self, ctype: str, name: str, init: str) -> None:
         """Declare an accumulator in the current loop's ``acc`` section (one per output of the
         block in column mode)."""
         buf = self._section(f"acc{self.loop}")
@@ -63,11 +66,11 @@ class CppReductions:
         else:
             buf.writeline(f"{ctype} {name} = {init};")
 
-    def _acc(self: "CppKernel", name: str) -> str:
+    def _acc(self, name: str) -> str:
         """The accumulator as the loop body and the post section see it."""
         return f"{name}[xl]" if self.column else name
 
-    def _sum_fp32(self: "CppKernel", acc: str, value: CSEVar, t: str, vdt: torch.dtype) -> CSEVar:
+    def _sum_fp32(self, acc: str, value: CSEVar, t: str, vdt: torch.dtype) -> CSEVar:
         loop = self._section(f"loop{self.loop}")
         if self.column:
             self._acc_decl("float", acc, "0.0f")
@@ -87,7 +90,7 @@ class CppReductions:
         return self._post(f"static_cast<{t}>({acc})", vdt)
 
     # ------------------------------------------------------------------ the handler method
-    def reduction(self: "CppKernel", dtype: torch.dtype, src_dtype: torch.dtype, reduction_type: ReductionType,
+    def reduction(self, dtype: torch.dtype, src_dtype: torch.dtype, reduction_type: ReductionType,
                   value: CSEVar) -> CSEVar:
         vdt = value.dtype
         t = cpp_type(vdt)
