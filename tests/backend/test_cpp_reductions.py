@@ -105,3 +105,13 @@ def test_reduction_outputs_keep_eager_strides(cpp: Any) -> None:
     for got, want in zip(compiled(x), fn(x)):
         assert got.shape == want.shape and got.stride() == want.stride()
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool, torch.bfloat16, torch.float16, torch.float64])
+def test_column_reductions_of_other_dtypes(cpp: Any, dtype: torch.dtype) -> None:
+    x = make((130, 70), "cpu", dtype) if dtype != torch.bool else make((130, 70), "cpu") > 0
+    if dtype == torch.bool:
+        compiled = check(lambda t: (t.sum(0), t.all(0)), x)
+    else:
+        compiled = check(lambda t: (t.sum(0), t.amax(0), t.amin(0)), x)
+    assert "x0 += 64" in compiled.pyjit_source
