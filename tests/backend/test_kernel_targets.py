@@ -316,3 +316,17 @@ def test_prod_is_no_reduction_of_the_lowerings() -> None:
     for target in TARGETS:
         with pytest.raises(NotImplementedError):
             run_on(target, [x], torch.float32, lambda ops, v: v, rnumel=8, rtype="prod")
+
+
+@pytest.mark.parametrize("op", ["exp", "tanh", "erf"])
+def test_cpp_vector_math_accuracy(op: str) -> None:
+    # fp32 exp/tanh/erf are the prelude's vectorizable helpers, not libm: a dense sweep against
+    # the float64 result, in units of the fp32 spacing there (bounds: measured, rounded up).
+    x = torch.linspace(-103.0, 88.7, 400_003) if op == "exp" else torch.linspace(-9.0, 9.0, 400_003)
+    got = run_on("cpp", [x], torch.float32, lambda ops, v: ops.unary(op, v)).double()
+    ref = getattr(torch, op)(x.double())
+    spacing = (torch.nextafter(ref.float(), torch.tensor(math.inf)) - ref.float()).double()
+    normal = ref.abs() > 1.2e-38
+    ulp = ((got - ref).abs() / spacing)[normal]
+    bound = {"exp": 1.5, "tanh": 2.0, "erf": 3.0}[op]
+    assert ulp.max().item() <= bound, (op, ulp.max().item())
