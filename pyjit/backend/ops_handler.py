@@ -4,7 +4,9 @@ A loop body (``inner_fn``) never computes anything itself: it calls methods of t
 is given (``ops.load``, ``ops.binary("add", a, b)``...). The same body is therefore
 - printed by :class:`PrintHandler` (debugging, tests),
 - analysed by :class:`RecordHandler` (which buffers it reads/writes, at which indices),
-- turned into Triton source by ``pyjit.backend.codegen.triton.TritonOpsHandler``.
+- turned into kernel source by the device's kernel target: ``codegen.triton.TritonKernel`` or
+  ``codegen.cpp.CppKernel`` (both ``codegen.common.Kernel``; their op tables are
+  ``codegen/triton_ops.py`` and ``codegen/cpp_ops.py``).
 The handler is always passed explicitly (no implicit global handler).
 """
 from __future__ import annotations

@@ -193,11 +193,14 @@ def test_online_exp_sum_walks_rows_fewer_times(cpp: Any, monkeypatch: Any, onlin
     softmax = check(lambda t: torch.softmax(t, -1), x).pyjit_source
     log_softmax = check(lambda t: torch.log_softmax(t, -1) * 2, x).pyjit_source
     # Full-row loops; with online: the chunked max+sum loop, the normalising loop and the
-    # scalar NaN/inf fallback loop.
+    # scalar NaN/inf fallback loop. Without: max, the blocked sum (chunks of SUM_BLOCK) and
+    # the normalising loop.
     walks = [src.count("for (int64_t rindex = 0; rindex < 999; ++rindex)") for src in (softmax, log_softmax)]
     chunked = [src.count("for (int64_t r0_0 = 0; r0_0 < 999; r0_0 += 256)") for src in (softmax, log_softmax)]
-    assert walks == ([2, 2] if online else [3, 3]), walks
+    blocked = [src.count("for (int64_t r0_1 = 0; r0_1 < 999; r0_1 += 512)") for src in (softmax, log_softmax)]
+    assert walks == [2, 2], walks
     assert chunked == ([1, 1] if online else [0, 0]), chunked
+    assert blocked == ([0, 0] if online else [1, 1]), blocked
     assert backend.metrics.generated_kernel_count == 2
 
 

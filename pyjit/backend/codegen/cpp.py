@@ -1,20 +1,21 @@
 """C++ kernel generation for CPU graphs: one ``extern "C"`` function per fused group.
 
-``CppKernel`` is a second ops handler over the same loop IR and the same fused groups as
-:class:`~pyjit.backend.codegen.triton.TritonKernel`; it reuses that class's placement of nodes
-into sections (``pre``, then per reduction loop ``acc{i}`` / ``loop{i}`` / ``post{i}``), its
-scoping and its recomputation of values from earlier loops, and prints C++ instead of Triton.
-Values are scalar C++ temporaries (``float tmp3 = ...;``, common subexpressions reused). Kernel
-shapes:
+``CppKernel`` is the C++ target's ops handler over the same loop IR and fused groups as
+:class:`~pyjit.backend.codegen.triton.TritonKernel`, its sibling: both derive from
+:class:`~pyjit.backend.codegen.common.Kernel` (placement of nodes into sections ``pre``, then
+per reduction loop ``acc{i}`` / ``loop{i}`` / ``post{i}``; scoping; recomputation of values from
+earlier loops). Pointwise ops come from ``cpp_ops.py``'s tables. Values are scalar C++
+temporaries (``float tmp3 = ...;``, common subexpressions reused). Kernel shapes:
 
 - pointwise: one flat loop over ``xindex`` (``#pragma omp parallel for simd`` above
   ``config.cpp_parallel_min`` elements, else ``#pragma omp simd``);
 - transposes/permutes (``codegen/tiling.py`` chooses the split): 16x16 tiles over
   ``(yindex, xindex)`` so loads and stores both touch contiguous runs;
 - reductions: an outer (OpenMP-parallel) loop over rows, each row reduced by one thread in as
-  many ``rindex`` loops as the group needs; sums accumulate in double, max/min propagate NaN
-  through a separate flag so the loop stays a ``#pragma omp simd reduction``; variance is
-  ``S2 - S1^2/n`` in double; argmax/argmin keep the first extreme (first NaN wins).
+  many ``rindex`` loops as the group needs, or, for a column reduction, blocks of outputs with
+  rows outer (accumulators and the fp32 summation order: ``cpp_reductions.py``); max/min
+  propagate NaN through a separate flag so the loop stays a ``#pragma omp simd reduction``;
+  variance is ``S2 - S1^2/n`` in double; argmax/argmin keep the first extreme (first NaN wins).
 
 fp16/bf16 are stored as ``uint16_t`` and computed in fp32 (round to nearest even on store).
 
@@ -29,7 +30,6 @@ parallelism is decided per call (``if(parallel: ...)`` on the element count).
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from typing import Any
 
@@ -37,12 +37,16 @@ import sympy
 import torch
 
 from ...config import config
-from ..ops_handler import BinaryOp, ReductionType, UnaryOp
-from ..scheduler import FusedGroup
-from ..symbolic import FloorDiv, ModularIndexing, _Printer, is_static, simplify_with_ranges, sym
-from .common import IndentedBuffer, compute_dtype, drop_dead_loop_temporaries
+from ..scheduler import XINDEX, FusedGroup
+from ..symbolic import FloorDiv, ModularIndexing, is_static, simplify_with_ranges, sym
+from . import cpp_ops
+from .common import CSEVar, IndentedBuffer, column_load_bytes, compute_dtype
+from .cpp_ops import bound as _bound
+from .cpp_ops import cexpr, cpp_type
+from .cpp_ops import literal as _literal
+from .cpp_ops import math_fn as _math
 from .cpp_prelude import HEADER
-from .triton import XINDEX, YINDEX, CSEVar, TritonKernel
+from .cpp_reductions import COLUMN_BLOCK, CppReductions
 
 X_OUTER, X_INNER = sym("x_outer"), sym("x_inner")  # a split pointwise loop (_inner_split)
 
@@ -53,120 +57,13 @@ TILE = 16
 ROW_BUFFER_MAX = 8192
 _EXPENSIVE = re.compile(r"pyjit_expf|pyjit_erff|pyjit_tanhf|__builtin_|/")
 
-CPP_TYPES = {
-    torch.float32: "float", torch.float64: "double", torch.int64: "int64_t", torch.int32: "int32_t",
-    torch.int16: "int16_t", torch.int8: "int8_t", torch.uint8: "uint8_t", torch.bool: "bool",
-    torch.float16: "uint16_t", torch.bfloat16: "uint16_t",
-}
-
-
-def cpp_type(dtype: torch.dtype) -> str:
-    try:
-        return CPP_TYPES[dtype]
-    except KeyError:
-        raise NotImplementedError(f"no C++ type for {dtype}") from None
-
-
 _DEAD_ASSIGN = re.compile(r"\s*[\w:]+ (tmp\d+) = ")  # a loop temporary's assignment line
 
 
-class _CppPrinter(_Printer):
-    """Index expressions as C++ int64 arithmetic (``//`` is ``/``; a possibly negative base
-    floors as :class:`_Printer` describes)."""
-
-    _div = "/"
-
-    def _print_TrueDiv(self, e: Any) -> str:
-        return f"(static_cast<double>({self._print(e.args[0])}) / static_cast<double>({self._print(e.args[1])}))"
-
-    def _print_Min(self, e: sympy.Min) -> str:
-        args = [self._print(a) for a in e.args]
-        text = args[0]
-        for a in args[1:]:
-            text = f"pyjit_min<int64_t>({text}, {a})"
-        return text
-
-    def _print_Max(self, e: sympy.Max) -> str:
-        args = [self._print(a) for a in e.args]
-        text = args[0]
-        for a in args[1:]:
-            text = f"pyjit_max<int64_t>({text}, {a})"
-        return text
-
-    def _print_Pow(self, e: sympy.Pow) -> str:
-        base, exp = e.args
-        if exp.is_Integer and int(exp) > 0:
-            return "(" + " * ".join([self._paren(base)] * int(exp)) + ")"
-        raise NotImplementedError(f"index expression {e}")
-
-    def _print_Integer(self, e: sympy.Integer) -> str:
-        v = int(e)
-        return f"INT64_C({v})" if abs(v) >= 2 ** 31 else str(v)
-
-    def _print_Float(self, e: sympy.Float) -> str:
-        return repr(float(e))  # a double literal (symbolic float scalar inputs)
-
-    def _print_Rational(self, e: sympy.Rational) -> str:
-        return f"({int(e.p)}.0 / {int(e.q)}.0)"  # only in float expressions of scalar inputs
-
-    def _print_Function(self, e: Any) -> str:
-        raise NotImplementedError(f"no C++ code for the size expression {e} ({type(e).__name__})")
-
-    _print_Relational = _print_Function
-    _print_Piecewise = _print_Function
-
-
-def cexpr(expr: sympy.Expr) -> str:
-    """``expr`` (an int, or a sympy index/size expression) as C++ int64 arithmetic."""
-    if isinstance(expr, int):
-        return _CppPrinter()._print_Integer(sympy.Integer(expr))
-    return _CppPrinter().doprint(expr)
-
-
-def _bound(size: Any) -> str:
-    """A loop bound: the literal of a static size (exactly what static kernels always printed),
-    else the C++ expression over the size parameters."""
-    return str(size) if is_static(size) else cexpr(sympy.sympify(size))
-
-
-def _literal(value: Any, dtype: torch.dtype) -> str:
-    if dtype == torch.bool:
-        return "true" if value else "false"
-    if dtype.is_floating_point:
-        v = float(value)
-        suffix = "f" if dtype == torch.float32 else ""
-        t = cpp_type(dtype)
-        if math.isnan(v):
-            return f"({t})NAN"
-        if math.isinf(v):
-            return f"({t})INFINITY" if v > 0 else f"(-({t})INFINITY)"
-        text = repr(v)
-        if "e" not in text and "." not in text:
-            text += ".0"
-        return f"{text}{suffix}"
-    v = int(value)
-    if dtype == torch.int64 and v == -(2 ** 63):
-        return "(-INT64_C(9223372036854775807) - 1)"
-    return f"INT64_C({v})" if dtype == torch.int64 else f"({cpp_type(dtype)}){v}"
-
-
-_UNARY_FP = {op: op for op in ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "sin", "cos",
-                               "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
-                               "erf", "erfc", "floor", "ceil", "trunc", "lgamma")}
-_UNARY_FP.update({"round": "nearbyint", "abs": "fabs"})
-_VECTOR_FP32 = {"exp": "pyjit_expf", "tanh": "pyjit_tanhf", "erf": "pyjit_erff"}
-
-
-def _math(fn: str, dtype: torch.dtype) -> str:
-    """The function computing ``fn`` for ``dtype``: a vectorizable helper for fp32 exp/tanh/erf,
-    else the libm builtin (``__builtin_expf`` for float, ``__builtin_exp`` for double)."""
-    if dtype == torch.float32 and fn in _VECTOR_FP32:
-        return _VECTOR_FP32[fn]
-    return f"__builtin_{fn}{'f' if dtype != torch.float64 else ''}"
-_INFIX = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "bitwise_and": "&", "bitwise_or": "|",
-          "bitwise_xor": "^", "lshift": "<<", "rshift": ">>", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
-          "gt": ">", "ge": ">="}
-
+# Column reductions (loads contiguous along the output index) walk rows outer and a block of
+# outputs inner (cpp_reductions.py). Not part of the graph-cache key: flip it with a fresh
+# PYJIT_CACHE_DIR.
+COLUMN_REDUCTIONS = True
 
 # Fold sum(exp(x - c)) into the row loop of max(x) (see CppKernel._online_exp_sum). Off by
 # default: measured slower or equal on the CPU of docs/performance.md (rows are walked again
@@ -220,18 +117,24 @@ class CppKernelSource:
     size_types: list[str] = dataclasses.field(default_factory=list)
 
 
-class CppKernel(TritonKernel):
-    """Generates one C++ kernel. Implements the ops-handler Protocol with ``CSEVar`` values."""
+class CppKernel(CppReductions):
+    """Generates one C++ kernel: the C++ target's ops handler (``CSEVar`` values)."""
+
+    UNARY = cpp_ops.UNARY
+    BINARY = cpp_ops.BINARY
+    TARGET = "C++"
+    COMMENT = "//"
+    RINDEX = sym(RINDEX_NAME)
+    DEAD_ASSIGN = _DEAD_ASSIGN
 
     def __init__(self, group: FusedGroup, kernel_index: int, removed: set[str], dtypes: dict[str, torch.dtype],
                  node_info: dict[str, tuple[str, str]], size_symbols: frozenset[str] = frozenset(),
-                 float_symbols: frozenset[str] = frozenset(), inner: int | None = None):
+                 float_symbols: frozenset[str] = frozenset(), inner: int | None = None, column: bool = False):
         """``inner``: a pointwise kernel walks ``xindex = x_outer * inner + x_inner`` in two
-        nested loops (see :func:`_inner_split`); None: one flat loop."""
-        # persistent_rmax=0: every reduction row is walked by explicit rindex loops (so a
-        # symbolic row length needs nothing special). The base class turns 2-D tiling off for
-        # symbolic sizes.
-        super().__init__(_in_dependency_order(group), kernel_index, removed, dtypes, 0, node_info, size_symbols)
+        nested loops (see :func:`_inner_split`); None: one flat loop. Every reduction row is
+        walked by explicit ``rindex`` loops (so a symbolic row length needs nothing special).
+        ``column``: a reduction walked in blocks of outputs, rows outer (``cpp_reductions.py``)."""
+        super().__init__(_in_dependency_order(group), kernel_index, removed, dtypes, node_info, size_symbols)
         self.float_symbols = float_symbols
         self.inner = inner
         self.index_log: list[sympy.Expr] = []  # every index this kernel printed (for _inner_split)
@@ -241,31 +144,21 @@ class CppKernel(TritonKernel):
         # Row loops walked in chunks (an online exp-sum lives there): loop -> chunk length.
         self.chunks: dict[int, int] = {}
         self.online = False  # an exp-sum was folded into its max's loop
+        self.column = column
+        self.column_refused = False  # a reduction with no column form was met (argmax/argmin)
 
-    # ------------------------------------------------------------------ helpers
-    def _emit(self, expr: str, dtype: torch.dtype, cse: bool = True) -> CSEVar:
-        if cse:
-            hit = self._lookup(expr)
-            if hit is not None:
-                return hit
-        var = CSEVar(f"tmp{self.counter}", dtype)
-        self.counter += 1
-        self._section(self.section).writeline(f"{cpp_type(dtype)} {var.name} = {expr};")
-        self.defs[var.name] = (self.section, expr)
-        if cse:
-            self.cache[(self.section, expr)] = var
-        return var
+    def _assign(self, name: str, expr: str, dtype: torch.dtype) -> str:
+        return f"{cpp_type(dtype)} {name} = {expr};"
+
+    def printer(self, expr: sympy.Expr) -> str:
+        return cexpr(expr)
 
     def _index_str(self, index: sympy.Expr) -> str:
         self.index_log.append(index)
         if self.inner is not None:
             split = index.subs(XINDEX, X_OUTER * self.inner + X_INNER)
             return cexpr(simplify_with_ranges(split, {X_OUTER: int(self.xnumel) // self.inner, X_INNER: self.inner}))
-        if self.tiling is not None:
-            ranges = {XINDEX: self.tiling.xnumel, YINDEX: self.tiling.ynumel}
-        else:
-            ranges = {XINDEX: self.xnumel, sympy.Symbol(RINDEX_NAME, integer=True, nonnegative=True): self.rnumel}
-        return cexpr(simplify_with_ranges(index, ranges))
+        return super()._index_str(index)
 
     def _clause(self, clause: str | None, loop: int | None = None) -> None:
         """Record the ``omp simd`` reduction clause loop ``loop`` (default: the current one)
@@ -278,14 +171,7 @@ class CppKernel(TritonKernel):
             current.append(clause)
 
     # ------------------------------------------------------------------ ops handler
-    def load(self, name: str, index: sympy.Expr) -> CSEVar:
-        key = f"store:{name}:{self._index_str(index)}"
-        hit = self._lookup(key)
-        if hit is not None:
-            return hit
-        producer = self.producers.get(name)
-        if producer is not None:
-            return self._recompute(producer, name, index)
+    def _load_expr(self, name: str, index: sympy.Expr) -> tuple[str, torch.dtype]:
         ptr = self.inputs.setdefault(name, f"in_ptr{len(self.inputs)}")
         dtype = self.dtypes[name]
         expr = f"{ptr}[{self._index_str(index)}]"
@@ -293,19 +179,9 @@ class CppKernel(TritonKernel):
             expr = f"pyjit_bf16_to_f32({expr})"
         elif dtype == torch.float16:
             expr = f"pyjit_f16_to_f32({expr})"
-        return self._emit(expr, compute_dtype(dtype))
+        return expr, compute_dtype(dtype)
 
-    def store(self, name: str, index: sympy.Expr, value: CSEVar) -> None:
-        if self.store_after_loop:
-            section, self.section, self.store_after_loop = self.section, f"post{self.loop}", False
-            try:
-                self.store(name, index, value)
-            finally:
-                self.section, self.store_after_loop = section, True
-            return
-        self.cache[(self.section, f"store:{name}:{self._index_str(index)}")] = value
-        if name in self.removed:
-            return
+    def _store_line(self, name: str, index: sympy.Expr, value: CSEVar) -> None:
         ptr = self.outputs.setdefault(name, f"out_ptr{len(self.outputs)}")
         dtype = self.dtypes[name]
         val = str(value)
@@ -349,73 +225,6 @@ class CppKernel(TritonKernel):
             return x
         return self._emit(f"static_cast<{cpp_type(dtype)}>({x})", dtype)
 
-    def unary(self, op: UnaryOp, x: CSEVar) -> CSEVar:
-        dt = x.dtype
-        fp = dt.is_floating_point
-        t = cpp_type(dt)
-        if op == "isnan":
-            return self._emit(f"{x} != {x}" if fp else "false", torch.bool)
-        if op == "isinf":
-            return self._emit(f"__builtin_isinf({x})" if fp else "false", torch.bool)
-        if op == "signbit":
-            return self._emit(f"__builtin_signbit({x}) != 0" if fp else f"{x} < 0", torch.bool)
-        if op == "logical_not":
-            return self._emit(f"{x} == 0", torch.bool)
-        if op == "neg":
-            return self._emit(f"-{x}", dt)
-        if op == "bitwise_not":
-            return self._emit(f"!{x}" if dt == torch.bool else f"~{x}", dt)
-        if op == "square":
-            return self._emit(f"{x} * {x}", dt)
-        if op == "reciprocal":
-            return self._emit(f"({t})1 / {x}", dt)
-        if op == "rsqrt":
-            return self._emit(f"({t})1 / {_math('sqrt', dt)}({x})", dt)
-        if op == "sigmoid":
-            return self._emit(f"({t})1 / (({t})1 + {_math('exp', dt)}(-{x}))", dt)
-        if op == "sign":
-            expr = f"({t})({x} > 0) - ({t})({x} < 0)"
-            return self._emit(f"{x} != {x} ? {x} : ({expr})" if fp else expr, dt)
-        if not fp and op in ("abs", "floor", "ceil", "trunc", "round"):
-            return self._emit(f"{x} < 0 ? ({t})-{x} : {x}", dt) if op == "abs" else x
-        if op == "erfinv":
-            return self._emit(f"({t})pyjit_erfinv((double){x})", dt)
-        if op in _UNARY_FP:
-            return self._emit(f"{_math(_UNARY_FP[op], dt)}({x})", dt)
-        raise NotImplementedError(f"no C++ code for unary {op}")
-
-    def binary(self, op: BinaryOp, a: CSEVar, b: CSEVar) -> CSEVar:
-        dt = torch.promote_types(a.dtype, b.dtype)
-        fp = dt.is_floating_point
-        t = cpp_type(dt)
-        if op in ("eq", "ne", "lt", "le", "gt", "ge"):
-            return self._emit(f"{a} {_INFIX[op]} {b}", torch.bool)
-        if op in ("logical_and", "logical_or", "logical_xor"):
-            sym = {"logical_and": "&&", "logical_or": "||", "logical_xor": "!="}[op]
-            return self._emit(f"({a} != 0) {sym} ({b} != 0)", torch.bool)
-        if op in ("truediv", "floordiv", "truncdiv", "mod", "remainder", "fmod") and not fp:
-            fn = {"truediv": "pyjit_truncdiv", "truncdiv": "pyjit_truncdiv", "floordiv": "pyjit_floordiv",
-                  "mod": "pyjit_mod", "remainder": "pyjit_mod", "fmod": "pyjit_fmod"}[op]
-            return self._emit(f"{fn}<{t}>({a}, {b})", dt)
-        if op in _INFIX:
-            return self._emit(f"{a} {_INFIX[op]} {b}", dt)
-        if op in ("maximum", "minimum"):
-            cmp = ">" if op == "maximum" else "<"
-            if fp:  # NaN-propagating, as torch.maximum/minimum
-                return self._emit(f"({a} {cmp} {b} || {a} != {a}) ? ({t}){a} : ({t}){b}", dt)
-            return self._emit(f"{a} {cmp} {b} ? ({t}){a} : ({t}){b}", dt)
-        ca, cb = f"({t}){a}", f"({t}){b}"
-        if op == "floordiv":
-            return self._emit(f"{_math('floor', dt)}({ca} / {cb})", dt)
-        if op == "truncdiv":
-            return self._emit(f"{_math('trunc', dt)}({ca} / {cb})", dt)
-        if op in ("mod", "remainder"):
-            r = self._emit(f"{_math('fmod', dt)}({ca}, {cb})", dt)
-            return self._emit(f"({r} != 0 && (({r} < 0) != ({b} < 0))) ? {r} + {cb} : {r}", dt)
-        if op in ("fmod", "pow", "atan2", "copysign", "hypot"):
-            return self._emit(f"{_math(op, dt)}({ca}, {cb})", dt)
-        raise NotImplementedError(f"no C++ code for binary {op}")
-
     def where(self, cond: CSEVar, a: CSEVar, b: CSEVar) -> CSEVar:
         dt = torch.promote_types(a.dtype, b.dtype)
         t = cpp_type(dt)
@@ -426,72 +235,6 @@ class CppKernel(TritonKernel):
         return sympy.Symbol(idx.name, integer=True, nonnegative=True)
 
     # ------------------------------------------------------------------ reductions
-    def reduction(self, dtype: torch.dtype, src_dtype: torch.dtype, reduction_type: ReductionType,
-                  value: CSEVar) -> CSEVar:
-        vdt = value.dtype
-        t = cpp_type(vdt)
-        fp = vdt.is_floating_point
-        acc_buf, loop = self._section(f"acc{self.loop}"), self._section(f"loop{self.loop}")
-        acc = f"acc{self.counter}"
-        self.counter += 1
-        if reduction_type == "sum":
-            online = self._online_exp_sum(value, acc) if vdt in (torch.float32, torch.float64) else None
-            if online is not None:
-                return online
-            at = "double" if fp else ("int64_t" if vdt == torch.bool else t)
-            acc_buf.writeline(f"{at} {acc} = 0;")
-            loop.writeline(f"{acc} += {value};")
-            self._clause(f"+:{acc}")
-            return self._post(f"static_cast<{t}>({acc})", vdt)
-        if reduction_type in ("any", "all"):
-            acc_buf.writeline(f"int {acc} = {0 if reduction_type == 'any' else 1};")
-            op = "|" if reduction_type == "any" else "&"
-            loop.writeline(f"{acc} {op}= ({value} != 0);")
-            self._clause(f"{op}:{acc}")
-            return self._post(f"{acc} != 0", torch.bool)
-        if reduction_type in ("max", "min"):
-            cmp = ">" if reduction_type == "max" else "<"
-            if fp:
-                ident = f"-({t})INFINITY" if reduction_type == "max" else f"({t})INFINITY"
-            else:
-                info = torch.iinfo(vdt) if vdt != torch.bool else None
-                ident = (_literal(info.min if reduction_type == "max" else info.max, vdt) if info is not None
-                         else ("false" if reduction_type == "max" else "true"))
-            acc_buf.writeline(f"{t} {acc} = {ident};")
-            loop.writeline(f"{acc} = {value} {cmp} {acc} ? {value} : {acc};")
-            self._clause(f"{reduction_type}:{acc}")
-            if not fp:
-                return self._post(acc, vdt)
-            # NaN tracked apart so the loop stays a plain max/min reduction.
-            acc_buf.writeline(f"int {acc}_nan = 0;")
-            loop.writeline(f"{acc}_nan |= ({value} != {value});")
-            self._clause(f"|:{acc}_nan")
-            best = self._post(f"{acc}_nan ? ({t})NAN : {acc}", vdt)
-            if reduction_type == "max":
-                self.max_of[best.name] = (self.loop, value.name)
-            return best
-        if reduction_type in ("argmax", "argmin"):
-            cmp = ">" if reduction_type == "argmax" else "<"
-            acc_buf.writeline(f"{t} {acc}_v = 0;")
-            acc_buf.writeline(f"int64_t {acc} = -1;")
-            nan = f" || ({value} != {value} && {acc}_v == {acc}_v)" if fp else ""
-            loop.writeline(f"if ({acc} < 0 || {value} {cmp} {acc}_v{nan}) {{ {acc}_v = {value}; {acc} = rindex; }}")
-            self._clause(None)
-            return self._post(f"{acc} < 0 ? 0 : {acc}", torch.int64)
-        if reduction_type == "m2":
-            # Sum and sum of squares in double (exact squares of fp32 inputs), so the loop stays
-            # an ``omp simd`` reduction: M2 = S2 - S1^2 / n loses digits only when |mean| / std
-            # approaches 1e6 for fp32 data (Welford would cost the vectorisation).
-            acc_buf.writeline(f"double {acc} = 0, {acc}_sq = 0;")
-            loop.writeline(f"{acc} += {value}; {acc}_sq += (double){value} * (double){value};")
-            self._clause(f"+:{acc},{acc}_sq")
-            if is_static(self.rnumel):
-                n = repr(float(max(self.rnumel, 1)))
-            else:
-                n = f"(double)pyjit_max<int64_t>({cexpr(self.rnumel)}, 1)"
-            return self._post(f"static_cast<{t}>(pyjit_max<double>({acc}_sq - {acc} * {acc} / {n}, 0.0))", vdt)
-        raise NotImplementedError(f"reduction {reduction_type}")
-
     def _online_exp_sum(self, value: CSEVar, acc: str) -> CSEVar | None:
         """``sum(exp(v - c))`` (``c`` constant per row) in a later loop than ``max(v)``: fold it
         into the max's loop (off unless ``ONLINE_EXP_SUM``).
@@ -575,16 +318,6 @@ class CppKernel(TritonKernel):
                 return None
         return text
 
-    def _drop_dead_loop_temporaries(self) -> None:
-        drop_dead_loop_temporaries(self.sections, _DEAD_ASSIGN)
-
-    def _post(self, expr: str, dtype: torch.dtype) -> CSEVar:
-        var = CSEVar(f"tmp{self.counter}", dtype)
-        self.counter += 1
-        self._section(f"post{self.loop}").writeline(f"{cpp_type(dtype)} {var.name} = {expr};")
-        self.defs[var.name] = (f"post{self.loop}", var.name)  # its section (a row constant)
-        return var
-
     # ------------------------------------------------------------------ kernel assembly
     def _reuse_row_values(self) -> list[str]:
         """Keep expensive values of an earlier row loop in a per-row buffer for later loops.
@@ -623,8 +356,40 @@ class CppKernel(TritonKernel):
             section.lines = lines
         return decls
 
+    def column_form(self) -> bool:
+        """Whether this column-mode kernel has the one shape column loops support: a single
+        row loop, nothing before it, no reduction without a column form."""
+        return not self.column_refused and self.num_loops == 1 and not self.sections["pre"].lines \
+            and not self.chunks and not self.online
+
+    def _column_loops(self, code: IndentedBuffer, threads: str, xbound: str, rbound: str) -> None:
+        """Blocks of ``COLUMN_BLOCK`` outputs (one thread each); per row, an ``omp simd`` loop
+        over the block's outputs updates their accumulators; then each output is finalised."""
+        blocks = -(-int(self.xnumel) // COLUMN_BLOCK)
+        if blocks > 1 and int(self.xnumel) * max(int(self.rnumel), 1) >= config.cpp_parallel_min:
+            code.writeline(f"#pragma omp parallel for schedule(static){threads}")
+        code.writeline(f"for (int64_t x0 = 0; x0 < {xbound}; x0 += {COLUMN_BLOCK}) {{")
+        with code.indent():
+            code.writeline(f"const int64_t xn = pyjit_min<int64_t>({COLUMN_BLOCK}, {xbound} - x0);")
+            code.writelines(self._section("acc0").lines)
+            code.writeline(f"for (int64_t rindex = 0; rindex < {rbound}; ++rindex) {{")
+            code.writeline("    #pragma omp simd")
+            code.writeline("    for (int64_t xl = 0; xl < xn; ++xl) {")
+            code.writeline("        const int64_t xindex = x0 + xl;")
+            with code.indent(2):
+                code.writelines(self._section("loop0").lines)
+            code.writelines(["    }", "}"])
+            code.writeline("for (int64_t xl = 0; xl < xn; ++xl) {")
+            code.writeline("    const int64_t xindex = x0 + xl;")
+            with code.indent():
+                code.writelines(self._section("post0").lines)
+            code.writeline("}")
+        code.writeline("}")
+
     def cpp_source(self) -> CppKernelSource:
         self.codegen_nodes()
+        if self.column and not self.column_form():
+            raise _NoColumnForm()
         if self.online:
             self._drop_dead_loop_temporaries()
         row_buffers = self._reuse_row_values() if self.is_reduction else []
@@ -636,8 +401,7 @@ class CppKernel(TritonKernel):
         code = IndentedBuffer()
         code.writeline(f'extern "C" void {name}({", ".join(params)}) {{')
         with code.indent():
-            for line in self._origin_comments():
-                code.writeline("//" + line[1:])
+            code.writelines(self._origin_comments())
             threads = " num_threads(pyjit_threads)"
             if self.dynamic:
                 # Symbolic sizes: parallel or not is decided per call, on the same rule.
@@ -691,6 +455,8 @@ class CppKernel(TritonKernel):
                 with code.indent():
                     code.writelines(self.sections["pre"].lines)
                 code.writeline("}")
+            elif self.column:
+                self._column_loops(code, threads, xbound, rbound)
             else:
                 if parallel:
                     code.writeline(f"#pragma omp parallel for schedule(static){threads}")
@@ -748,9 +514,21 @@ class CppKernel(TritonKernel):
         return names, ["double" if n in self.float_symbols else "int64_t" for n in names]
 
 
+class _NoColumnForm(Exception):
+    """A column-mode kernel met something column loops do not support."""
+
+
 def generate_cpp_kernel(group: FusedGroup, kernel_index: int, removed: set[str], dtypes: dict[str, torch.dtype],
                         node_info: dict[str, tuple[str, str]], size_symbols: frozenset[str] = frozenset(),
                         float_symbols: frozenset[str] = frozenset()) -> CppKernelSource:
+    if COLUMN_REDUCTIONS and not group.is_scatter and group.group[1] != 1 \
+            and all(is_static(n) for n in group.group) and column_load_bytes(group, dtypes) is not None:
+        # Loads contiguous along the outputs: walk rows outer, a block of outputs inner.
+        try:
+            return CppKernel(group, kernel_index, removed, dtypes, node_info, size_symbols, float_symbols,
+                             column=True).cpp_source()
+        except _NoColumnForm:
+            pass
     kernel = CppKernel(group, kernel_index, removed, dtypes, node_info, size_symbols, float_symbols)
     source = kernel.cpp_source()
     inner = None if group.is_scatter else _inner_split(kernel)

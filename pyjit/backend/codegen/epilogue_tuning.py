@@ -46,6 +46,7 @@ from ..ops_handler import CountingHandler
 from ..scheduler import FusedGroup, SchedulerNode
 from ..symbolic import sym
 from .launch_autotune import Scratch, kernel_runner, triton_version
+from .target import kernel_target
 from .matmul_template import generate_template_kernel, matmul_dims
 from .triton import KernelSource, generate_kernel
 
@@ -58,7 +59,7 @@ time_log = get_logger("compile_times")
 def enabled(device: torch.device) -> bool:
     if device.type == "cuda":
         return config.autotune and config.matmul_template != "off"
-    return device.type == "cpu" and config.cpu_backend == "triton_interpret" and config.autotune_launch == "force"
+    return kernel_target(device).interpreted and config.autotune_launch == "force"
 
 
 @dataclasses.dataclass

@@ -53,6 +53,7 @@ from ...logs import get_logger
 from ..symbolic import is_static
 from .common import next_power_of_2
 from .reduction_heuristics import looped_meta
+from .target import kernel_target
 from .triton import KernelSource, generate_kernel
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ def enabled(device: torch.device) -> bool:
         return False
     if device.type == "cuda":
         return config.autotune or mode == "force"
-    return mode == "force" and device.type == "cpu" and config.cpu_backend == "triton_interpret"
+    return mode == "force" and kernel_target(device).interpreted
 
 
 @dataclasses.dataclass(frozen=True)

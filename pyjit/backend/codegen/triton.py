@@ -1,7 +1,8 @@
 """Triton kernel generation: one kernel per fused group of loop nodes.
 
-``TritonKernel`` is an ops handler (see ``ops_handler.py``) whose values are named Triton
-temporaries (:class:`CSEVar`, common subexpressions reused). Kernel shapes:
+``TritonKernel`` is the Triton target's ops handler (see ``ops_handler.py``; the shared part is
+``common.Kernel``, the pointwise ops are ``triton_ops.py``'s tables) whose values are named
+Triton temporaries (:class:`CSEVar`, common subexpressions reused). Kernel shapes:
 - pointwise: 1-D ``xindex`` blocks, masked by ``xmask``; or, when some load or store is
   contiguous in another dim than the last (transposes, permuted layouts), 2-D
   ``[YBLOCK, XBLOCK]`` tiles over ``(yindex, xindex)`` (``tiling.py`` decides and sizes them);
@@ -28,25 +29,17 @@ from typing import Any, Iterator
 import sympy
 import torch
 
-from ..ops_handler import BinaryOp, ReductionType, UnaryOp
-from ..scheduler import RINDEX, XINDEX, FusedGroup, SchedulerNode
-from ..symbolic import FloorDiv, hint, is_static, simplify_with_ranges, texpr
-from .common import IndentedBuffer, compute_dtype, drop_dead_loop_temporaries, next_power_of_2, triton_dtype
-from .reduction_heuristics import (COLUMN_PERSISTENT_RMAX, column_element_bytes, column_meta, column_multi_pass_rmax,
+from ..ops_handler import ReductionType
+from ..scheduler import RINDEX, FusedGroup
+from ..symbolic import FloorDiv, hint, is_static, texpr
+from . import triton_ops
+from .common import CSEVar, IndentedBuffer, Kernel, column_load_bytes, compute_dtype, next_power_of_2, triton_dtype
+from .reduction_heuristics import (COLUMN_PERSISTENT_RMAX, column_meta, column_multi_pass_rmax,
                                    looped_meta, persistent_meta)
-from .tiling import YINDEX, Tiling, choose_tiling, tile_blocks, tiled_index
+from .tiling import tile_blocks
 
 
 _DEAD_ASSIGN = re.compile(r"\s*(tmp\d+) = ")  # a loop temporary's assignment line
-
-
-@dataclasses.dataclass(frozen=True)
-class CSEVar:
-    name: str
-    dtype: torch.dtype
-
-    def __str__(self) -> str:
-        return self.name
 
 
 @dataclasses.dataclass
@@ -62,16 +55,6 @@ class KernelSource:
     size_args: list[str] = dataclasses.field(default_factory=list)  # size symbols passed after the pointers
     int64: bool = False  # indexes in int64
     column_bytes: int | None = None  # a column reduction: element bytes of its x-contiguous loads
-
-
-_LIBDEVICE_UNARY = {"expm1", "log10", "log1p", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh",
-                    "acosh", "atanh", "erfc", "erfinv", "lgamma", "trunc"}
-_TL_UNARY = {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "log2": "tl.log2", "sqrt": "tl.sqrt",
-             "sin": "tl.sin", "cos": "tl.cos", "erf": "tl.erf", "floor": "tl.floor", "ceil": "tl.ceil",
-             "abs": "tl.abs", "rsqrt": "tl.rsqrt", "sigmoid": "tl.sigmoid"}
-_INFIX = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "bitwise_and": "&", "bitwise_or": "|",
-          "bitwise_xor": "^", "lshift": "<<", "rshift": ">>", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
-          "gt": ">", "ge": ">="}
 
 
 def _literal(value: Any, dtype: torch.dtype) -> str:
@@ -95,20 +78,22 @@ def _symbolic_literal(value: sympy.Expr, dtype: torch.dtype) -> str:
     return f"({text})"
 
 
-class TritonKernel:
-    """Generates one kernel. Implements the ops-handler Protocol with ``CSEVar`` values."""
+class TritonKernel(Kernel):
+    """Generates one Triton kernel: the Triton target's ops handler (``CSEVar`` values)."""
+
+    UNARY = triton_ops.UNARY
+    BINARY = triton_ops.BINARY
+    TARGET = "Triton"
+    RINDEX = RINDEX
+    DEAD_ASSIGN = _DEAD_ASSIGN
 
     def __init__(self, group: FusedGroup, kernel_index: int, removed: set[str], dtypes: dict[str, torch.dtype],
                  persistent_rmax: int, node_info: dict[str, tuple[str, str]], size_symbols: frozenset[str] = frozenset(),
                  force_persistent: bool = False):
-        self.group = group
-        self.xnumel, self.rnumel = group.group
-        self.size_symbols = size_symbols
-        self.dynamic = not (is_static(self.xnumel) and is_static(self.rnumel))
-        self.is_reduction = self.rnumel != 1
+        super().__init__(group, kernel_index, removed, dtypes, node_info, size_symbols)
         # A column reduction (loads contiguous along x, strided along r) gets wide-x tiles; it
         # holds whole columns only when they are short (reduction_heuristics.py).
-        self.column_bytes = _column_bytes(group, dtypes) if self.is_reduction else None
+        self.column_bytes = column_load_bytes(group, dtypes) if self.is_reduction else None
         if self.column_bytes is not None:
             persistent_rmax = min(persistent_rmax, COLUMN_PERSISTENT_RMAX)
         # A symbolic row length is looped (correct for every length); the wrapper may also get
@@ -116,80 +101,20 @@ class TritonKernel:
         self.persistent = not self.is_reduction or force_persistent or (
             is_static(self.rnumel) and self.rnumel <= persistent_rmax)
         self.rnumel_text = str(self.rnumel) if is_static(self.rnumel) else "rnumel"
-        self.removed = removed
-        self.dtypes = dtypes
-        self.node_info = node_info
-        self.kernel_index = kernel_index
-        self.inputs: dict[str, str] = {}
-        self.outputs: dict[str, str] = {}
-        # Sections: "pre" (before any loop), then per reduction loop i: "acc{i}" (accumulator
-        # initialisation), "loop{i}" (the body), "post{i}" (finalised reductions, epilogues).
-        self.sections: dict[str, IndentedBuffer] = {"pre": IndentedBuffer()}
-        self.section = "pre"
-        self.loop = 0  # the loop the current node runs in (looped kernels)
-        self.num_loops = 0
-        self.producers = {n.name: n for n in group.nodes}
-        self.store_after_loop = False
-        self.cache: dict[tuple[str, str], CSEVar] = {}  # (scope, expression) -> value
-        self.counter = 0
-        self.defs: dict[str, tuple[str, str]] = {}  # temporary -> (section, expression)
-        # Finished looped float max -> (its loop, the value it reduced): lets a later
-        # sum(exp(value - max)) run online in the max's loop (see _online_exp_sum).
-        self.max_of: dict[str, tuple[int, str]] = {}
-        self.mask = "xmask"
         self.load_masks: list[str] = []  # conditions of enclosing mask_loads blocks
         # Symbolic sizes: decided on the example sizes; the wrapper checks each call's sizes.
         self.int64 = hint(self.xnumel * self.rnumel) >= 2 ** 31
-        # A template kernel (codegen/matmul_template.py) lays out its own 2-D tile.
-        # A scatter-add's atomic kernel indexes its targets indirectly: 1-D blocks.
-        self.tiling: Tiling | None = None if (self.is_reduction or self.dynamic or group.is_template
-                                              or group.is_scatter) else choose_tiling(group)
         # Shape of kernel-invariant values: Triton broadcasts only between blocks of equal rank.
         self.unit = "[1, 1]" if (self.is_reduction or self.tiling) else "[1]"
         self.full_shape = "[YBLOCK, XBLOCK]" if self.tiling else "[XBLOCK]"
 
-    # ------------------------------------------------------------------ scoping
-    def _scopes(self) -> tuple[str, ...]:
-        """Sections whose values are visible from the current one."""
-        if self.section == "pre":
-            return ("pre",)
-        match = re.fullmatch(r"(acc|loop|post)(\d+)", self.section)
-        assert match is not None, self.section
-        kind, i = match.group(1), int(match.group(2))
-        posts = tuple(f"post{j}" for j in range(i if kind == "loop" else i + 1))
-        return ("pre", *posts, self.section) if kind == "loop" else ("pre", *posts)
+    def _assign(self, name: str, expr: str, dtype: torch.dtype) -> str:
+        return f"{name} = {expr}"
 
-    def _section(self, name: str) -> IndentedBuffer:
-        return self.sections.setdefault(name, IndentedBuffer())
-
-    def _lookup(self, key: str) -> CSEVar | None:
-        for scope in self._scopes():
-            hit = self.cache.get((scope, key))
-            if hit is not None:
-                return hit
-        return None
-
-    def _emit(self, expr: str, dtype: torch.dtype, cse: bool = True) -> CSEVar:
-        if cse:
-            hit = self._lookup(expr)
-            if hit is not None:
-                return hit
-        var = CSEVar(f"tmp{self.counter}", dtype)
-        self.counter += 1
-        self._section(self.section).writeline(f"{var.name} = {expr}")
-        self.defs[var.name] = (self.section, expr)
-        if cse:
-            self.cache[(self.section, expr)] = var
-        return var
+    def printer(self, expr: sympy.Expr) -> str:
+        return texpr(expr)
 
     # ------------------------------------------------------------------ ops handler
-    def _index_str(self, index: sympy.Expr) -> str:
-        if self.tiling is not None:
-            ranges = {XINDEX: self.tiling.xnumel, YINDEX: self.tiling.ynumel}
-        else:
-            ranges = {XINDEX: self.xnumel, RINDEX: self.rnumel}
-        return texpr(simplify_with_ranges(index, ranges))
-
     def _pointer(self, ptr: str, index: sympy.Expr, store: bool = False) -> tuple[str, str | None]:
         """Pointer expression and mask for an access at ``index``.
 
@@ -214,17 +139,7 @@ class TritonKernel:
         parts = [m for m, n in (("rmask", "rindex"), ("ymask", "yindex"), ("xmask", "xindex")) if n in names]
         return text, " & ".join(parts)
 
-    def load(self, name: str, index: sympy.Expr) -> CSEVar:
-        key = f"store:{name}:{self._index_str(index)}"
-        hit = self._lookup(key)
-        if hit is not None:
-            return hit
-        producer = self.producers.get(name)
-        if producer is not None:
-            # Produced by this kernel at this very index (the scheduler checked), but in an
-            # earlier reduction loop whose registers are gone: recompute it here rather than
-            # read memory this program may not see written yet.
-            return self._recompute(producer, name, index)
+    def _load_expr(self, name: str, index: sympy.Expr) -> tuple[str, torch.dtype]:
         ptr = self.inputs.setdefault(name, f"in_ptr{len(self.inputs)}")
         pointer, mask = self._pointer(ptr, index)
         if self.load_masks:
@@ -240,7 +155,7 @@ class TritonKernel:
         cdt = compute_dtype(dtype)
         if cdt != dtype:
             expr += f".to({triton_dtype(cdt)})"
-        return self._emit(expr, cdt)
+        return expr, cdt
 
     @contextlib.contextmanager
     def mask_loads(self, cond: CSEVar) -> Iterator[None]:
@@ -257,18 +172,7 @@ class TritonKernel:
             return "[XBLOCK, RBLOCK]" if "rmask" in self.mask else "[XBLOCK, 1]"
         return self.full_shape
 
-    def store(self, name: str, index: sympy.Expr, value: CSEVar) -> None:
-        if self.store_after_loop:
-            section, mask = self.section, self.mask
-            self.section, self.mask, self.store_after_loop = f"post{self.loop}", "xmask", False
-            try:
-                self.store(name, index, value)
-            finally:
-                self.section, self.mask, self.store_after_loop = section, mask, True
-            return
-        self.cache[(self.section, f"store:{name}:{self._index_str(index)}")] = value
-        if name in self.removed:
-            return
+    def _store_line(self, name: str, index: sympy.Expr, value: CSEVar) -> None:
         ptr = self.outputs.setdefault(name, f"out_ptr{len(self.outputs)}")
         dtype = self.dtypes[name]
         val = str(value)
@@ -308,67 +212,6 @@ class TritonKernel:
         if x.dtype == dtype:
             return x
         return self._emit(f"{x}.to({triton_dtype(dtype)})", dtype)
-
-    def unary(self, op: UnaryOp, x: CSEVar) -> CSEVar:
-        dt = x.dtype
-        if op in ("isnan", "isinf", "signbit", "logical_not"):
-            expr = {"isnan": f"{x} != {x}", "isinf": f"tl.abs({x}) == float(\"inf\")",
-                    "signbit": f"libdevice.signbit({x}) != 0", "logical_not": f"{x} == 0"}[op]
-            return self._emit(expr, torch.bool)
-        if op == "neg":
-            return self._emit(f"-{x}", dt)
-        if op == "bitwise_not":
-            return self._emit(f"~{x}", dt)
-        if op == "square":
-            return self._emit(f"{x} * {x}", dt)
-        if op == "reciprocal":
-            return self._emit(f"1.0 / {x}", dt)
-        if op == "round":
-            return self._emit(f"libdevice.nearbyint({x})", dt)
-        if op == "sign":
-            zero = "0" if not dt.is_floating_point else "0.0"
-            expr = f"({x} > {zero}).to({triton_dtype(dt)}) - ({x} < {zero}).to({triton_dtype(dt)})"
-            if dt.is_floating_point:
-                expr = f"tl.where({x} != {x}, {x}, {expr})"
-            return self._emit(expr, dt)
-        if op == "abs" and not dt.is_floating_point:
-            return self._emit(f"tl.where({x} < 0, -{x}, {x})", dt)
-        if op in _TL_UNARY:
-            return self._emit(f"{_TL_UNARY[op]}({x})", dt)
-        if op in _LIBDEVICE_UNARY:
-            return self._emit(f"libdevice.{op}({x})", dt)
-        raise NotImplementedError(f"no Triton code for unary {op}")
-
-    def binary(self, op: BinaryOp, a: CSEVar, b: CSEVar) -> CSEVar:
-        dt = torch.promote_types(a.dtype, b.dtype)
-        if op in ("eq", "ne", "lt", "le", "gt", "ge"):
-            return self._emit(f"{a} {_INFIX[op]} {b}", torch.bool)
-        if op in ("logical_and", "logical_or", "logical_xor"):
-            sym = {"logical_and": "&", "logical_or": "|", "logical_xor": "^"}[op]
-            return self._emit(f"({a} != 0) {sym} ({b} != 0)", torch.bool)
-        if op in _INFIX:
-            return self._emit(f"{a} {_INFIX[op]} {b}", dt)
-        if op in ("maximum", "minimum"):
-            if dt.is_floating_point:
-                cmp = ">" if op == "maximum" else "<"
-                # NaN-propagating, as torch.maximum/minimum.
-                return self._emit(f"tl.where(({a} {cmp} {b}) | ({a} != {a}), {a}, {b})", dt)
-            return self._emit(f"tl.{op}({a}, {b})", dt)
-        if op == "floordiv":
-            if dt.is_floating_point:
-                return self._emit(f"tl.floor({a} / {b})", dt)
-            q = self._emit(f"{a} // {b}", dt)
-            return self._emit(f"tl.where(({a} % {b} != 0) & (({a} < 0) != ({b} < 0)), {q} - 1, {q})", dt)
-        if op == "truncdiv":
-            return self._emit(f"{a} // {b}", dt)
-        if op in ("mod", "remainder"):
-            r = self._emit(f"libdevice.fmod({a}, {b})" if dt.is_floating_point else f"{a} % {b}", dt)
-            return self._emit(f"tl.where(({r} != 0) & (({r} < 0) != ({b} < 0)), {r} + {b}, {r})", dt)
-        if op == "fmod":
-            return self._emit(f"libdevice.fmod({a}, {b})" if dt.is_floating_point else f"{a} % {b}", dt)
-        if op in ("pow", "atan2", "copysign", "hypot"):
-            return self._emit(f"libdevice.{op}({a}, {b})", dt)
-        raise NotImplementedError(f"no Triton code for binary {op}")
 
     def where(self, cond: CSEVar, a: CSEVar, b: CSEVar) -> CSEVar:
         return self._emit(f"tl.where({cond}, {a}, {b})", torch.promote_types(a.dtype, b.dtype))
@@ -451,18 +294,6 @@ class TritonKernel:
             return self._emit(f"{idx}.to(tl.int64)", torch.int64)
         raise NotImplementedError(f"reduction {rtype}")
 
-    def _recompute(self, producer: SchedulerNode, name: str, index: sympy.Expr) -> CSEVar:
-        data = getattr(producer.buf, "data", None)
-        placed = producer.kernel_index(self.group.group)
-        if data is None or placed is None or producer.is_reduction:
-            raise AssertionError(f"kernel reads {name} at {index} outside the scope that computed it")
-        # The producer's value at this program's own point: in a tiled kernel that point is
-        # over yindex/xindex, not the 1-D placement (which would drop the y terms).
-        point = tiled_index(self.tiling, producer) if self.tiling is not None else placed[0]
-        value = data.make_loader()(self, point)
-        self.cache[(self.section, f"store:{name}:{self._index_str(index)}")] = value
-        return value
-
     def _looped_reduction(self, rtype: ReductionType, value: CSEVar, vdt: torch.dtype, tdt: str,
                           out_dt: torch.dtype) -> CSEVar:
         acc_buf, _post = self._section(f"acc{self.loop}"), self._section(f"post{self.loop}")
@@ -527,20 +358,6 @@ class TritonKernel:
                 f"tl.sum({acc}_m2 + {acc}_n * ({acc}_mean - {mean}) * ({acc}_mean - {mean}), 1)[:, None]", vdt)
         raise NotImplementedError(f"reduction {rtype}")
 
-    def _canonical(self, name: str, memo: dict[str, str] | None = None) -> str:
-        """A loop temporary's expression with the loop temporaries it uses expanded, so the
-        same computation in two loops (different names, same loads) compares equal."""
-        memo = {} if memo is None else memo
-        if name in memo:
-            return memo[name]
-        section, expr = self.defs.get(name, ("pre", name))
-        if not section.startswith("loop"):
-            memo[name] = name
-            return name
-        out = re.sub(r"\btmp\d+\b", lambda m: f"({self._canonical(m.group(0), memo)})", expr)
-        memo[name] = out
-        return out
-
     def _online_exp_sum(self, value: CSEVar, acc: str) -> CSEVar | None:
         """``sum(exp(v - max(v)))`` in a later loop than ``max(v)``: fold it into the max's loop.
 
@@ -580,66 +397,7 @@ class TritonKernel:
         ])
         return var
 
-    def _drop_dead_loop_temporaries(self) -> None:
-        drop_dead_loop_temporaries(self.sections, _DEAD_ASSIGN)
-
-    def _post(self, expr: str, dtype: torch.dtype) -> CSEVar:
-        var = CSEVar(f"tmp{self.counter}", dtype)
-        self.counter += 1
-        self._section(f"post{self.loop}").writeline(f"{var.name} = {expr}")
-        return var
-
     # ------------------------------------------------------------------ kernel assembly
-    def codegen_nodes(self) -> None:
-        # Looped kernels: ``avail[name]`` is the first loop whose r-iterated nodes may use the
-        # value (a reduction finished in loop i is available from loop i + 1 on).
-        avail: dict[str, int] = {}
-        for node in self.group.nodes:
-            placed = node.kernel_index(self.group.group)
-            assert placed is not None, node.name
-            index, rindex, x_only = placed
-            deps = [avail[r] for r in node.read_names if r in avail]
-            first = max(deps, default=0)
-            if self.tiling is not None:
-                index = tiled_index(self.tiling, node)  # nodes of different sizes: via the common dims
-                self.section, self.mask = "pre", "ymask & xmask"
-            elif not self.is_reduction:
-                self.section, self.mask = "pre", "xmask"
-            elif self.persistent:
-                self.section, self.mask = "pre", ("xmask" if x_only else "rmask & xmask")
-            elif x_only:
-                self.section, self.mask = ("pre" if first == 0 else f"post{first - 1}"), "xmask"
-            else:
-                self.loop = first
-                self.num_loops = max(self.num_loops, first + 1)
-                self.section, self.mask = f"loop{first}", "rmask & xmask"
-            avail[node.name] = first + 1 if (node.is_reduction and not self.persistent) else first
-            body = node.buf.store_body()  # type: ignore[union-attr]
-            if node.is_reduction:
-                # A looped reduction's value exists only after its loop: store it there.
-                self.store_after_loop = not self.persistent
-                try:
-                    body(self, index, rindex)
-                finally:
-                    self.store_after_loop = False
-            else:
-                body(self, index)
-
-    def _ordered_origins(self) -> list[str]:
-        """Origin fx nodes of the kernel's nodes, in graph order."""
-        position = {name: i for i, name in enumerate(self.node_info)}
-        names = {o for node in self.group.nodes for o in node.origins}
-        return sorted(names, key=lambda o: position.get(o, len(position)))
-
-    def kernel_name(self) -> str:
-        ops: list[str] = []
-        for origin in self._ordered_origins():
-            op = self.node_info.get(origin, (origin, ""))[0]
-            if op not in ops and op not in ("placeholder", "output"):
-                ops.append(op)
-        label = "_".join(o.replace(".", "_") for o in ops[:6]) or "kernel"
-        return f"pyjit_fused_{label}_{self.kernel_index}"
-
     def source(self) -> KernelSource:
         self.codegen_nodes()
         if self.is_reduction and not self.persistent:
@@ -709,17 +467,6 @@ class TritonKernel:
     def _i64(self) -> str:
         return ".to(tl.int64)" if self.int64 else ""
 
-    def _origin_comments(self) -> list[str]:
-        lines = []
-        seen = set()
-        for origin in self._ordered_origins():
-            op, where = self.node_info.get(origin, (origin, ""))
-            text = f"# {origin} = {op}" + (f"  <- {where}" if where else "")
-            if text not in seen:
-                seen.add(text)
-                lines.append(text)
-        return lines[:12]
-
     def _launch_meta(self) -> dict[str, int]:
         X, R = hint(self.xnumel), hint(self.rnumel)  # symbolic sizes: tuned for the example sizes
         itemsize = min((self.dtypes[n].itemsize for n in [*self.inputs, *self.outputs]), default=4)
@@ -767,18 +514,3 @@ def generate_kernel(group: FusedGroup, kernel_index: int, removed: set[str], dty
         return TritonKernel(group, kernel_index, removed, dtypes, kernel.rnumel, node_info, size_symbols,
                             force_persistent=True).source()
     return source
-
-
-def _column_bytes(group: FusedGroup, dtypes: dict[str, torch.dtype]) -> int | None:
-    """Element bytes of a reduction kernel's x-contiguous loads if it is a column reduction
-    (``reduction_heuristics.column_element_bytes``): the memory reads of its r-iterated nodes,
-    in kernel coordinates. Values produced inside the kernel are not memory reads."""
-    loads: list[tuple[sympy.Expr, int]] = []
-    for node in group.nodes:
-        access = node.access(group.group)
-        if access is None or access.x_only:
-            continue
-        loads += [(dep.index, dtypes[dep.name].itemsize) for dep in access.reads
-                  if dep.name not in group.names and dep.name in dtypes]
-    return column_element_bytes(loads)
-

@@ -18,21 +18,18 @@ callable runs the graph as captured otherwise.
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any
 
 import sympy
 import torch
 
-from ...config import config
 from ...runtime.allocator import Step, plan_buffers
 from ..graph import GraphLowering
 from ..ir import Buffer, ExternKernel, IRNode, MultiOutput, ReinterpretView
 from ..scheduler import Scheduler
 from ..symbolic import hint, is_static, pexpr
 from .common import IndentedBuffer
-from .cpp import CppKernelSource, generate_cpp_kernel, translation_unit
-from .triton import KernelSource, generate_kernel
+from .target import kernel_target
 
 
 @dataclasses.dataclass
@@ -81,9 +78,9 @@ class WrapperCodegen:
         self.inputs = list(graph.graph_inputs) + [b for b, _ in graph.constants]
         self.dtypes: dict[str, torch.dtype] = {b.name: b.layout.dtype for b in self.inputs}
         self.dtypes.update({b.name: b.layout.dtype for b in graph.buffers if b.layout is not None})
-        # CPU graphs under PYJIT_CPU_BACKEND=cpp get C++ kernels (codegen/cpp.py), one
-        # translation unit per graph, called with data pointers; everything else gets Triton.
-        self.cpp = device.type == "cpu" and config.cpu_backend == "cpp"
+        # Which kernels this device's graphs get (codegen/target.py): every kernel step, the
+        # module's header and its kernel definitions come from it.
+        self.target = kernel_target(device)
         self.input_names = list(graph.input_names) + [b.name for b, _ in graph.constants]
         self.extra_guards: list[sympy.Expr] = list(getattr(graph, "extra_guards", []))
         self.bindings, self.symbols = self._bind_symbols()
@@ -143,68 +140,16 @@ class WrapperCodegen:
                 steps.append(Step([], reads, pinned=pinned | (reads if pinned else set())))
                 lines.append(("extern", step_lines))
                 continue
-            if group.is_template:
-                # A matmul template with its fused epilogue (codegen/matmul_template.py).
-                from .matmul_template import generate_template_kernel, launch_line
-                tks = self._shared(generate_template_kernel(group, len(kernels), removed, self.dtypes,
-                                                            graph.node_info))
-                kernels.append(tks)
-                allocs = [(n.name, (n.buf.layout.size, n.buf.layout.stride, n.buf.layout.dtype))
-                          for n in group.nodes if n.name not in removed]
-                steps.append(Step(allocs, {a for a in tks.arg_names if a not in group.names}))
-                lines.append(("kernel", [launch_line(tks, _const(tks.grid))]))
-                continue
-            if self.cpp:
-                cks = generate_cpp_kernel(group, len(kernels), removed, self.dtypes, graph.node_info,
-                                          frozenset(self.symbols), self.float_symbols)
-                kernels.append(cks)
-                allocs = [(n.name, (n.buf.layout.size, n.buf.layout.stride, n.buf.layout.dtype))
-                          for n in group.nodes if n.name not in removed and not group.in_place]
-                steps.append(Step(allocs, {a for a in cks.arg_names if a not in group.names}))
-                ptrs = ", ".join([f"{a}.data_ptr()" for a in cks.arg_names] + list(cks.size_args))
-                lines.append(("kernel", [f"{cks.name}({ptrs})"]))
-                continue
-            ks = generate_kernel(group, len(kernels), removed, self.dtypes, self.persistent_rmax, graph.node_info,
-                                 config.backend_persistent_multi_pass_max, frozenset(self.symbols))
-            if self.launch_tuner is not None:
-                ks = self.launch_tuner.tune(ks, group, len(kernels), removed)
-            if not ks.int64 and not is_static(ks.xnumel * ks.rnumel):
-                self.int32_limits.append(sympy.sympify(ks.xnumel * ks.rnumel * ks.ynumel))
-            if not (ks.rnumel != 1 and not is_static(ks.rnumel) and self.persistent_rmax > 1):
-                ks = self._shared(ks)
-            kernels.append(ks)
-            allocs = []
-            for n in group.nodes:
-                if n.name in removed or group.in_place:  # a scatter-add writes its fill's buffer
-                    continue
-                lay = n.buf.layout
-                allocs.append((n.name, (lay.size, lay.stride, lay.dtype)))
-            reads = {a for a in ks.arg_names if a not in {n.name for n in group.nodes}}
-            steps.append(Step(allocs, reads))
-            sizes = ([pexpr(ks.ynumel)] if ks.ynumel != 1 else []) + [pexpr(ks.xnumel)]
-            args = ", ".join(ks.arg_names + ks.size_args + sizes + ([pexpr(ks.rnumel)] if ks.rnumel != 1 else []))
-            meta = ", ".join(f"{k}={v}" for k, v in ks.meta.items())
-            launch = f"{ks.name}[{_const(ks.grid)}]({args}, {meta})"
-            if ks.rnumel != 1 and not is_static(ks.rnumel) and self.persistent_rmax > 1:
-                lines.append(("kernel", self._persistent_or_looped(group, removed, ks, launch, len(kernels), kernels)))
-                continue
-            lines.append(("kernel", [launch]))
+            step, step_lines = self.target.kernel_step(self, group, kernels, removed)
+            steps.append(step)
+            lines.append(("kernel", step_lines))
         if self.launch_tuner is not None:
             self.launch_tuner.report()
         recyclable = {name for s in steps for name, _ in s.allocs}
         plan = plan_buffers(steps, keep, recyclable)
         out = IndentedBuffer()
-        out.writelines(self._header())
-        if self.cpp:
-            out.writelines(self._cpp_kernels(kernels))
-        emitted: set[str] = set()
-        for ks in kernels if not self.cpp else []:
-            if ks.name in emitted:  # a repeat of an earlier kernel (see _shared): defined once
-                continue
-            emitted.add(ks.name)
-            out.writeline("")
-            out.writeline("")
-            out.writelines(ks.source.rstrip("\n").split("\n"))
+        out.writelines(self.target.header(self))
+        out.writelines(self.target.definitions(self, kernels))
         out.writeline("")
         out.writeline("")
         if self.dynamic:
@@ -235,24 +180,10 @@ class WrapperCodegen:
         out.writelines(self._benchmark_main())
         return GeneratedModule(out.getvalue(), [k.name for k in kernels], extern_calls, len(plan.reuse))
 
-    def _shared(self, ks: KernelSource) -> KernelSource:
-        """``ks``, or an earlier kernel of this module with the same code under its name.
-
-        Repeated layers (a transformer's blocks) generate the same kernel several times, differing
-        only in name and the comments naming their graph nodes. Triton compiles each distinct
-        source once (its cache key covers the text), so defining such a kernel once and launching
-        it from every layer cuts a model's compile work by about its depth. Launch parameters
-        are not part of the source, so each launch keeps its own.
-        """
-        body = "\n".join(line for line in ks.source.split("\n") if not line.lstrip().startswith("#"))
-        key = re.sub(rf"\b{re.escape(ks.name)}\b", "KERNEL", body)
-        first = self.shared_kernels.setdefault(key, ks.name)
-        return ks if first == ks.name else dataclasses.replace(ks, name=first)
-
     def _epilogue_tuner(self) -> Any:
         """An ``epilogue_tuning.EpilogueTuner`` for a static graph with matmul templates, when enabled."""
         from . import epilogue_tuning
-        if self.cpp or self.dynamic or not any(g.is_template for g in self.scheduler.groups) \
+        if not self.target.tunes or self.dynamic or not any(g.is_template for g in self.scheduler.groups) \
                 or not epilogue_tuning.enabled(self.device):
             return None
         layouts = {b.name: b.layout for b in [*self.inputs, *self.graph.buffers] if b.layout is not None}
@@ -262,7 +193,7 @@ class WrapperCodegen:
     def _launch_tuner(self) -> Any:
         """A ``launch_autotune.LaunchTuner`` for a static graph of Triton kernels, when enabled."""
         from . import launch_autotune
-        if self.cpp or self.dynamic or not launch_autotune.enabled(self.device):
+        if not self.target.tunes or self.dynamic or not launch_autotune.enabled(self.device):
             return None
         layouts = {b.name: b.layout for b in [*self.inputs, *self.graph.buffers] if b.layout is not None}
         return launch_autotune.LaunchTuner(self.device, layouts, self.dtypes, self.graph.node_info,
@@ -327,10 +258,10 @@ class WrapperCodegen:
             lay = buf.layout
             conds.append(f"{buf.name}.shape == ({''.join(pexpr(s) + ', ' for s in lay.size)})")
             conds.append(f"{buf.name}.stride() == ({''.join(pexpr(s) + ', ' for s in lay.stride)})")
-            if not self.cpp and not all(is_static(s) for s in (*lay.size, *lay.stride)):
+            if not self.target.indexes_int64 and not all(is_static(s) for s in (*lay.size, *lay.stride)):
                 span = sympy.Add(1, *[(s - 1) * st for s, st in zip(lay.size, lay.stride)])
                 self.int32_limits.append(span)
-        for step in steps if not self.cpp else []:  # C++ kernels index in int64
+        for step in steps if not self.target.indexes_int64 else []:
             for _, (size, _stride, _dtype) in step.allocs:
                 if not all(is_static(s) for s in size):
                     self.int32_limits.append(sympy.Mul(*size))
@@ -342,39 +273,6 @@ class WrapperCodegen:
         body.append(f"return {' and '.join(f'({c})' for c in conds) or 'True'}")
         lines += ["    " + ln for ln in body]
         return lines + ["", ""]
-
-    def _persistent_or_looped(self, group: Any, removed: set[str], looped: KernelSource, looped_launch: str,
-                              index: int, kernels: list[Any]) -> list[str]:
-        """A reduction over a symbolic row length: the looped kernel (every length) and a
-        persistent variant (whole rows in registers) chosen per call by the row length, with the
-        persistent launch configuration computed from the call's sizes (Triton compiles one
-        variant per RBLOCK it sees). A column reduction holds whole columns only while they are
-        short (``COLUMN_PERSISTENT_RMAX``) and takes ``column_meta``'s wide-x tiles."""
-        from .reduction_heuristics import COLUMN_PERSISTENT_RMAX
-
-        graph = self.graph
-        persistent = generate_kernel(group, index, removed, self.dtypes, self.persistent_rmax, graph.node_info,
-                                     0, frozenset(self.symbols), force_persistent=True)
-        kernels.append(persistent)
-        if not persistent.int64 and not is_static(persistent.xnumel * persistent.rnumel):
-            self.int32_limits.append(sympy.sympify(persistent.xnumel * persistent.rnumel))
-        xnumel, rnumel = pexpr(persistent.xnumel), pexpr(persistent.rnumel)
-        if persistent.column_bytes is not None:
-            self.uses_column_meta = True
-            limit = min(self.persistent_rmax, COLUMN_PERSISTENT_RMAX)
-            meta = f"column_meta({xnumel}, {rnumel}, True, {persistent.column_bytes})"
-        else:
-            self.uses_persistent_meta = True
-            limit, meta = self.persistent_rmax, f"persistent_meta({xnumel}, {rnumel})"
-        args = ", ".join(persistent.arg_names + persistent.size_args + [xnumel, rnumel])
-        return [
-            f"if {rnumel} <= {limit}:",
-            f"    _meta = {meta}",
-            f"    {persistent.name}[(-(-({xnumel}) // _meta['XBLOCK']),)]({args}, XBLOCK=_meta['XBLOCK'], "
-            f"RBLOCK=_meta['RBLOCK'], num_warps=_meta['num_warps'])",
-            "else:",
-            f"    {looped_launch}",
-        ]
 
     def _kept_names(self) -> set[str]:
         keep = {b.name for b in self.inputs}
@@ -397,62 +295,9 @@ class WrapperCodegen:
                     removed.add(n.name)
         return removed
 
-    def _cpp_kernels(self, kernels: list[CppKernelSource]) -> list[str]:
-        """The graph's C++ translation unit and the ctypes functions built from it."""
-        if not kernels:
-            return []
-        source = translation_unit(kernels)
-        assert "'''" not in source and "\\" not in source
-        # Static kernels take data pointers only (``name: n``); dynamic ones also their size
-        # symbols (``name: (n, ("int64_t", ...))``), so ctypes passes them as 64-bit integers.
-        sigs = ", ".join(f"{k.name!r}: {len(k.arg_names)}" if not k.size_args
-                         else f"{k.name!r}: ({len(k.arg_names)}, {tuple(k.size_types)!r})" for k in kernels)
-        lines = ["", "", "from pyjit.runtime.cpp_build import load_kernels", "", "CPP_SOURCE = r'''", *source.split("\n"),
-                 "'''", "", f"_kernels = load_kernels(CPP_SOURCE, {{{sigs}}})"]
-        lines += [f"{k.name} = _kernels[{k.name!r}]" for k in kernels]
-        return lines
-
     def _check_imports(self) -> list[str]:
         lines = ["import math"] if self.graph.host_scalars else []  # host scalars may call math.floor...
         return lines + (["from pyjit.runtime.checks import check_gather_index"] if self.graph.gather_checks else [])
-
-    def _header(self) -> list[str]:
-        if self.cpp:
-            return [
-                f'"""Generated by pyjit for a graph on {self.device.type} (C++ kernels). Run me to time call()."""',
-                "import torch",
-                *self._check_imports(),
-                "",
-                f"DEVICE = torch.device({str(self.device)!r})",
-                "empty_strided = torch.empty_strided",
-                "",
-                "",
-                "def reinterpret(t, size, stride, offset):",
-                "    return torch.as_strided(t, size, stride, t.storage_offset() + offset)",
-            ]
-        return [
-            f'"""Generated by pyjit for a graph on {self.device.type}. Run me to time call() on random inputs."""',
-            "import torch",
-            "import triton",
-            "import triton.language as tl",
-            "",
-            "from pyjit.runtime.triton_compat import libdevice",
-            *self._check_imports(),
-            *(["import functools"] if self.uses_persistent_meta or self.uses_column_meta else []),
-            *(["from pyjit.backend.codegen.reduction_heuristics import persistent_meta as _persistent_meta",
-               "persistent_meta = functools.lru_cache(maxsize=256)(_persistent_meta)"]
-              if self.uses_persistent_meta else []),
-            *(["from pyjit.backend.codegen.reduction_heuristics import column_meta as _column_meta",
-               "column_meta = functools.lru_cache(maxsize=256)(_column_meta)"]
-              if self.uses_column_meta else []),
-            "",
-            f"DEVICE = torch.device({str(self.device)!r})",
-            "empty_strided = torch.empty_strided",
-            "",
-            "",
-            "def reinterpret(t, size, stride, offset):",
-            "    return torch.as_strided(t, size, stride, t.storage_offset() + offset)",
-        ]
 
     def _benchmark_main(self) -> list[str]:
         # Symbolic sizes and scalar inputs take their example values.

@@ -27,6 +27,7 @@ import torch
 
 from ...config import config
 from ...logs import get_logger
+from ..codegen.target import kernel_target
 from ..ir import (Buffer, ExternKernel, InputBuffer, IRNode, Layout, MatmulPrologue, MatmulTemplate, MultiOutput,
                   Pointwise, ReinterpretView, ScatterAdd, StorageBox, View)
 from ..ops_handler import CountingHandler, PrintHandler, RecordHandler
@@ -129,7 +130,7 @@ def _template_mode(ctx: "GraphLowering", a: IRNode, b: IRNode) -> str | None:
     if device.type == "cuda":
         if mode == "auto" and not config.autotune:
             return None
-    elif not (device.type == "cpu" and mode == "force" and config.cpu_backend == "triton_interpret"):
+    elif not (mode == "force" and kernel_target(device).interpreted):
         return None
     if a.get_dtype() != b.get_dtype() or a.get_dtype() not in _DTYPES or b.get_device() != device:
         return None
@@ -505,7 +506,7 @@ def _readers(node: torch.fx.Node) -> list[torch.fx.Node]:
 def _split_tunable(device: torch.device) -> bool:
     if device.type == "cuda":
         return config.autotune
-    return device.type == "cpu" and config.cpu_backend == "triton_interpret" and config.autotune_launch == "force"
+    return kernel_target(device).interpreted and config.autotune_launch == "force"
 
 
 def _split_addmm_wins(ctx: "GraphLowering", args: tuple, kwargs: dict, a: IRNode, b: IRNode) -> bool:

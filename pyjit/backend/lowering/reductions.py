@@ -19,6 +19,7 @@ import torch
 
 from ...config import config
 from ..codegen.reduction_heuristics import column_element_bytes, column_split
+from ..codegen.target import kernel_target
 from ..ir import IRNode, Reduction, StorageBox
 from ..ops_handler import RecordHandler, ReductionType
 from ..symbolic import is_static, known_true, prod, sym, unflatten_index
@@ -104,7 +105,7 @@ def _is_triton_column(x: IRNode, ranges: list[Any], rranges: list[Any], reductio
     ``triton_interpret``). The C++ generator walks rows with its own loops: its split stays the
     row rule below (a column split there would only add a pass and a buffer)."""
     device = x.get_device()
-    if (device.type == "cpu" and config.cpu_backend != "triton_interpret") or reduction_type not in _SPLITTABLE:
+    if not kernel_target(device).column_split or reduction_type not in _SPLITTABLE:
         return False
     if not (is_static(prod(ranges)) and is_static(prod(rranges))):
         return False  # symbolic: no split (chunks must divide every size the graph serves)
