@@ -302,7 +302,7 @@ class OutputGraph:
         if isinstance(v, DictVariable):
             return {k: self.to_fx(i) for k, i in v.items.items()}
         if v.is_python_constant():
-            value = v.as_python_constant()
+            value = _literal_base(v.as_python_constant())
             if _fx_literal(value):
                 return value
             # (a function or object as an argument: FX would print it as its repr)
@@ -604,6 +604,18 @@ def _holds_tensor(value: "VariableTracker") -> bool:
 
 
 _FX_LITERAL_TYPES = (int, float, bool, str, complex, type(None), type(Ellipsis), range)
+
+
+def _literal_base(value: Any) -> Any:
+    """An instance of a subclass of int/float/str as the plain value a torch op sees (copied by
+    the base's own C slot: the subclass's Python code does not run)."""
+    t = type(value)
+    if t in _FX_LITERAL_TYPES or t is bool:
+        return value
+    for base, exact in ((int, int.__index__), (float, float.__float__), (str, str.__str__)):
+        if issubclass(t, base):  # (by type: isinstance would read a __class__ property)
+            return exact(value)
+    return value
 
 
 def _fx_literal(value: Any) -> bool:
