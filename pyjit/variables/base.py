@@ -11,6 +11,8 @@ Protocol (defaults raise a structured graph break):
 """
 from __future__ import annotations
 
+import functools
+import types
 from typing import TYPE_CHECKING, Any
 
 from ..guards.source import Source
@@ -19,6 +21,11 @@ from ..trace.graph_breaks import unsupported
 if TYPE_CHECKING:
     from ..trace.translator import Translator
     from ..trace.output_graph import OutputCodegen
+
+
+# Types whose instances are always true (no __bool__ or __len__ of their own).
+_ALWAYS_TRUE = frozenset({types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType,
+                          types.MethodDescriptorType, types.WrapperDescriptorType, functools.partial})
 
 
 class VariableTracker:
@@ -51,6 +58,12 @@ class VariableTracker:
         unsupported("unsupported_object", f"iterating over {self}")
 
     def truth(self, tx: "Translator") -> bool:
+        try:
+            ptype = self.python_type()
+        except Exception:  # noqa: BLE001 - a tracker that cannot tell its type
+            ptype = None
+        if ptype is not None and ptype in _ALWAYS_TRUE:
+            return True  # functions, methods and classes define no __bool__/__len__
         unsupported("unsupported_object", f"truth value of {self}")
 
     def reconstruct(self, cg: "OutputCodegen") -> str:

@@ -66,12 +66,15 @@ def f_broadcast(x):
 def f_funcol(x):
     import torch.distributed._functional_collectives as funcol
 
+    # (older torch releases spell the *_single functions *_tensor, with the same arguments)
+    gather = getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor
+    scatter = getattr(funcol, "reduce_scatter_single", None) or funcol.reduce_scatter_tensor
     group = dist.group.WORLD
     a = funcol.all_reduce(x, "sum", group)
-    b = funcol.all_gather_single(x, 1, group)
-    c = funcol.reduce_scatter_single(x, "sum", 0, group)
+    b = gather(x, 1, group)
+    c = scatter(x, "sum", 0, group)
     d = funcol.broadcast(x, 0, group)
-    e = funcol.reduce_scatter_single(x, "max", 1, [0, 1])  # a group given as its ranks
+    e = scatter(x, "max", 1, [0, 1])  # a group given as its ranks
     return a + 1, b * 2, c, d, e
 
 
