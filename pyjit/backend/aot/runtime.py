@@ -273,10 +273,14 @@ def make_runtime(state: AOTState, gm: torch.nn.Module, attr_names: Sequence[str]
     return compiled_fn
 
 
+# compile_fx.INPUTS_GUARDED, spelled here: compile_fx imports this package lazily, not the reverse.
+INPUTS_GUARDED = "pyjit_inputs_guarded"
+
+
 def _inputs_guarded(gm: torch.nn.Module) -> bool:
-    """Whether the caller's guards pin every input (``compile_fx.INPUTS_GUARDED`` in ``gm.meta``)."""
+    """Whether the caller's guards pin every input (``INPUTS_GUARDED`` in ``gm.meta``)."""
     meta = getattr(gm, "meta", None)
-    return isinstance(meta, dict) and bool(meta.get("pyjit_inputs_guarded"))
+    return isinstance(meta, dict) and bool(meta.get(INPUTS_GUARDED))
 
 
 def _rebuild(output: OutputAlias | IntermediateView, primals: Sequence[Any], outs: Sequence[torch.Tensor]
