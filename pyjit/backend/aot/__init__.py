@@ -76,6 +76,7 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], fw_comp
             state = AOTState(label, joint, part, None, bw_compiler or fw_compiler, fw_compiler, inference_fw)
         else:
             state = AOTState(label, joint, part, fw_compiler(part.fw_gm, examples), bw_compiler or fw_compiler)
+    state.tensor_primals = not attr_names and _inputs_guarded(gm) and all(isinstance(t, torch.Tensor) for t in inputs)
     return make_runtime(state, gm, attr_names, gm.forward)
 
 

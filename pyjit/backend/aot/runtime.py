@@ -73,6 +73,9 @@ class AOTState:
         self.mutated_saved = [j for j, p in enumerate(part.saved_primals) if p in joint.mutated_inputs]
         self.sizes_of = sizes_of
         self.copied_outputs: list[int] | None = None  # see fresh()
+        # Every primal is a tensor on every call (the caller's guards pin their types): the
+        # forward saves them without sorting out numbers per call (set by aot_compile).
+        self.tensor_primals = False
         if part.saved_sizes and sizes_of is None:
             raise ValueError("a partition that saves sizes needs sizes_of")
 
@@ -158,9 +161,12 @@ class CompiledFunction(torch.autograd.Function):
             user = state.fresh(tuple(inference_fw(*primals)), primals)
             # Tensors through save_for_backward (autograd checks them for in-place changes);
             # the numbers of a symbolic graph kept as they are.
-            numbers = {i: p for i, p in enumerate(primals) if not isinstance(p, torch.Tensor)}
-            ctx.save_for_backward(*([p for p in primals if isinstance(p, torch.Tensor)] if numbers else primals))
-            ctx.numbers = numbers
+            if state.tensor_primals:
+                ctx.save_for_backward(*primals)
+                ctx.numbers = _NO_NUMBERS
+            else:
+                ctx.save_for_backward(*[p for p in primals if isinstance(p, torch.Tensor)])
+                ctx.numbers = {i: p for i, p in enumerate(primals) if not isinstance(p, torch.Tensor)}
             if state.non_diff:
                 ctx.mark_non_differentiable(*[user[i] for i in state.non_diff])
             return user
@@ -199,6 +205,9 @@ class CompiledFunction(torch.autograd.Function):
             _set_callback(previous)
         it = iter(present)
         return (None, *[next(it) if has else None for has in state.joint.has_grad])
+
+
+_NO_NUMBERS: dict[int, Any] = {}  # read only
 
 
 def _storage_key(t: torch.Tensor) -> Any:
