@@ -23,7 +23,7 @@ from ...errors import BackendError
 from ...logs import get_logger
 from .joint import JointGraph, fetch_attributes, module_state, trace_joint
 from .partition import PartitionReport, partition_joint
-from .runtime import AOTState, CompiledFunction, make_runtime
+from .runtime import INPUTS_GUARDED, AOTState, CompiledFunction, _inputs_guarded, make_runtime
 
 __all__ = ["aot_compile", "compile_training", "compile_training_dynamic", "compile_training_per_size",
            "JointGraph", "PartitionReport", "CompiledFunction"]
@@ -61,6 +61,14 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], fw_comp
     part = partition_joint(joint, partition)
     label = _label(gm)
     examples = [_detach(t) for t in inputs]
+    if not attr_names and _inputs_guarded(gm):
+        # The forward graphs take exactly the primals, which the caller's guards pin (layouts,
+        # dtypes, devices; the Function's forward runs without grad): compile_fx then skips its
+        # per-call input check. A deferred-saving replay feeds them saved primals, which autograd
+        # refuses if they were changed in place since (resize_ and set_ included).
+        for fw_gm in (part.fw_gm, part.inference_gm):
+            if fw_gm is not None:
+                fw_gm.meta[INPUTS_GUARDED] = True
     with torch.no_grad():
         if part.inference_gm is not None and not joint.mutated_inputs and defer_saving:
             # Deferred saving (runtime.py): the saving forward is compiled at the first backward.
@@ -70,6 +78,7 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], fw_comp
             state = AOTState(label, joint, part, fw_compiler(part.fw_gm, examples), bw_compiler or fw_compiler)
     if gm.meta.get("pyjit_range_name"):  # the frame's graph name, set by the frontend
         state.range_name = f"{gm.meta['pyjit_range_name']} backward"
+    state.tensor_primals = not attr_names and _inputs_guarded(gm) and all(isinstance(t, torch.Tensor) for t in inputs)
     return make_runtime(state, gm, attr_names, gm.forward)
 
 

@@ -82,6 +82,9 @@ class AOTState:
         self.saved_strides = traced_strides(part.bw_gm, part.num_saved)
         self.any_saved_layout = any(st is not None for st in self.saved_strides)
         self.layout_hint_logged = False
+        # Every primal is a tensor on every call (the caller's guards pin their types): the
+        # forward saves them without sorting out numbers per call (set by aot_compile).
+        self.tensor_primals = False
         if part.saved_sizes and sizes_of is None:
             raise ValueError("a partition that saves sizes needs sizes_of")
 
@@ -175,8 +178,12 @@ class CompiledFunction(torch.autograd.Function):
             user = state.fresh(tuple(inference_fw(*primals)), primals)
             # Tensors through save_for_backward (autograd checks them for in-place changes);
             # the numbers of a symbolic graph kept as they are.
-            ctx.save_for_backward(*[p for p in primals if isinstance(p, torch.Tensor)])
-            ctx.numbers = {i: p for i, p in enumerate(primals) if not isinstance(p, torch.Tensor)}
+            if state.tensor_primals:
+                ctx.save_for_backward(*primals)
+                ctx.numbers = _NO_NUMBERS
+            else:
+                ctx.save_for_backward(*[p for p in primals if isinstance(p, torch.Tensor)])
+                ctx.numbers = {i: p for i, p in enumerate(primals) if not isinstance(p, torch.Tensor)}
             if state.non_diff:
                 ctx.mark_non_differentiable(*[user[i] for i in state.non_diff])
             return user
@@ -281,6 +288,7 @@ def views_as_reshapes(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     out = torch.fx.GraphModule(gm, graph, class_name=type(gm).__name__)
     out.recompile()
     return out
+_NO_NUMBERS: dict[int, Any] = {}  # read only
 
 
 def _storage_key(t: torch.Tensor) -> Any:
@@ -307,20 +315,34 @@ def make_runtime(state: AOTState, gm: torch.nn.Module, attr_names: Sequence[str]
     user_outputs = joint.user_outputs
     out_spec = joint.out_spec
     n_fw = joint.fw_outputs
+    # Positions whose requires_grad and type are checked per call. The frontend's guards pin
+    # every graph input's type and requires_grad, and grad mode (compile_fx.INPUTS_GUARDED):
+    # only the module state read off ``gm`` is left to check there.
+    n_args = len(requires_grad) - len(attr_names)
+    checked = list(range(n_args if _inputs_guarded(gm) else 0, len(requires_grad)))
+    # Rebuilding the output structure costs ~2 us through tree_unflatten: when every user
+    # output is a computed one, a single leaf or a plain tuple is rebuilt directly.
+    plain = all(isinstance(u, int) for u in user_outputs)
+    n_out = len(user_outputs)
+    probe = pytree.tree_unflatten(list(range(n_out)), out_spec)
+    single = plain and n_out == 1 and type(probe) is int and probe == 0
+    flat_tuple = plain and type(probe) is tuple and probe == tuple(range(n_out))
 
     def compiled_fn(*args: Any) -> Any:
-        primals = [*args, *fetch_attributes(gm, attr_names)] if attr_names else list(args)
-        grad = torch.is_grad_enabled()
+        primals = (*args, *fetch_attributes(gm, attr_names)) if attr_names else args
         if len(primals) != len(requires_grad):
             return fallback(*args)
-        for p, r in zip(primals, requires_grad):
-            # The joint graph was traced for this requires_grad pattern; another runs as captured.
-            # (Numbers are inputs of symbolic graphs: a varying Python int or float.)
-            if not isinstance(p, torch.Tensor):
-                if not isinstance(p, (int, float)) or isinstance(p, bool):
+        if checked:
+            grad = torch.is_grad_enabled()
+            for i in checked:
+                # The joint graph was traced for this requires_grad pattern; another runs as captured.
+                # (Numbers are inputs of symbolic graphs: a varying Python int or float.)
+                p = primals[i]
+                if not isinstance(p, torch.Tensor):
+                    if not isinstance(p, (int, float)) or isinstance(p, bool):
+                        return fallback(*args)
+                elif grad and bool(p.requires_grad) != requires_grad[i]:
                     return fallback(*args)
-            elif grad and bool(p.requires_grad) != r:
-                return fallback(*args)
         previous = _set_callback(None)
         try:
             outs = CompiledFunction.apply(state, *primals)
@@ -330,11 +352,25 @@ def make_runtime(state: AOTState, gm: torch.nn.Module, attr_names: Sequence[str]
             # Under the caller's grad mode, as eager's in-place op: the input's new value gets a
             # grad_fn (and autograd's own checks: a view of a leaf that requires grad...).
             primals[joint.mutated_inputs[j]].copy_(outs[n_fw + pos])
+        if single:
+            return outs[user_outputs[0]]
+        if flat_tuple:
+            return tuple([outs[u] for u in user_outputs])  # type: ignore[index]
         leaves = [outs[u] if isinstance(u, int) else _rebuild(u, primals, outs) for u in user_outputs]
         return pytree.tree_unflatten(leaves, out_spec)
 
     compiled_fn.pyjit_state = state  # type: ignore[attr-defined]
     return compiled_fn
+
+
+# compile_fx.INPUTS_GUARDED, spelled here: compile_fx imports this package lazily, not the reverse.
+INPUTS_GUARDED = "pyjit_inputs_guarded"
+
+
+def _inputs_guarded(gm: torch.nn.Module) -> bool:
+    """Whether the caller's guards pin every input (``INPUTS_GUARDED`` in ``gm.meta``)."""
+    meta = getattr(gm, "meta", None)
+    return isinstance(meta, dict) and bool(meta.get(INPUTS_GUARDED))
 
 
 def _rebuild(output: OutputAlias | IntermediateView, primals: Sequence[Any], outs: Sequence[torch.Tensor]
