@@ -26,10 +26,10 @@ def fsdp_kind(module: Any) -> str | None:
     """``"fully_shard"`` for a module sharded with FSDP2, ``"FullyShardedDataParallel"`` for an
     FSDP1 wrapper, else None."""
     fsdp2 = sys.modules.get(_FSDP2_MODULE)
-    if fsdp2 is not None and isinstance(module, getattr(fsdp2, "FSDPModule", ())):
+    if fsdp2 is not None and issubclass(type(module), getattr(fsdp2, "FSDPModule", ())):
         return "fully_shard"
     fsdp1 = sys.modules.get(_FSDP1_MODULE)
-    if fsdp1 is not None and isinstance(module, getattr(fsdp1, "FullyShardedDataParallel", ())):
+    if fsdp1 is not None and issubclass(type(module), getattr(fsdp1, "FullyShardedDataParallel", ())):
         return "FullyShardedDataParallel"
     return None
 

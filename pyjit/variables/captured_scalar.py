@@ -36,7 +36,12 @@ if TYPE_CHECKING:
     from ..trace.translator import Translator
     from .tensor import TensorVariable
 
-_DTYPE = {float: torch.float64, int: torch.int64, bool: torch.bool}
+_DTYPE_NAMES = {float: "float64", int: "int64", bool: "bool"}
+
+
+def _dtype(py_type: type) -> torch.dtype:
+    # (looked up per call: the torch stub of the torch-free opcode self-check has no dtypes)
+    return getattr(torch, _DTYPE_NAMES[py_type])
 _SAMPLE = {float: 1.5, int: 3, bool: True}  # representatives for Python's result-type rules
 
 # Binary operators recorded on scalars; the rest (shifts, matmul, divmod...) need the number.
@@ -72,7 +77,7 @@ class CapturedScalarVariable(VariableTracker):
         py_type = bool if example.dtype == torch.bool else float if example.dtype.is_floating_point else int
         call = tx.output.call
         flat = call(tx, "call_method", "reshape", [call(tx, "call_method", "detach", [value], {}), ConstantVariable(())], {})
-        return CapturedScalarVariable(_cast(tx, flat, _DTYPE[py_type]), py_type)  # type: ignore[arg-type]
+        return CapturedScalarVariable(_cast(tx, flat, _dtype(py_type)), py_type)  # type: ignore[arg-type]
 
     def python_type(self) -> type:
         return self.py_type
@@ -102,7 +107,7 @@ def _cast(tx: "Translator", value: "TensorVariable", dtype: torch.dtype) -> "Ten
 def _python_type(value: VariableTracker) -> type | None:
     if isinstance(value, CapturedScalarVariable):
         return value.py_type
-    if isinstance(value, ConstantVariable) and type(value.value) in _DTYPE:
+    if isinstance(value, ConstantVariable) and type(value.value) in _DTYPE_NAMES:
         return type(value.value)
     return None
 
@@ -112,10 +117,10 @@ def _as_tensor(tx: "Translator", value: VariableTracker, dtype: torch.dtype) -> 
     torch then computes in ``dtype`` as well)."""
     if isinstance(value, CapturedScalarVariable):
         return _cast(tx, value.tensor, dtype)
-    return ConstantVariable(_DTYPE_CONVERT[dtype](value.as_python_constant()))
+    convert = float if dtype.is_floating_point else bool if dtype == torch.bool else int
+    return ConstantVariable(convert(value.as_python_constant()))
 
 
-_DTYPE_CONVERT: dict[torch.dtype, Callable[[Any], Any]] = {torch.float64: float, torch.int64: int, torch.bool: bool}
 
 
 def captured_binary(tx: "Translator", op: Callable[[Any, Any], Any], a: VariableTracker,
@@ -144,19 +149,19 @@ def captured_binary(tx: "Translator", op: Callable[[Any, Any], Any], a: Variable
         result_type = type(base(_SAMPLE[ta], _SAMPLE[tb]))
     except Exception:  # noqa: BLE001 - Python refuses the operation on these types
         unsupported("data_dependent", f"{getattr(base, '__name__', base)} on {ta.__name__} and {tb.__name__}")
-    if result_type not in _DTYPE:
+    if result_type not in _DTYPE_NAMES:
         unsupported("data_dependent", f"a {result_type.__name__} result of a captured tensor.item()")
     if base is operator.pow and result_type is int and not (isinstance(b, ConstantVariable) and b.value >= 0):
         # an int to a negative power is a float in Python (torch refuses it for int tensors)
         unsupported("data_dependent", "an int captured tensor.item() to a power that may be negative")
     # Compare and compute in the common type of the operands (bool counts as int).
     operand_type = result_type if result_type is not bool else (float if float in (ta, tb) else int if int in (ta, tb) else bool)
-    dtype = _DTYPE[operand_type]
+    dtype = _dtype(operand_type)
     result = tx.output.call(tx, "call_function", base, [_as_tensor(tx, a, dtype), _as_tensor(tx, b, dtype)], {})
     from .tensor import TensorVariable as _T
 
     assert isinstance(result, _T)
-    return CapturedScalarVariable(_cast(tx, result, _DTYPE[result_type]), result_type)
+    return CapturedScalarVariable(_cast(tx, result, _dtype(result_type)), result_type)
 
 
 def captured_unary(tx: "Translator", op: Callable[[Any], Any], a: VariableTracker) -> VariableTracker | None:
@@ -166,6 +171,6 @@ def captured_unary(tx: "Translator", op: Callable[[Any], Any], a: VariableTracke
     if op not in (operator.neg, operator.pos, operator.abs, abs):
         unsupported("data_dependent", f"{getattr(op, '__name__', op)} of a captured tensor.item()")
     py_type = int if a.py_type is bool else a.py_type
-    value = _cast(tx, a.tensor, _DTYPE[py_type])
+    value = _cast(tx, a.tensor, _dtype(py_type))
     target = operator.abs if op is abs else op
     return CapturedScalarVariable(tx.output.call(tx, "call_function", target, [value], {}), py_type)  # type: ignore[arg-type]

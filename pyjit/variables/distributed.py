@@ -242,7 +242,8 @@ def is_process_group(value: Any) -> bool:
     import sys
 
     c10d = sys.modules.get("torch.distributed.distributed_c10d")
-    return c10d is not None and isinstance(value, c10d.ProcessGroup)
+    # (by type: isinstance would read the value's __class__, which may be user code)
+    return c10d is not None and issubclass(type(value), c10d.ProcessGroup)
 
 
 class ProcessGroupVariable(UserDefinedObjectVariable):

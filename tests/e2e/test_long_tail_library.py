@@ -330,7 +330,8 @@ def test_namedtuple_replace_and_asdict():
             return p.a * p.b + q.b + d["b"] + r.a * r.b, q
         return f
 
-    check(build, one, graphs=1)
+    # (no peer count: torch 2.11's compiler fails an internal assertion on this function)
+    check(build, one, graphs=1, same_as_peer=False)
 
 
 def test_functions_as_arguments_of_graph_ops_break_instead_of_breaking_the_graph(caplog):
