@@ -41,7 +41,7 @@ def _rand(i, *shape):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(i))
 
 
-# -- the seed examples --------------------------------------------------------------------------
+# -- worked examples: prefix graphs and resume functions --------------------------------------
 
 def toy_example(a, b):
     x = a / (torch.abs(a) + 1)
