@@ -10,24 +10,18 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import socket
 import traceback
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+
+from .spawn import WORLD, devices, run_ranks
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
 
-WORLD = 2
 _F = torch.ops._c10d_functional
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --------------------------------------------------------------------------- traced functions
@@ -262,30 +256,15 @@ def _worker(rank: int, port: int, device: str, out_dir: str) -> None:
     dist.destroy_process_group()
 
 
-def _devices():
-    two_gpus = torch.cuda.is_available() and torch.cuda.device_count() >= 2 and dist.is_nccl_available()
-    return ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not two_gpus, reason="needs 2 CUDA GPUs and NCCL"))]
 
 
-def _run(device: str, tmp_path) -> dict[str, list[str]]:
-    """Spawn the two ranks once; every check's failures by name (one test per device, so that
-    pytest-xdist never spawns the same group twice on two workers)."""
-    mp.spawn(_worker, args=(_free_port(), device, str(tmp_path)), nprocs=WORLD)
-    merged: dict[str, list[str]] = {}
-    for rank in range(WORLD):
-        with open(tmp_path / f"rank{rank}.json") as f:
-            for name, tb in json.load(f).items():
-                merged.setdefault(name, []).append(f"rank {rank}:\n{tb}")
-    return merged
-
-
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", devices())
 def test_collectives_traced_equal_to_eager(device, tmp_path):
     """Per op (CASES): no graph break, compiled by pyjit's backend, result and in-place effect
     equal to eager on both ranks; the wait placed after independent compute in the generated
     wrapper (wait_order); a Work handle leaving the function breaks with its reason (async_op);
     gradients through collectives equal eager's (gradients)."""
-    failures = _run(device, tmp_path)
+    failures = run_ranks(_worker, device, tmp_path)
     assert not failures, "\n".join(f"--- {name}\n" + "\n".join(tbs) for name, tbs in failures.items())
 
 

@@ -12,18 +12,17 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import socket
 import traceback
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
+
+from .spawn import WORLD, devices, run_ranks
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
 
-WORLD = 2
 STEPS = 3
 
 
@@ -159,33 +158,13 @@ def _worker(rank: int, port: int, device: str, out_dir: str) -> None:
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
-def _devices():
-    two_gpus = torch.cuda.is_available() and torch.cuda.device_count() >= 2 and dist.is_nccl_available()
-    return ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not two_gpus, reason="needs 2 CUDA GPUs and NCCL"))]
 
-
-def _run(device: str, tmp_path) -> dict[str, list[str]]:
-    """Spawn the two ranks once; every check's failures by name (one test per device, so that
-    pytest-xdist never spawns the same group twice on two workers)."""
-    mp.spawn(_worker, args=(_free_port(), device, str(tmp_path)), nprocs=WORLD)
-    merged: dict[str, list[str]] = {}
-    for rank in range(WORLD):
-        with open(tmp_path / f"rank{rank}.json") as f:
-            for name, tb in json.load(f).items():
-                merged.setdefault(name, []).append(f"rank {rank}:\n{tb}")
-    return merged
-
-
-@pytest.mark.parametrize("device", _devices())
+@pytest.mark.parametrize("device", devices())
 def test_fsdp_trains_like_eager(device, tmp_path):
     """FSDP2 and FSDP1 (use_orig_params=True): three steps under pyjit.jit give eager FSDP's
     losses and gathered parameters on both ranks, compiled (fsdp*_training); every graph break
     is an FSDP call of kind ``distributed`` (fsdp*_breaks)."""
-    failures = _run(device, tmp_path)
+    failures = run_ranks(_worker, device, tmp_path)
     assert not failures, "\n".join(f"--- {name}\n" + "\n".join(tbs) for name, tbs in failures.items())
