@@ -15,6 +15,7 @@
  */
 #include "eval_frame.h"
 #include "eval_frame_internal.h"
+#include <stddef.h>
 #include "cache.h"
 #include "guards.h"
 
@@ -601,7 +602,9 @@ static PyObject *py_get_callback(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
     return Py_NewRef(t->callback ? t->callback : Py_None);
 }
 
-static PyObject *py_set_run_only_mode(PyObject *Py_UNUSED(m), PyObject *flag)
+/* Set one of the calling thread's mode flags (run-only, suspended) from a truth value and
+ * return its previous value; a thread that never enabled pyjit keeps no state to change. */
+static PyObject *swap_thread_flag(PyObject *flag, size_t field_offset)
 {
     int value = PyObject_IsTrue(flag);
     if (value < 0) {
@@ -611,13 +614,19 @@ static PyObject *py_set_run_only_mode(PyObject *Py_UNUSED(m), PyObject *flag)
     if (t == NULL) {
         return NULL;
     }
-    PyObject *previous = PyBool_FromLong(t->run_only);
+    int *field = (int *)((char *)t + field_offset);
+    PyObject *previous = PyBool_FromLong(*field);
     if (t == &pyjit_disabled_state) {
         return previous;
     }
-    t->run_only = value;
+    *field = value;
     pyjit_update_enabled(t);
     return previous;
+}
+
+static PyObject *py_set_run_only_mode(PyObject *Py_UNUSED(m), PyObject *flag)
+{
+    return swap_thread_flag(flag, offsetof(ThreadState, run_only));
 }
 
 static PyObject *py_get_run_only_mode(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
@@ -627,21 +636,7 @@ static PyObject *py_get_run_only_mode(PyObject *Py_UNUSED(m), PyObject *Py_UNUSE
 
 static PyObject *py_set_suspended(PyObject *Py_UNUSED(m), PyObject *flag)
 {
-    int value = PyObject_IsTrue(flag);
-    if (value < 0) {
-        return NULL;
-    }
-    ThreadState *t = value ? pyjit_ensure_state() : pyjit_current_state();
-    if (t == NULL) {
-        return NULL;
-    }
-    PyObject *previous = PyBool_FromLong(t->suspended);
-    if (t == &pyjit_disabled_state) {
-        return previous;
-    }
-    t->suspended = value;
-    pyjit_update_enabled(t);
-    return previous;
+    return swap_thread_flag(flag, offsetof(ThreadState, suspended));
 }
 
 static PyObject *py_get_suspended(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a))
