@@ -1,5 +1,5 @@
 """Code, tests and docs say the reason, not the history: no issue numbers, numbered runs
-("stop 21", "wave 2", "run #3"), "the seeds", or documents outside the repository (DESIGN.md).
+(a numbered stop, wave or run), "the seeds", or documents outside the repository (DESIGN.md).
 A reader of this tree cannot look those up; the reason itself can be written down. Torch-free."""
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ THIS = os.path.relpath(os.path.abspath(__file__), ROOT).replace(os.sep, "/")
 
 # Case-insensitive extended regexes for `git grep`; each names something a newcomer cannot resolve.
 PATTERNS = [
-    r"\bissues? #?[0-9]",        # "issue 12, item 1", "issues 9-10"
+    r"\bissues? #?[0-9]",        # an issue number, or a range of them
     r"\bissue #",
     r"\b(this|that|a later|the next) issue\b",
     r"\bwave ?[0-9]",            # numbered work waves
-    r"\bstops? ?[0-9]+\b",       # numbered runs ("stop 21 logs")
+    r"\bstops? ?[0-9]+\b",       # numbered runs (the logs of a numbered stop)
     r"_stop[0-9]+",              # folders named after them
     r"\bround [0-9]",
     r"\bruns? #[0-9]",
