@@ -37,3 +37,44 @@ def run_ranks(worker: Callable[..., None], device: str, tmp_path: Path) -> dict[
             for name, tb in json.load(f).items():
                 merged.setdefault(name, []).append(f"rank {rank}:\n{tb}")
     return merged
+
+
+def init_rank(rank: int, port: int, device: str) -> str:
+    """Join the process group (gloo on CPU, NCCL on CUDA) the way torchrun's env:// does; the
+    device this rank runs on."""
+    import datetime
+    import os
+
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    backend = "nccl" if device == "cuda" else "gloo"
+    if device == "cuda":
+        torch.cuda.set_device(rank)
+        device = f"cuda:{rank}"
+    # A check failing on one rank only leaves the other in a collective: time out, never hang.
+    dist.init_process_group(backend, rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=60))
+    import pyjit
+
+    pyjit.config.config.warm_start = False
+    return device
+
+
+def run_checks(rank: int, out_dir: str, checks: list[tuple[str, Callable[[], None]]]) -> None:
+    """Run each check in step with the other rank, write the tracebacks of the failed ones to
+    ``rank<r>.json`` (read by :func:`run_ranks`) and leave the process group."""
+    import os
+    import traceback
+
+    import pyjit
+
+    failures: dict[str, str] = {}
+    for name, check in checks:
+        try:
+            check()
+        except Exception:  # noqa: BLE001 - reported per check to the test process
+            failures[name] = traceback.format_exc()
+        dist.barrier()
+        pyjit.reset()
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(failures, f)
+    dist.barrier()
+    dist.destroy_process_group()

@@ -7,16 +7,13 @@ per device; every check runs on both ranks and reports its failure by name.
 """
 from __future__ import annotations
 
-import datetime
-import json
 import os
-import traceback
 
 import pytest
 import torch
 import torch.distributed as dist
 
-from .spawn import WORLD, devices, run_ranks
+from .spawn import WORLD, devices, init_rank, run_checks, run_ranks
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
 
@@ -229,33 +226,11 @@ def _check_grad(rank: int, device: str) -> None:
 
 
 def _worker(rank: int, port: int, device: str, out_dir: str) -> None:
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    backend = "nccl" if device == "cuda" else "gloo"
-    if device == "cuda":
-        torch.cuda.set_device(rank)
-        device = f"cuda:{rank}"
-    # A check failing on one rank only leaves the other in a collective: time out, never hang.
-    dist.init_process_group(backend, rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=60))
-    import pyjit
-
-    pyjit.config.config.warm_start = False
-    failures: dict[str, str] = {}
+    device = init_rank(rank, port, device)
     checks = [(name, lambda n=name: _check_case(n, rank, device)) for name in CASES]
     checks += [("wait_order", lambda: _check_wait_order(rank, device, out_dir)), ("async_op", lambda: _check_async(rank, device)),
                ("gradients", lambda: _check_grad(rank, device))]
-    for name, check in checks:
-        try:
-            check()
-        except Exception:  # noqa: BLE001 - reported per check to the test process
-            failures[name] = traceback.format_exc()
-        dist.barrier()
-        pyjit.reset()
-    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump(failures, f)
-    dist.barrier()
-    dist.destroy_process_group()
-
-
+    run_checks(rank, out_dir, checks)
 
 
 @pytest.mark.parametrize("device", devices())

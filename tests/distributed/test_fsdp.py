@@ -9,17 +9,13 @@ per device; each check reports its failure by name.
 """
 from __future__ import annotations
 
-import datetime
-import json
-import os
-import traceback
 
 import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from .spawn import WORLD, devices, run_ranks
+from .spawn import WORLD, devices, init_rank, run_checks, run_ranks
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
 
@@ -133,32 +129,10 @@ def _check_breaks(kind: str, device: str, rank: int) -> None:
 
 
 def _worker(rank: int, port: int, device: str, out_dir: str) -> None:
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    backend = "nccl" if device == "cuda" else "gloo"
-    if device == "cuda":
-        torch.cuda.set_device(rank)
-        device = f"cuda:{rank}"
-    # A check failing on one rank only leaves the other in a collective: time out, never hang.
-    dist.init_process_group(backend, rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=60))
-    import pyjit
-
-    pyjit.config.config.warm_start = False
-    failures: dict[str, str] = {}
-    for kind in ("fsdp2", "fsdp1"):
-        for name, check in ((f"{kind}_training", _check_training), (f"{kind}_breaks", _check_breaks)):
-            try:
-                check(kind, device, rank)
-            except Exception:  # noqa: BLE001 - reported per check to the test process
-                failures[name] = traceback.format_exc()
-            dist.barrier()
-            pyjit.reset()
-    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump(failures, f)
-    dist.barrier()
-    dist.destroy_process_group()
-
-
-
+    device = init_rank(rank, port, device)
+    run_checks(rank, out_dir, [(f"{kind}_{what}", lambda k=kind, c=check: c(k, device, rank))
+                               for kind in ("fsdp2", "fsdp1")
+                               for what, check in (("training", _check_training), ("breaks", _check_breaks))])
 
 
 @pytest.mark.parametrize("device", devices())
