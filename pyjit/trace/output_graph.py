@@ -187,11 +187,32 @@ class OutputGraph:
         node.meta["stack_trace"] = tx.stack_trace()
         node.meta["example_value"] = result
         self.call_count += 1
-        if is_in_place(kind, target, kwargs):
-            # Conservative: any in-place op (also on views of inputs) makes the trace assume its
-            # tensor inputs do not alias each other (a DISTINCT guard, see convert_frame).
+        if is_in_place(kind, target, kwargs) and self._mutates_input_memory(target, fake_args, fake_kwargs):
+            # An in-place op on (a view of) a graph input: the compiled graph writes the new value
+            # back after it runs, which is eager's only while no input is a view of another (a
+            # DISTINCT guard, see convert_frame). In-place ops on the graph's own intermediates
+            # (``ReLU(inplace=True)``) write back nothing and need no guard.
             self.mutates = True
         return self.wrap_result(tx, node, result, [*args, *kwargs.values()])
+
+    def _mutates_input_memory(self, target: Any, args: list[Any], kwargs: dict[str, Any]) -> bool:
+        """Whether an in-place op writes memory of a graph input: its mutated operand (the first
+        argument, or ``out=``) shares storage with an input's fake value. Anything unexpected
+        (no tensor found, ``set_`` re-pointing a tensor) counts as writing an input."""
+        if getattr(target, "__name__", target) in ("set_", "resize_", "resize_as_"):
+            return True
+        mutated = kwargs["out"] if "out" in kwargs else (args[0] if args else None)
+        tensors = [t for t in (mutated if isinstance(mutated, (list, tuple)) else [mutated])
+                   if isinstance(t, torch.Tensor)]
+        if not tensors:
+            return True
+        inputs = set()
+        for gi in self.inputs:
+            fake = gi.node.meta.get("example_value")
+            if not isinstance(fake, torch.Tensor):
+                return True
+            inputs.add(_storage_key(fake))
+        return any(_storage_key(t) in inputs for t in tensors)
 
     def _run_fake(self, kind: str, target: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
         from torch._dispatch.python import enable_python_dispatcher
@@ -628,3 +649,8 @@ def _fx_literal(value: Any) -> bool:
     if t is slice:
         return _fx_literal(value.start) and _fx_literal(value.stop) and _fx_literal(value.step)
     return False
+
+
+def _storage_key(t: torch.Tensor) -> int:
+    """Identity of a (fake) tensor's storage: equal for a tensor and its views."""
+    return t.untyped_storage()._cdata

@@ -108,6 +108,22 @@ def test_choice_reused_without_timing(timer: FakeTimer, monkeypatch: pytest.Monk
     assert (metrics.generated_kernel_count, metrics.extern_calls) == (2, 0)
 
 
+def test_repeated_layers_share_one_tuning(timer: FakeTimer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Identical layers of one graph (a network's repeated blocks) generate the same candidates,
+    differing only in the comments naming their graph nodes: the first layer's choice serves the
+    others, nothing is timed twice."""
+    _force_template(monkeypatch)
+    timer.times = {"split_template": 0.5, "split_extern": 5.0}
+
+    def two_layers(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor) -> torch.Tensor:
+        return _linear_gelu_residual(_linear_gelu_residual(x, w1, b1), w2, b2)
+
+    x, w, b = _inputs()
+    check(two_layers, x, w, b, make((32, 32), "cpu", low=-1, high=1), make((32,), "cpu"), atol=1e-4, rtol=1e-4)
+    assert timer.seen.count("split_template") == 1
+    assert (metrics.generated_kernel_count, metrics.extern_calls) == (4, 0)
+
+
 def test_failing_tuning_keeps_the_fused_kernel(timer: FakeTimer, monkeypatch: pytest.MonkeyPatch) -> None:
     _force_template(monkeypatch)
 

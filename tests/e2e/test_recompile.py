@@ -360,3 +360,34 @@ def test_entry_limit_from_config():
         for n in range(1, 7):
             _check(f, _affine, torch.randn(n, 2))
         assert backend.frame_count == 3
+
+
+def test_in_place_on_an_intermediate_needs_no_alias_guard(caplog):
+    """``ReLU(inplace=True)`` on a value the graph computed writes no input back: the graph is
+    valid whatever memory its inputs share, so it gets no (per-call, input-count long) aliasing
+    guard. An in-place op on a view of an input does write one back and keeps the guard; both
+    give eager's answer with inputs that share memory."""
+    def intermediate(x, w):
+        y = x @ w
+        y.relu_()
+        return y + 1
+
+    def through_input(x, w):
+        x[0].add_(1)
+        return x * w
+
+    pyjit.set_logs("guards")
+    try:
+        for fn, guarded in ((intermediate, False), (through_input, True)):
+            caplog.clear()
+            f = _jit(fn, CountingBackend())
+            x, w = torch.randn(4, 4), torch.randn(4, 4)
+            with caplog.at_level("DEBUG"):
+                assert_same(fn(x.clone(), w), f(x.clone(), w))
+            assert ("distinct_memory(L['x'], L['w'])" in caplog.text) is guarded, caplog.text
+            base = torch.randn(8, 4)
+            eager_base = base.clone()
+            assert_same(fn(eager_base[:4], eager_base[4:]), f(base[:4], base[4:]))
+            assert_same(eager_base, base)
+    finally:
+        pyjit.set_logs("")

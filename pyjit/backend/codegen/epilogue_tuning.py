@@ -32,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import re
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -212,7 +211,7 @@ def _arg_names(step: Any) -> list[str]:
 
 def _normalised(step: Any) -> str:
     if isinstance(step, KernelSource):
-        return re.sub(rf"\b{re.escape(step.name)}\b", "KERNEL", step.source) + repr(sorted(step.meta.items()))
+        return step.code_key() + repr(sorted(step.meta.items()))
     (_, a_lay), (_, b_lay) = step[1]
     return f"extern {tuple(a_lay.size)}:{tuple(a_lay.stride)}+{a_lay.offset} {tuple(b_lay.size)}:" \
            f"{tuple(b_lay.stride)}+{b_lay.offset} {a_lay.dtype}"

@@ -42,7 +42,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import re
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -306,8 +305,9 @@ def _static_layout(layout: "Layout") -> bool:
 
 
 def _normalised(ks: KernelSource) -> str:
-    """The source with the kernel's own name replaced: the same kernel elsewhere shares the key."""
-    return re.sub(rf"\b{re.escape(ks.name)}\b", "KERNEL", ks.source)
+    """The source without comments and with the kernel's own name replaced: the same kernel
+    generated for another layer shares the key (and the stored choice)."""
+    return ks.code_key()
 
 
 def _sources_hash(candidates: list[Candidate]) -> str:

@@ -11,7 +11,6 @@ kernels themselves are subclasses of ``common.Kernel`` (``triton.py``, ``cpp.py`
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import sympy
@@ -122,9 +121,7 @@ class TritonTarget(KernelTarget):
         it from every layer cuts a model's compile work by about its depth. Launch parameters
         are not part of the source, so each launch keeps its own.
         """
-        body = "\n".join(line for line in ks.source.split("\n") if not line.lstrip().startswith("#"))
-        key = re.sub(rf"\b{re.escape(ks.name)}\b", "KERNEL", body)
-        first = w.shared_kernels.setdefault(key, ks.name)
+        first = w.shared_kernels.setdefault(ks.code_key(), ks.name)
         return ks if first == ks.name else dataclasses.replace(ks, name=first)
 
     @staticmethod

@@ -56,6 +56,13 @@ class KernelSource:
     int64: bool = False  # indexes in int64
     column_bytes: int | None = None  # a column reduction: element bytes of its x-contiguous loads
 
+    def code_key(self) -> str:
+        """The source without its comment lines and with its own name replaced: what the kernel
+        computes, equal for the same kernel generated for another layer (whose comments name other
+        graph nodes). Keys of shared kernels and of stored tuning choices."""
+        body = "\n".join(line for line in self.source.split("\n") if not line.lstrip().startswith(("#", "//")))
+        return re.sub(rf"\b{re.escape(self.name)}\b", "KERNEL", body)
+
 
 def _literal(value: Any, dtype: torch.dtype) -> str:
     if isinstance(value, bool) or dtype == torch.bool:
