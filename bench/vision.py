@@ -251,7 +251,7 @@ def _spawn(model: str, backend: str, mode: str, args: argparse.Namespace) -> dic
         if line.startswith(RESULT_TAG):
             row = {**json.loads(line[len(RESULT_TAG):]), "status": "OK", "wall_s": time.perf_counter() - t0}
             if args.logs_tail:
-                row["log_tail"] = proc.stderr.strip().splitlines()[-args.logs_tail:]
+                row["log_tail"] = [ln for ln in proc.stderr.splitlines() if ln.startswith("[pyjit.")][-args.logs_tail:]
             return row
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
     return {"model": model, "backend": backend, "mode": mode, "status": "ERROR", "error": " | ".join(tail)[-500:]}
@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host-profile", action="store_true", help="cProfile of the host side of 20 calls")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast on CPU too")
     p.add_argument("--json", default=None, help="write every row here")
-    p.add_argument("--logs-tail", type=int, default=0, help="keep this many last lines of each child's stderr "
+    p.add_argument("--logs-tail", type=int, default=0, help="keep this many last pyjit log lines of each child "
                    "(set PYJIT_LOGS=compile_times to see where a first call went)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)

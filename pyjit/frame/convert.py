@@ -206,10 +206,11 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
         gm.meta["pyjit_range_name"] = range_name  # training graphs name their backward after it
         _graph_log.info("graph for %s (%s:%d):\n%s", code.co_name, code.co_filename, code.co_firstlineno, gm.code)
         example_inputs = [gi.value for gi in output.inputs]
-        if dynamic is None:
-            # Every tensor input is pinned by a full TENSOR_MATCH guard (sizes, strides, dtype,
-            # device, requires_grad; grad mode is a global-state guard): pyjit's backend skips
-            # its own per-call input check (backend/compile_fx.py INPUTS_GUARDED).
+        if dynamic is None or not output.symbolic_inputs:
+            # No input got a symbol, so every tensor input is pinned by a full TENSOR_MATCH guard
+            # (sizes, strides, dtype, device, requires_grad; grad mode is a global-state guard):
+            # pyjit's backend skips its own per-call input check (backend/compile_fx.py
+            # INPUTS_GUARDED), which costs about a microsecond per input (a model's parameters).
             gm.meta["pyjit_inputs_guarded"] = True  # compile_fx.INPUTS_GUARDED
         try:
             if shared_memory:
