@@ -171,3 +171,46 @@ def test_input_requires_grad_toggled() -> None:
     want.sum().backward()
     got.sum().backward()
     torch.testing.assert_close(xm.grad, xg.grad)
+
+
+@pytest.mark.parametrize("grad", GRAD)
+def test_parameter_data_transposed(grad: bool) -> None:
+    # Same Parameter object, same sizes, other strides: the compiled kernels index the traced
+    # layout, so the frontend's guards must catch it (the backend skips its own input check).
+    def mutate(m: nn.Module) -> None:
+        torch.manual_seed(4)
+        m.layers[1].weight.data = torch.randn(8, 8).t()
+    _both(mutate, grad)
+
+
+@pytest.mark.parametrize("grad", GRAD)
+def test_input_layout_changed(grad: bool) -> None:
+    eager, mirror, jitted = _pair()
+    x = torch.randn(2, 8)
+    for _ in range(3):
+        _check(eager, jitted, mirror, x, grad)
+    for other in (torch.randn(8, 2).t(), torch.randn(2, 16)[:, ::2], torch.randn(3, 8)):
+        for _ in range(2):
+            _check(eager, jitted, mirror, other, grad)
+
+
+def test_static_trace_marks_inputs_guarded() -> None:
+    # A static trace under the automatic dynamic policy pins every input with a full tensor guard:
+    # the graph is marked so the backend skips its per-call input check; a trace with a symbolic
+    # size is not marked (its guards leave that size to the shape checks and the module's check).
+    from pyjit.backend.compile_fx import INPUTS_GUARDED, compile_fx
+
+    marks: list[bool] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., object]:
+        marks.append(bool(gm.meta.get(INPUTS_GUARDED)))
+        return compile_fx(gm, example_inputs)
+
+    torch.manual_seed(0)
+    eager = _Stack()
+    jitted = pyjit.jit(copy.deepcopy(eager), backend=backend)
+    with torch.no_grad():
+        for batch in (2, 2, 5, 7):
+            x = torch.randn(batch, 8)
+            torch.testing.assert_close(jitted(x), eager(x))
+    assert marks == [True, False]
