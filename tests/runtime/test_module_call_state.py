@@ -214,3 +214,20 @@ def test_static_trace_marks_inputs_guarded() -> None:
             x = torch.randn(batch, 8)
             torch.testing.assert_close(jitted(x), eager(x))
     assert marks == [True, False]
+
+
+def test_input_left_by_a_functorch_transform() -> None:
+    # A tensor that escaped a finished torch.func transform (a dead wrapper): the autograd
+    # runtime unwraps it as torch.autograd.Function.apply does; output and gradients as eager.
+    eager, mirror, jitted = _pair()
+    x = torch.randn(2, 8)
+    for _ in range(2):
+        _check(eager, jitted, mirror, x, True)
+    leaked: list[torch.Tensor] = []
+
+    def keep(t: torch.Tensor) -> torch.Tensor:
+        leaked.append(t)
+        return (t * 2).sum()
+
+    torch.func.grad(keep)(torch.randn(2, 8))
+    _check(eager, jitted, mirror, leaked[0], True)
