@@ -8,7 +8,9 @@ a closure cell, an attribute or item of one of those). It has these renderings:
 - ``reconstruct(codegen)``: the instructions that push the value inside generated flat-signature
   code (:class:`pyjit.trace.pycodegen.PyCodegen`): argument slots by name (``LOAD_FAST``),
   closure cells with ``LOAD_DEREF``, globals with ``LOAD_GLOBAL`` (the code runs with the user
-  function's globals), then ``LOAD_ATTR``/``BINARY_SUBSCR`` steps;
+  function's globals), then ``LOAD_ATTR``/``BINARY_SUBSCR`` steps; a source pushes its base
+  through ``codegen.load_source``, which loads a local instead where the generated code already
+  holds that base (:func:`shared_prefixes`: bases several graph inputs share);
 - ``expr()``: the placeholder name standing for the source in the expression text that variable
   trackers compose in their ``reconstruct`` (only while :func:`sources_as_tokens` is active;
   the output codegen compiles that text to instructions, see ``pyjit/trace/output_graph.py``);
