@@ -231,3 +231,22 @@ def test_input_left_by_a_functorch_transform() -> None:
 
     torch.func.grad(keep)(torch.randn(2, 8))
     _check(eager, jitted, mirror, leaked[0], True)
+
+
+def test_layout_changed_between_forward_and_backward() -> None:
+    # Deferred saving replays the forward at the first backward on the saved inputs. A parameter
+    # given other strides in between (``.data``: no version bump) must not get a saving forward
+    # compiled for those strides, which later calls (back in the guarded layout, guards pass)
+    # would then run without a per-call input check.
+    eager, mirror, jitted = _pair()
+    x = torch.randn(2, 8)
+    for _ in range(2):
+        out = jitted(x)
+    weight = mirror.layers[0].weight
+    original = weight.data
+    weight.data = original.t().contiguous().t()  # same values, transposed strides
+    out.sum().backward()
+    weight.data = original
+    mirror.zero_grad(set_to_none=True)
+    for _ in range(3):
+        _check(eager, jitted, mirror, x, True)

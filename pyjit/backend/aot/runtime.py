@@ -23,7 +23,9 @@ grad-enabled inference never writes activations, and a training loop pays one ex
 its first step. Graphs whose forward cannot be replayed (random ops, mutated inputs) always save.
 An input modified in place between the forward and such a backward makes autograd raise its
 usual "modified by an inplace operation" error (the inputs are saved tensors): never a wrong
-gradient.
+gradient. An input whose layout changed without a version bump (``p.data = q``, other strides)
+is replayed through the captured graph: the compiled forward of a graph whose inputs the
+frontend's guards pin reads them without a per-call check.
 """
 from __future__ import annotations
 
@@ -85,6 +87,9 @@ class AOTState:
         # Every primal is a tensor on every call (the caller's guards pin their types): the
         # forward saves them without sorting out numbers per call (set by aot_compile).
         self.tensor_primals = False
+        # The layouts the caller's guards pin (shape, strides, dtype, device per primal) when the
+        # forward graphs skip their per-call input check (INPUTS_GUARDED; set by aot_compile).
+        self.guarded_layouts: list[tuple[Any, ...]] | None = None
         if part.saved_sizes and sizes_of is None:
             raise ValueError("a partition that saves sizes needs sizes_of")
 
@@ -118,6 +123,16 @@ class AOTState:
         """The saved values of a deferred-saving call: the saving forward replayed on its inputs."""
         self.inference_fw = None  # a backward came: later calls save in their forward
         self.copied_outputs = None  # decided again on the saving forward's first call
+        if self.guarded_layouts is not None and [layout_of(p) for p in primals] != self.guarded_layouts:
+            # A primal's metadata changed since its forward without a version bump (``p.data = q``
+            # with other strides): the saving forward, compiled for the guarded layouts without a
+            # per-call check, must not read it (nor be compiled for it). The captured graph, with
+            # views as reshapes, reads any strides; other sizes fail there as in eager.
+            with torch.no_grad():
+                outs = views_as_reshapes(self.part.fw_gm).forward(*primals)
+            saved = list(outs[self.joint.num_fw_outputs:])
+            keep_traced_strides(saved, self.saved_strides)
+            return saved
         with torch.no_grad():
             outs = self.saving_fw(primals)(*primals)
         saved = list(outs[self.joint.num_fw_outputs:])
@@ -289,6 +304,11 @@ def views_as_reshapes(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     out.recompile()
     return out
 _NO_NUMBERS: dict[int, Any] = {}  # read only
+
+
+def layout_of(t: Any) -> tuple[Any, ...]:
+    """What a TENSOR_MATCH guard pins of a tensor's layout: sizes, strides, dtype, device."""
+    return (tuple(t.shape), t.stride(), t.dtype, t.device) if isinstance(t, torch.Tensor) else (type(t),)
 
 
 def _storage_key(t: torch.Tensor) -> Any:
