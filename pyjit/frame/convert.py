@@ -108,6 +108,19 @@ def root_translator(func: types.FunctionType, args: tuple[Any, ...], output: Out
     return tx
 
 
+def _any_symbolic_input(gm: torch.fx.GraphModule) -> bool:
+    """Whether a placeholder of ``gm`` is not a tensor of static sizes and strides: a tensor
+    with a size or stride symbol (its TENSOR_MATCH leaves that dimension unchecked:
+    trace/dynamic.py), a number, or anything else (compile_fx checks those per call)."""
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        v = node.meta.get("example_value")
+        if not isinstance(v, torch.Tensor) or not all(isinstance(s, int) for s in (*v.shape, *v.stride())):
+            return True
+    return False
+
+
 def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Callable[..., Any],
                   *, fullgraph: bool = False, dynamic: DynamicPolicy | None = None) -> CompiledFrame:
     """Trace, compile and build the replacement of one frame (see module docstring).
@@ -206,11 +219,11 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
         gm.meta["pyjit_range_name"] = range_name  # training graphs name their backward after it
         _graph_log.info("graph for %s (%s:%d):\n%s", code.co_name, code.co_filename, code.co_firstlineno, gm.code)
         example_inputs = [gi.value for gi in output.inputs]
-        if dynamic is None or not output.symbolic_inputs:
-            # No input got a symbol, so every tensor input is pinned by a full TENSOR_MATCH guard
-            # (sizes, strides, dtype, device, requires_grad; grad mode is a global-state guard):
-            # pyjit's backend skips its own per-call input check (backend/compile_fx.py
-            # INPUTS_GUARDED), which costs about a microsecond per input (a model's parameters).
+        if dynamic is None or not _any_symbolic_input(gm):
+            # Every tensor input is pinned by a full TENSOR_MATCH guard (sizes, strides, dtype,
+            # device, requires_grad; grad mode is a global-state guard): pyjit's backend skips
+            # its own per-call input check (backend/compile_fx.py INPUTS_GUARDED). A trace under
+            # a dynamic policy that made no size symbolic has the same full guards.
             gm.meta["pyjit_inputs_guarded"] = True  # compile_fx.INPUTS_GUARDED
         try:
             if shared_memory:

@@ -8,7 +8,9 @@ a closure cell, an attribute or item of one of those). It has these renderings:
 - ``reconstruct(codegen)``: the instructions that push the value inside generated flat-signature
   code (:class:`pyjit.trace.pycodegen.PyCodegen`): argument slots by name (``LOAD_FAST``),
   closure cells with ``LOAD_DEREF``, globals with ``LOAD_GLOBAL`` (the code runs with the user
-  function's globals), then ``LOAD_ATTR``/``BINARY_SUBSCR`` steps;
+  function's globals), then ``LOAD_ATTR``/``BINARY_SUBSCR`` steps; a source pushes its base
+  through ``codegen.load_source``, which loads a local instead where the generated code already
+  holds that base (:func:`shared_prefixes`: bases several graph inputs share);
 - ``expr()``: the placeholder name standing for the source in the expression text that variable
   trackers compose in their ``reconstruct`` (only while :func:`sources_as_tokens` is active;
   the output codegen compiles that text to instructions, see ``pyjit/trace/output_graph.py``);
@@ -160,7 +162,7 @@ class AttrSource(Source):
         return f"{self.base.name()}.{self.attr}"
 
     def reconstruct(self, codegen: "PyCodegen") -> None:
-        self.base.reconstruct(codegen)
+        codegen.load_source(self.base)
         codegen.load_attr(self.attr)
 
     def get(self, frame: FrameValues) -> Any:
@@ -182,7 +184,7 @@ class ItemSource(Source):
         return f"{self.base.name()}[{self.key!r}]"
 
     def reconstruct(self, codegen: "PyCodegen") -> None:
-        self.base.reconstruct(codegen)
+        codegen.load_source(self.base)
         codegen.load_item(self.key)
 
     def get(self, frame: FrameValues) -> Any:
@@ -217,7 +219,7 @@ class DictEntriesSource(Source):
 
     def reconstruct(self, codegen: "PyCodegen") -> None:
         fn = _dict_keys_list if self.part == "keys" else _dict_values_list
-        codegen.call_const(fn, [lambda: self.base.reconstruct(codegen)])
+        codegen.call_const(fn, [lambda: codegen.load_source(self.base)])
 
     def get(self, frame: FrameValues) -> Any:
         d = self.base.get(frame)
@@ -245,9 +247,12 @@ class ModuleDictSource(Source):
         return f"{self.base.name()}[{self.key}]"  # nn.Sequential children: L['self'].layers[0]
 
     def reconstruct(self, codegen: "PyCodegen") -> None:
-        self.base.reconstruct(codegen)
-        codegen.load_attr(self.dict_name)
+        codegen.load_source(self.dict_source())  # the instructions of base, LOAD_ATTR dict_name
         codegen.load_item(self.key)
+
+    def dict_source(self) -> "AttrSource":
+        """The module's dict itself (``L['self']._modules``), which generated code may share."""
+        return AttrSource(self.base, self.dict_name)
 
     def get(self, frame: FrameValues) -> Any:
         return getattr(self.base.get(frame), self.dict_name)[self.key]
@@ -299,3 +304,49 @@ class ModuleGlobalSource(Source):
 
 
 _dict_getters: dict[str, Any] = {}
+
+
+# Sources whose ``reconstruct`` pushes their base through ``codegen.load_source``: a local of
+# the generated code holding the base is then read instead of the base's own steps.
+_READS_BASE_VIA_CODEGEN = (AttrSource, ItemSource, ModuleDictSource, DictEntriesSource)
+
+
+def shared_prefixes(sources: "list[Source]") -> "list[Source]":
+    """The proper prefixes (bases, bases of bases, ...) that two or more of ``sources`` read
+    through, shortest first, for generated code to compute once into a local: the graph inputs
+    ``L['self'].layers[i].weight`` all pass through ``L['self'].layers``. Roots (arguments,
+    globals, cells) are single instructions and never listed; a prefix is left out when a
+    longer listed one serves exactly the same sources (it would be read once anyway)."""
+    users: dict[Source, set[int]] = {}
+    depth: dict[Source, int] = {}
+    for i, source in enumerate(sources):
+        chain = []
+        s = source
+        while isinstance(s, _READS_BASE_VIA_CODEGEN):
+            s = _base_of(s)
+            chain.append(s)
+        for d, prefix in enumerate(reversed(chain)):
+            if isinstance(prefix, _READS_BASE_VIA_CODEGEN):
+                users.setdefault(prefix, set()).add(i)
+                depth[prefix] = d
+    shared = {p for p, u in users.items() if len(u) >= 2}
+    longer = {p: [q for q in shared if q is not p and _extends(q, p)] for p in shared}
+    kept = [p for p in shared if not any(users[q] == users[p] for q in longer[p])]
+    return sorted(kept, key=lambda p: (depth[p], min(users[p])))
+
+
+def _extends(source: Source, prefix: Source) -> bool:
+    """Whether ``prefix`` is a proper base of ``source`` (through the bases read via the codegen)."""
+    s = source
+    while isinstance(s, _READS_BASE_VIA_CODEGEN):
+        s = _base_of(s)
+        if s == prefix:
+            return True
+    return False
+
+
+def _base_of(source: Source) -> Source:
+    """What ``source.reconstruct`` loads through ``codegen.load_source``."""
+    if isinstance(source, ModuleDictSource):
+        return source.dict_source()
+    return source.base  # type: ignore[attr-defined, no-any-return]

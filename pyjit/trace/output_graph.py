@@ -30,7 +30,7 @@ from ..variables.symbolic import SYM_TYPES, SymNodeVariable, SymSliceVariable
 from .dynamic import DynamicPolicy, new_shape_env, record_origins, symbolic_context, torch_source
 
 from ..guards.guards import GuardKind, GuardSet, TensorSpec
-from ..guards.source import LocalSource, Source, sources_as_tokens
+from ..guards.source import LocalSource, Source, shared_prefixes, sources_as_tokens
 from .graph_breaks import unsupported
 from .memory_checks import overlap_error
 from .pycodegen import PyCodegen
@@ -548,7 +548,19 @@ class OutputCodegen:
         if compiled is None:
             assert not self.out_nodes, "graph outputs captured but no graph to call"
             return
-        cg.call_const(compiled, [functools.partial(gi.source.reconstruct, cg) for gi in self.output.inputs])
+        # Bases that several inputs read through (``L['self'].layers`` for each layer's weight and
+        # bias) are read once, into locals; only up to the call: code after it (side effects,
+        # the rebuilt return value) reads its sources again, as they may have changed.
+        sources = [gi.source for gi in self.output.inputs]
+        for i, prefix in enumerate(shared_prefixes(sources)):
+            cg.load_source(prefix)
+            local = f"___src{i}"
+            while local in cg.arg_names:
+                local = "_" + local
+            cg.store_local(local)
+            cg.source_locals[prefix] = local
+        cg.call_const(compiled, [functools.partial(cg.load_source, s) for s in sources])
+        cg.source_locals.clear()
         cg.store_local(self._out_local)
 
     def capture_side_effects(self) -> None:

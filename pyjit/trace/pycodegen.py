@@ -59,6 +59,8 @@ class PyCodegen:
         self._free = frozenset(original.co_freevars)
         self.instructions: list[Instruction] = []
         self._positions: dis.Positions | None = None
+        # Sources whose value a local of the generated code holds (see load_source).
+        self.source_locals: dict[Any, str] = {}
 
     # -- locations -----------------------------------------------------------------------------
     def set_line(self, line: int | None) -> None:
@@ -96,6 +98,15 @@ class PyCodegen:
     def load_item(self, key: Any) -> None:
         """Replace TOS with ``TOS[key]`` for a constant key."""
         self.append(create_load_const(key), create_binary_subscr())
+
+    def load_source(self, source: Any) -> None:
+        """Push the value of ``source`` (a :class:`pyjit.guards.source.Source`): from the local
+        holding it if one does (``source_locals``), else through ``source.reconstruct``."""
+        local = self.source_locals.get(source)
+        if local is not None:
+            self.load_local(local)
+        else:
+            source.reconstruct(self)
 
     def load_local(self, name: str) -> None:
         """Push a local created by the generated code itself (see :meth:`store_local`)."""

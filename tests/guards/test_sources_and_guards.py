@@ -198,3 +198,19 @@ def test_float_constants_guarded_exactly(traced, called, ok):
     assert (compile_c_tree(g, _C).check(fn, (called,)) == -1) is ok
     assert compile_python(g, fn.__code__, fn)(called) is ok
     assert (g.first_failure(FrameValues({"s": called}, {}, {})) is None) is ok
+
+
+def test_shared_prefixes_of_module_parameters():
+    from pyjit.guards.source import LocalSource, ModuleDictSource, shared_prefixes
+
+    self_ = LocalSource("self", 0)
+    layers = ModuleDictSource(self_, "_modules", "layers")
+    sources = [LocalSource("x", 1)]
+    for i in range(2):
+        layer = ModuleDictSource(layers, "_modules", str(i))
+        sources += [ModuleDictSource(layer, "_parameters", "weight"), ModuleDictSource(layer, "_parameters", "bias")]
+    # Shortest first; ``L['self']._modules`` and ``L['self'].layers`` serve the same inputs as the
+    # longer ``L['self'].layers._modules``, so only that one of the chain is listed.
+    assert [p.name() for p in shared_prefixes(sources)] == [
+        "L['self'].layers._modules", "L['self'].layers[0]._parameters", "L['self'].layers[1]._parameters"]
+    assert shared_prefixes([sources[1]]) == []  # one input: nothing shared

@@ -171,3 +171,82 @@ def test_input_requires_grad_toggled() -> None:
     want.sum().backward()
     got.sum().backward()
     torch.testing.assert_close(xm.grad, xg.grad)
+
+
+@pytest.mark.parametrize("grad", GRAD)
+def test_parameter_data_transposed(grad: bool) -> None:
+    # Same Parameter object, same sizes, other strides: the compiled kernels index the traced
+    # layout, so the frontend's guards must catch it (the backend skips its own input check).
+    def mutate(m: nn.Module) -> None:
+        torch.manual_seed(4)
+        m.layers[1].weight.data = torch.randn(8, 8).t()
+    _both(mutate, grad)
+
+
+@pytest.mark.parametrize("grad", GRAD)
+def test_input_layout_changed(grad: bool) -> None:
+    eager, mirror, jitted = _pair()
+    x = torch.randn(2, 8)
+    for _ in range(3):
+        _check(eager, jitted, mirror, x, grad)
+    for other in (torch.randn(8, 2).t(), torch.randn(2, 16)[:, ::2], torch.randn(3, 8)):
+        for _ in range(2):
+            _check(eager, jitted, mirror, other, grad)
+
+
+def test_static_trace_marks_inputs_guarded() -> None:
+    # A static trace under the automatic dynamic policy pins every input with a full tensor guard:
+    # the graph is marked so the backend skips its per-call input check; a trace with a symbolic
+    # size is not marked (its guards leave that size to the shape checks and the module's check).
+    from pyjit.backend.compile_fx import INPUTS_GUARDED, compile_fx
+
+    marks: list[bool] = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., object]:
+        marks.append(bool(gm.meta.get(INPUTS_GUARDED)))
+        return compile_fx(gm, example_inputs)
+
+    torch.manual_seed(0)
+    eager = _Stack()
+    jitted = pyjit.jit(copy.deepcopy(eager), backend=backend)
+    with torch.no_grad():
+        for batch in (2, 2, 5, 7):
+            x = torch.randn(batch, 8)
+            torch.testing.assert_close(jitted(x), eager(x))
+    assert marks == [True, False]
+
+
+def test_input_left_by_a_functorch_transform() -> None:
+    # A tensor that escaped a finished torch.func transform (a dead wrapper): the autograd
+    # runtime unwraps it as torch.autograd.Function.apply does; output and gradients as eager.
+    eager, mirror, jitted = _pair()
+    x = torch.randn(2, 8)
+    for _ in range(2):
+        _check(eager, jitted, mirror, x, True)
+    leaked: list[torch.Tensor] = []
+
+    def keep(t: torch.Tensor) -> torch.Tensor:
+        leaked.append(t)
+        return (t * 2).sum()
+
+    torch.func.grad(keep)(torch.randn(2, 8))
+    _check(eager, jitted, mirror, leaked[0], True)
+
+
+def test_layout_changed_between_forward_and_backward() -> None:
+    # Deferred saving replays the forward at the first backward on the saved inputs. A parameter
+    # given other strides in between (``.data``: no version bump) must not get a saving forward
+    # compiled for those strides, which later calls (back in the guarded layout, guards pass)
+    # would then run without a per-call input check.
+    eager, mirror, jitted = _pair()
+    x = torch.randn(2, 8)
+    for _ in range(2):
+        out = jitted(x)
+    weight = mirror.layers[0].weight
+    original = weight.data
+    weight.data = original.t().contiguous().t()  # same values, transposed strides
+    out.sum().backward()
+    weight.data = original
+    mirror.zero_grad(set_to_none=True)
+    for _ in range(3):
+        _check(eager, jitted, mirror, x, True)

@@ -168,3 +168,54 @@ def test_returned_inputs_are_the_same_objects(rec):
         assert jitted_input(x, y)[0] is x
         assert jitted_containers(x, d)[1][1] is d
         assert jitted_containers(x, d)[0][1][0] is x
+
+
+class _Stack(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return x
+
+
+def test_shared_bases_of_graph_inputs_are_read_once(rec):
+    # Each layer's weight and bias pass through L['self'].layers._modules and that layer's
+    # _parameters: the replacement reads those into locals once instead of once per input.
+    model = _Stack()
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        same(model(x), pyjit.jit(model, backend=rec)(x))
+    attrs = [i.argval for i in decode(_replacement(_Stack.forward)) if i.opname == "LOAD_ATTR"]
+    assert attrs.count("_modules") == 2 and attrs.count("_parameters") == 3
+
+
+class _Holder:
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+
+def test_shared_bases_are_read_again_after_the_side_effects(rec):
+    # ``box.inner`` is read once for the two graph inputs; the replayed side effect rebinds it,
+    # and the returned ``box.inner.w`` is read after that, as eager reads it.
+    def fn(box, x):
+        y = x * box.inner.w + box.inner.b
+        box.inner = _Holder(None)
+        box.inner.w = y
+        return y, box.inner.w
+
+    def fresh():
+        inner = _Holder(None)
+        inner.w, inner.b = torch.full((3,), 2.0), torch.full((3,), 1.0)
+        return _Holder(inner)
+
+    x = torch.randn(3)
+    want_box, got_box = fresh(), fresh()
+    jf = pyjit.jit(fn, backend=rec)
+    for _ in range(2):
+        want_box, got_box = fresh(), fresh()
+        want, got = fn(want_box, x), jf(got_box, x)
+        same(want, got)
+        same(want_box.inner.w, got_box.inner.w)

@@ -23,7 +23,7 @@ from ...errors import BackendError
 from ...logs import get_logger
 from .joint import JointGraph, fetch_attributes, module_state, trace_joint
 from .partition import PartitionReport, partition_joint
-from .runtime import INPUTS_GUARDED, AOTState, CompiledFunction, _inputs_guarded, make_runtime
+from .runtime import INPUTS_GUARDED, AOTState, CompiledFunction, _inputs_guarded, layout_of, make_runtime
 
 __all__ = ["aot_compile", "compile_training", "compile_training_dynamic", "compile_training_per_size",
            "JointGraph", "PartitionReport", "CompiledFunction"]
@@ -79,6 +79,8 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], fw_comp
     if gm.meta.get("pyjit_range_name"):  # the frame's graph name, set by the frontend
         state.range_name = f"{gm.meta['pyjit_range_name']} backward"
     state.tensor_primals = not attr_names and _inputs_guarded(gm) and all(isinstance(t, torch.Tensor) for t in inputs)
+    if not attr_names and _inputs_guarded(gm):
+        state.guarded_layouts = [layout_of(t) for t in inputs]
     return make_runtime(state, gm, attr_names, gm.forward)
 
 

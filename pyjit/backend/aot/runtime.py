@@ -23,7 +23,9 @@ grad-enabled inference never writes activations, and a training loop pays one ex
 its first step. Graphs whose forward cannot be replayed (random ops, mutated inputs) always save.
 An input modified in place between the forward and such a backward makes autograd raise its
 usual "modified by an inplace operation" error (the inputs are saved tensors): never a wrong
-gradient.
+gradient. An input whose layout changed without a version bump (``p.data = q``, other strides)
+is replayed through the captured graph: the compiled forward of a graph whose inputs the
+frontend's guards pin reads them without a per-call check.
 """
 from __future__ import annotations
 
@@ -85,6 +87,9 @@ class AOTState:
         # Every primal is a tensor on every call (the caller's guards pin their types): the
         # forward saves them without sorting out numbers per call (set by aot_compile).
         self.tensor_primals = False
+        # The layouts the caller's guards pin (shape, strides, dtype, device per primal) when the
+        # forward graphs skip their per-call input check (INPUTS_GUARDED; set by aot_compile).
+        self.guarded_layouts: list[tuple[Any, ...]] | None = None
         if part.saved_sizes and sizes_of is None:
             raise ValueError("a partition that saves sizes needs sizes_of")
 
@@ -118,6 +123,16 @@ class AOTState:
         """The saved values of a deferred-saving call: the saving forward replayed on its inputs."""
         self.inference_fw = None  # a backward came: later calls save in their forward
         self.copied_outputs = None  # decided again on the saving forward's first call
+        if self.guarded_layouts is not None and [layout_of(p) for p in primals] != self.guarded_layouts:
+            # A primal's metadata changed since its forward without a version bump (``p.data = q``
+            # with other strides): the saving forward, compiled for the guarded layouts without a
+            # per-call check, must not read it (nor be compiled for it). The captured graph, with
+            # views as reshapes, reads any strides; other sizes fail there as in eager.
+            with torch.no_grad():
+                outs = views_as_reshapes(self.part.fw_gm).forward(*primals)
+            saved = list(outs[self.joint.num_fw_outputs:])
+            keep_traced_strides(saved, self.saved_strides)
+            return saved
         with torch.no_grad():
             outs = self.saving_fw(primals)(*primals)
         saved = list(outs[self.joint.num_fw_outputs:])
@@ -291,6 +306,11 @@ def views_as_reshapes(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 _NO_NUMBERS: dict[int, Any] = {}  # read only
 
 
+def layout_of(t: Any) -> tuple[Any, ...]:
+    """What a TENSOR_MATCH guard pins of a tensor's layout: sizes, strides, dtype, device."""
+    return (tuple(t.shape), t.stride(), t.dtype, t.device) if isinstance(t, torch.Tensor) else (type(t),)
+
+
 def _storage_key(t: torch.Tensor) -> Any:
     from torch.multiprocessing.reductions import StorageWeakRef
     return StorageWeakRef(t.untyped_storage())
@@ -327,6 +347,9 @@ def make_runtime(state: AOTState, gm: torch.nn.Module, attr_names: Sequence[str]
     probe = pytree.tree_unflatten(list(range(n_out)), out_spec)
     single = plain and n_out == 1 and type(probe) is int and probe == 0
     flat_tuple = plain and type(probe) is tuple and probe == tuple(range(n_out))
+    # Every primal a tensor on every call (state.tensor_primals: the caller's guards pin the
+    # types) and no setup_context: Function.apply reduces to the steps run inline below.
+    tensor_primals = state.tensor_primals and not _setup_context_defined(CompiledFunction)
 
     def compiled_fn(*args: Any) -> Any:
         primals = (*args, *fetch_attributes(gm, attr_names)) if attr_names else args
@@ -345,7 +368,12 @@ def make_runtime(state: AOTState, gm: torch.nn.Module, attr_names: Sequence[str]
                     return fallback(*args)
         previous = _set_callback(None)
         try:
-            outs = CompiledFunction.apply(state, *primals)
+            if tensor_primals and not _transforms_active():
+                # What Function.apply does then, without its Python-level steps (~3 us for 20
+                # parameters): dead functorch wrappers unwrapped, then autograd's C apply.
+                outs = _c_apply(state, *map(_unwrap_if_dead, primals))
+            else:
+                outs = CompiledFunction.apply(state, *primals)
         finally:
             _set_callback(previous)
         for pos, j in enumerate(state.diff_mutations):
@@ -361,6 +389,20 @@ def make_runtime(state: AOTState, gm: torch.nn.Module, attr_names: Sequence[str]
 
     compiled_fn.pyjit_state = state  # type: ignore[attr-defined]
     return compiled_fn
+
+
+# torch.autograd.Function.apply without its Python wrapper, for CompiledFunction: the C apply
+# of autograd's function base class, bound to CompiledFunction (what Function.apply's
+# ``super().apply`` calls), and the unwrapping of tensors left by an exited functorch transform.
+_c_apply = super(torch.autograd.Function, CompiledFunction).apply
+_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+_transforms_active = torch._C._are_functorch_transforms_active
+
+
+def _setup_context_defined(cls: type[torch.autograd.Function]) -> bool:
+    from torch.autograd.function import _is_setup_context_defined
+
+    return bool(_is_setup_context_defined(cls.setup_context))
 
 
 # compile_fx.INPUTS_GUARDED, spelled here: compile_fx imports this package lazily, not the reverse.

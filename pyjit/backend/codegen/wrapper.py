@@ -40,8 +40,26 @@ class GeneratedModule:
     reused_buffers: int
 
 
-def _op_path(op: Any) -> str:
+# Extern kernels called through torch's public function rather than the op overload: the same
+# aten kernel, reached by torch's argument parser instead of the overload's Python ``__call__``
+# and the dispatcher's boxed call from Python (about 1 us less per call on a small CPU matmul).
+# Only ops whose public function takes the schema's positional arguments in order and the
+# schema's keyword-only ones by the same names.
+_PUBLIC_FUNCTIONS = {
+    "aten::mm.default": ("torch.mm", frozenset()),
+    "aten::bmm.default": ("torch.bmm", frozenset()),
+    "aten::addmm.default": ("torch.addmm", frozenset({"beta", "alpha"})),
+    "aten::baddbmm.default": ("torch.baddbmm", frozenset({"beta", "alpha"})),
+    "aten::mv.default": ("torch.mv", frozenset()),
+    "aten::dot.default": ("torch.dot", frozenset()),
+}
+
+
+def _op_path(op: Any, kwargs: Any = ()) -> str:
     if isinstance(op, torch._ops.OpOverload):
+        public = _PUBLIC_FUNCTIONS.get(f"{op._schema.name}.{op._overloadname}")
+        if public is not None and set(kwargs) <= public[1]:
+            return public[0]
         return f"torch.ops.{op.namespace}.{op._schema.name.split('::')[1]}.{op._overloadname}"
     raise NotImplementedError(f"cannot name extern kernel {op!r}")
 
@@ -134,7 +152,7 @@ class WrapperCodegen:
                     args = [self.value(a) for a in buf.args]
                     args += [f"{k}={self.value(v)}" for k, v in buf.kwargs.items()]
                     note = f"  # fallback: {buf.reason}" if buf.reason else ""
-                    step_lines = [f"{buf.name} = {_op_path(buf.kernel)}({', '.join(args)}){note}"]
+                    step_lines = [f"{buf.name} = {_op_path(buf.kernel, buf.kwargs)}({', '.join(args)}){note}"]
                 from ..lowering.fallbacks import EXTERN_BY_DESIGN
                 pinned = {buf.name} if not (isinstance(buf, ExternKernel) and buf.kernel in EXTERN_BY_DESIGN) else set()
                 steps.append(Step([], reads, pinned=pinned | (reads if pinned else set())))
