@@ -540,10 +540,33 @@ def _hasattr_check(name: str, expected: bool) -> Callable[[Any], bool]:
 
 
 def _generic_alias_check(g: Guard, frame_context: Callable[[Any], FrameValues]) -> Callable[[Any], bool]:
-    def check(args: Any) -> bool:
-        return g.failure_reason(frame_context(args)) is None
+    """``g`` (DISTINCT or SAME_OBJECT over paths that are not plain arguments: a module's
+    parameters and buffers) as one check reading all its values in one generated function
+    (guards/source_reader.py): it runs on every call, over every input of a graph."""
+    from .source_reader import compile_reader
 
-    return check
+    if g.kind is GuardKind.SAME_OBJECT:
+        read = compile_reader((g.source, g.extra))
+
+        def same(args: Any) -> bool:
+            try:
+                a, b = read(frame_context(args))
+            except Exception:  # noqa: BLE001 - a path that no longer resolves fails the guard
+                return False
+            return a is b
+
+        return same
+    read = compile_reader(tuple(g.extra))
+    memory = g.expected == "memory"
+
+    def distinct(args: Any) -> bool:
+        try:
+            vals = read(frame_context(args))
+        except Exception:  # noqa: BLE001 - a path that no longer resolves fails the guard
+            return False
+        return _distinct(*vals, memory=memory)
+
+    return distinct
 
 
 def _distinct_slots(slots: tuple[int, ...], memory: bool = False) -> Callable[[Any], bool]:
