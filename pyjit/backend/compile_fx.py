@@ -622,11 +622,14 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
     checked = check is not None or not inputs_guarded
     # Rebuilding the output structure is per-call overhead: ``tree_unflatten`` costs ~2 us for a
     # plain tuple. Decide once, by unflattening a probe, whether the structure is exactly one
-    # leaf or a plain tuple of leaves (namedtuples, lists and dicts keep the generic path).
+    # leaf or a plain tuple or list of leaves (namedtuples, nested lists and dicts keep the
+    # generic path).
     n_out = out_spec.num_leaves
     probe = pytree.tree_unflatten(list(range(n_out)), out_spec)
     single = n_out == 1 and probe == 0 and type(probe) is int
     flat_tuple = type(probe) is tuple and probe == tuple(range(n_out))
+    # A list of leaves (fx's immutable_list: the outputs of a training graph), rebuilt as its type.
+    list_type = type(probe) if isinstance(probe, list) and probe == list(range(n_out)) else None
 
     # 0: first call not made yet; 1: it succeeded; -1: it failed, the graph runs as captured.
     state = [0]
@@ -696,6 +699,8 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
             return outs[0]
         if flat_tuple:
             return tuple(outs)
+        if list_type is not None:
+            return list_type(outs)
         return pytree.tree_unflatten(list(outs), out_spec)
 
     compiled_fn.pyjit_call = call  # type: ignore[attr-defined]
