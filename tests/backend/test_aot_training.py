@@ -141,6 +141,47 @@ def test_conv_batch_norm_relu_train_mode(device: str) -> None:
     check_training(model, [torch.randn(2, 3, 6, 6, device=device)])
 
 
+def test_running_statistics_written_back_in_one_fused_copy(device: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Several batch norms trained through ``pyjit.jit``: their running statistics (mutated
+    inputs without grad) are written back by one ``_foreach_copy_`` per dtype, and every
+    buffer and gradient equals eager's after three steps."""
+    import pyjit
+
+    calls: list[list[torch.dtype]] = []
+    fused = torch._foreach_copy_
+
+    def counting(dst: list[torch.Tensor], src: list[torch.Tensor]) -> None:
+        calls.append([t.dtype for t in dst])
+        fused(dst, src)
+
+    monkeypatch.setattr(torch, "_foreach_copy_", counting)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                          nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4)).to(device).train()
+    ref = copy.deepcopy(model)
+    jitted = pyjit.jit(model)
+    for _ in range(3):
+        x = torch.randn(2, 3, 6, 6, device=device)
+        jitted(x).sum().backward()
+        ref(x).sum().backward()
+    for (name, got), (_, want) in zip([*model.state_dict().items(), *((n, p.grad) for n, p in model.named_parameters())],
+                                      [*ref.state_dict().items(), *((n, p.grad) for n, p in ref.named_parameters())]):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4, msg=name)
+    assert [torch.float32] * 4 in calls, calls  # two means and two variances in one call
+
+
+def test_write_back_keeps_order_when_a_value_reads_a_written_input(device: str) -> None:
+    """``a.copy_(b); b.add_(1)``: ``a``'s new value is ``b``'s old memory, so the write-backs
+    stay ordered copies (a fused copy could read ``b`` after writing it)."""
+    def fn(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        a.copy_(b)
+        b.add_(1)
+        return (x * a).sum()
+
+    x = torch.randn(4, device=device, requires_grad=True)
+    check_training(fn, [x, torch.zeros(4, device=device), torch.arange(4.0, device=device)])
+
+
 def test_cross_entropy_loss(device: str) -> None:
     logits = torch.randn(6, 5, device=device, requires_grad=True)
     target = torch.randint(0, 5, (6,), device=device)

@@ -3,6 +3,7 @@ torch.compile driver, eager paths (grad, CPU eager backend) and the allocator pl
 from __future__ import annotations
 
 import os
+from typing import Any
 import stat
 
 import torch
@@ -26,6 +27,36 @@ def test_mutated_input_written_back(device: str) -> None:
     expected = fn(x_ref, y)
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(x, x_ref)
+
+
+def test_several_mutated_inputs_written_back_together(device: str, monkeypatch: Any) -> None:
+    """Inputs updated in place by one graph get their new values in one ``_foreach_copy_``,
+    also where one's new value is another's old value (``a.copy_(b); b.add_(1)``: the kernel
+    computes ``a``'s value into a buffer of its own before anything is written). As eager."""
+    calls: list[int] = []
+    fused = torch._foreach_copy_
+    monkeypatch.setattr(torch, "_foreach_copy_", lambda d, s: (calls.append(len(d)), fused(d, s))[1])
+
+    def two(a, b, x):
+        a.add_(x)
+        b.mul_(2)
+        return a + b
+
+    def ordered(a, b):
+        a.copy_(b)
+        b.add_(1)
+        return a * b
+
+    for fn, inputs in ((two, [make([6], device), make([6], device), make([6], device)]),
+                       (ordered, [make([6], device), make([6], device)])):
+        calls.clear()
+        eager_inputs = [t.clone() for t in inputs]
+        expected = fn(*eager_inputs)
+        out = compile_graph(fn, [t.clone() for t in inputs])(*inputs)
+        torch.testing.assert_close(out, expected)
+        for got, want in zip(inputs, eager_inputs):
+            torch.testing.assert_close(got, want)
+        assert calls == [2], calls
 
 
 def _chain(x):

@@ -79,6 +79,9 @@ class AOTState:
         self.mutated_saved = [j for j, p in enumerate(part.saved_primals) if p in joint.mutated_inputs]
         self.sizes_of = sizes_of
         self.copied_outputs: list[int] | None = None  # see fresh()
+        # How the new values of mutated inputs are written back (see write_back): None until the
+        # first call decides; then groups of positions written by one _foreach_copy_ each.
+        self.write_groups: list[list[int]] | None = None
         # The strides each saved tensor had when the joint graph was traced: the backward graph's
         # views were recorded for them (see keep_traced_strides).
         self.saved_strides = traced_strides(part.bw_gm, part.num_saved)
@@ -92,6 +95,26 @@ class AOTState:
         self.guarded_layouts: list[tuple[Any, ...]] | None = None
         if part.saved_sizes and sizes_of is None:
             raise ValueError("a partition that saves sizes needs sizes_of")
+
+    def write_back(self, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """``dst.copy_(src)`` for each pair: on CUDA one launch per input (a training step of a
+        ResNet-50 writes back ~160 batch-norm statistics), so pairs of one dtype and device go
+        through one ``torch._foreach_copy_``. Decided on the first call, which pairs may: the
+        fused copy does not order its writes, so only when no value shares memory with a
+        written input (the compiled graph returns the same buffers every call, and the frame's
+        guards keep its inputs apart)."""
+        if self.write_groups is None:
+            self.write_groups = _write_groups(pairs)
+        if not self.write_groups:
+            for dst, src in pairs:
+                dst.copy_(src)
+            return
+        for group in self.write_groups:
+            if len(group) == 1:
+                dst, src = pairs[group[0]]
+                dst.copy_(src)
+            else:
+                torch._foreach_copy_([pairs[i][0] for i in group], [pairs[i][1] for i in group])
 
     def fresh(self, outs: tuple[torch.Tensor, ...], primals: Sequence[Any]) -> tuple[torch.Tensor, ...]:
         """The computed outputs, each a new tensor: a compiled forward may return an input's
@@ -214,9 +237,9 @@ class CompiledFunction(torch.autograd.Function):
                 _hint_log.info("%s: the compiled forward returns saved values in another layout than traced; "
                                "they are copied to the traced layout on every call", state.label)
         new_values = outs[n_fw:n_fw + n_mut]
-        for j, (index, value) in enumerate(zip(joint.mutated_inputs, new_values)):
-            if j not in state.diff_mutations:  # a value without autograd history: written here
-                primals[index].copy_(value)
+        # Values without autograd history (running statistics) are written here.
+        state.write_back([(primals[index], value) for j, (index, value) in enumerate(zip(joint.mutated_inputs, new_values))
+                          if j not in state.diff_mutations])
         ctx.save_for_backward(*saved)
         user = state.fresh(tuple(outs[:n_fw]), primals) + tuple(new_values[j] for j in state.diff_mutations)
         if state.non_diff:
@@ -422,3 +445,17 @@ def _rebuild(output: OutputAlias | IntermediateView, primals: Sequence[Any], out
     if isinstance(output, IntermediateView):
         return rebuild_alias(outs[output.output_index], output.view)
     return rebuild_alias(primals[output.input_index], output)  # type: ignore[index]
+
+
+def _write_groups(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> list[list[int]]:
+    """Positions of ``pairs`` grouped by (dtype, device) for fused write-backs, or [] when the
+    pairs must be copied one by one in order (a value sharing memory with a written input)."""
+    if len(pairs) < 2 or any(type(t) not in (torch.Tensor, torch.nn.Parameter) for pair in pairs for t in pair):
+        return []  # tensor subclasses (DTensor...) keep their own copy_
+    written = {dst.untyped_storage().data_ptr() for dst, _ in pairs}
+    if len(written) != len(pairs) or any(src.untyped_storage().data_ptr() in written for _, src in pairs):
+        return []
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for i, (dst, src) in enumerate(pairs):
+        groups.setdefault((dst.dtype, src.dtype, dst.device), []).append(i)
+    return list(groups.values())

@@ -129,6 +129,22 @@ class WrapperCodegen:
             return f"[{inner}]" if isinstance(node, list) else f"({inner}{',' if len(node) == 1 else ''})"
         return _const(node)
 
+    def _write_backs(self, mutations: list[tuple[Any, Any]]) -> list[str]:
+        """Lines writing each mutated input's new value back. Several inputs (a training step's
+        batch-norm running statistics) go in one ``torch._foreach_copy_``, one launch for all
+        on CUDA instead of one per input; only where no two targets share an input and no value
+        reads a target (the fused copy does not order them)."""
+        def root(node: Any) -> str:
+            return node.data.name if isinstance(node, ReinterpretView) else node.name
+
+        targets = [root(t) for t, _ in mutations]
+        values = [root(v) for _, v in mutations]
+        if len(mutations) < 2 or len(set(targets)) != len(targets) or set(targets) & set(values):
+            return [f"{self.value(t)}.copy_({self.value(v)})  # write back the mutated input" for t, v in mutations]
+        dst = ", ".join(self.value(t) for t, _ in mutations)
+        src = ", ".join(self.value(v) for _, v in mutations)
+        return [f"torch._foreach_copy_([{dst}], [{src}])  # write back the mutated inputs"]
+
     def generate(self) -> GeneratedModule:
         graph = self.graph
         keep = self._kept_names()
@@ -191,8 +207,7 @@ class WrapperCodegen:
                 out.writelines(step_lines)
                 if frees:
                     out.writeline(f"del {', '.join(frees)}")
-            for target, value in graph.mutations:
-                out.writeline(f"{self.value(target)}.copy_({self.value(value)})  # write back the mutated input")
+            out.writelines(self._write_backs(graph.mutations))
             outs = ", ".join(self.value(o) for o in graph.outputs)
             out.writeline(f"return ({outs}{',' if len(graph.outputs) == 1 else ''})")
         out.writelines(self._benchmark_main())
