@@ -109,6 +109,9 @@ def _channels_last_hint(val: Any) -> tuple[int, ...] | None:
     return tuple(int(s) for s in val.stride()) if val.is_contiguous(memory_format=fmt) else None
 
 
+_CASTS = (torch.ops.aten._to_copy.default, torch.ops.prims.convert_element_type.default)
+
+
 def _size_hints() -> dict[Any, Any]:
     from .symbolic import current_hints
 
@@ -233,7 +236,7 @@ class GraphLowering(torch.fx.Interpreter):
                 order = None
                 if stride is not None and not isinstance(data, Reduction):
                     layout = Layout(data.get_device(), data.get_dtype(), tuple(size), stride, 0)
-                    order = physical_order(data, layout)
+                    order = physical_order(data, layout, getattr(node, "layout_any_order", False))
                 else:
                     layout = Layout.contiguous(data.get_device(), data.get_dtype(), size)
                 buf = ComputedBuffer(self.new_buffer_name(), layout, data, data.get_origins(), order)
@@ -320,6 +323,12 @@ class GraphLowering(torch.fx.Interpreter):
         if isinstance(result, StorageBox) and isinstance(result.data, Loops) \
                 and getattr(result, "layout_hint", None) is None:
             hint = _channels_last_hint(val)
+            if hint is None and n.target in _CASTS:
+                # A cast keeps its input's strides in eager (``preserve_format``): realized (e.g.
+                # for a matmul, which takes any strides), a cast of a transposed weight is then a
+                # contiguous walk instead of a transposing copy.
+                hint = _dense_layout_hint(val)
+                result.layout_any_order = True  # type: ignore[attr-defined] # read by realize()
             if hint is not None:
                 result.layout_hint = hint  # type: ignore[attr-defined] # read by realize()
         if n.op == "call_function" and len(n.users) > 1 and isinstance(result, StorageBox) \

@@ -227,35 +227,47 @@ def _permuted(data: Pointwise, order: Sequence[int]) -> Pointwise:
     return Pointwise(data.device, data.dtype, [data.ranges[d] for d in order], set(data.origins), inner_fn=fn)
 
 
-def physical_order(data: Loops, layout: Layout) -> tuple[int, ...] | None:
-    """The dims of a channels-last ``layout`` from outermost to innermost in memory, when a
-    kernel should iterate ``data`` in that order; None to keep the logical order.
+def physical_order(data: Loops, layout: Layout, any_permutation: bool = False) -> tuple[int, ...] | None:
+    """The dims of a dense channels-last ``layout`` (or, with ``any_permutation``, of any dense
+    permuted one: a cast keeping a transposed weight's strides) from outermost to innermost in
+    memory, when a kernel should iterate ``data`` in that order; None to keep the logical order.
 
     A pointwise loop storing into a channels-last buffer (4-d NHWC, 5-d NDHWC) iterated in
     logical (NCHW) order walks its store and its channels-last loads with a stride of C
     elements between neighbouring lanes. Iterated in memory order every such access is
     contiguous, with a 1-D block, and a producer and consumer that both do so index their
-    shared buffer alike (``xindex``), so they still fuse. Taken only when every load that moves
-    along the channel dim is contiguous in it (per-channel parameters included); a load of a
-    row-major (NCHW) tensor makes it a transposing copy, left to the 2-D tiles of
-    ``codegen/tiling.py``.
+    shared buffer alike (``xindex``), so they still fuse. Other permutations are left to the
+    caller's choice: a graph output in a transposed layout that shares a tile with a contiguous
+    copy of the same input is better fused than walked in its own order. Taken only when
+    every load that moves along the innermost memory dim is contiguous in it (per-channel
+    parameters included); a load of a row-major tensor makes it a transposing copy, left to the
+    2-D tiles of ``codegen/tiling.py``.
     """
     from .ops_handler import RecordHandler
     from .symbolic import is_static, sym
 
     n = len(layout.size)
-    if not isinstance(data, Pointwise) or n not in (4, 5) or not all(
+    if not isinstance(data, Pointwise) or n < 2 or not all(
             is_static(x) for x in (*layout.size, *layout.stride)):
         return None
-    order = (0, *range(2, n), 1)  # N, spatial..., C
     sizes = [int(x) for x in layout.size]
     strides = [int(x) for x in layout.stride]
-    if sizes[1] == 1 or layout.offset != 0:
+    if layout.offset != 0:
+        return None
+    if any_permutation:
+        # Outermost first: size-1 dims (no stride to honour), then larger strides first.
+        order = tuple(sorted(range(n), key=lambda d: (sizes[d] != 1, -strides[d], d)))
+    elif n in (4, 5):
+        order = (0, *range(2, n), 1)  # N, spatial..., C
+    else:
+        return None
+    inner = order[-1]
+    if order == tuple(range(n)) or sizes[inner] == 1:
         return None
     expect = 1
     for d in reversed(order):
         if sizes[d] != 1 and strides[d] != expect:
-            return None  # not dense channels-last
+            return None  # not dense
         expect *= sizes[d]
     idx = [sym(f"i{k}") for k in range(n)]
     rec = RecordHandler()
@@ -269,7 +281,7 @@ def physical_order(data: Loops, layout: Layout) -> tuple[int, ...] | None:
     for dep in rec.reads:
         index = sympy.sympify(dep.index)
         base = index.xreplace(zero)
-        step = index.xreplace({**zero, idx[1]: sympy.Integer(1)}) - base
+        step = index.xreplace({**zero, idx[inner]: sympy.Integer(1)}) - base
         if not step.is_Integer or int(step) not in (0, 1):
             return None
     return order

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from typing import Any
 
@@ -296,3 +297,42 @@ def test_vectorized_fp32_math_close_to_eager(cpp: Any, fn: str) -> None:
         worst = ((got[finite] - expected[finite]).abs() / ulp).max().item()
         assert worst <= 4, f"{fn}: {worst} ulp"
     torch.testing.assert_close(got[~finite], expected[~finite], equal_nan=True, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("shape", [(64, 48), (1, 33), (33, 1), (0, 5), (5, 7, 3)])
+def test_cast_of_a_transposed_tensor_keeps_its_layout(cpp: Any, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    """``x.t().to(dtype)`` keeps ``x``'s strides, as eager's ``preserve_format`` does, when it is
+    realized (a matmul reads it): the cast is then one contiguous walk, never a transposing copy."""
+    def fn(w: torch.Tensor, a: torch.Tensor) -> Any:
+        wt = w.transpose(0, -1).to(dtype)
+        return wt, a.to(dtype) @ wt.reshape(a.shape[-1], -1)
+
+    w = make(shape, "cpu")
+    a = make((3, shape[-1]), "cpu")
+    compiled = check(fn, w, a, atol=2e-2, rtol=2e-2)
+    got, want = compiled(w, a), fn(w, a)
+    def strides(t: torch.Tensor) -> list[int]:  # size-1 dims' strides mean nothing
+        return [st for n, st in zip(t.shape, t.stride()) if n != 1]
+
+    assert strides(got[0]) == strides(want[0]) or 0 in shape
+    if len(shape) == 2 and min(shape) > 1:
+        assert "y0 += 16" not in compiled.pyjit_source  # no 2-D tile: every access is contiguous
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cast_rounds_once_and_matches_eager(cpp: Any, dtype: torch.dtype) -> None:
+    """A cast stored to a half type converts once (no round-then-convert pair), with eager's
+    rounding (ties to even, NaN and inf kept)."""
+    x = torch.tensor([1.0 + 2.0 ** -8, 1.0 + 3 * 2.0 ** -8, 65504.0, 1e30, -1e-30, float("nan"), float("inf"),
+                      -float("inf"), 0.0, -0.0, 3.3e-5] * 3)
+    compiled = check(lambda t: (t * 1.0).to(dtype), x)
+    got, want = compiled(x), (x * 1.0).to(dtype)
+    assert torch.equal(got.isnan(), want.isnan())
+    ok = ~want.isnan()
+    assert torch.equal(got[ok].view(torch.int16), want[ok].view(torch.int16))
+    fn = "bf16" if dtype == torch.bfloat16 else "f16"
+    kernel = compiled.pyjit_source.split('extern "C"')[-1]
+    stored = re.findall(rf"= pyjit_f32_to_{fn}\((tmp\d+)\);", kernel)
+    rounded = re.findall(rf"(tmp\d+) = pyjit_round_{fn}\(", kernel)
+    assert stored and not set(stored) & set(rounded), kernel

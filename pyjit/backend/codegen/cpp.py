@@ -185,10 +185,15 @@ class CppKernel(CppReductions):
         ptr = self.outputs.setdefault(name, f"out_ptr{len(self.outputs)}")
         dtype = self.dtypes[name]
         val = str(value)
-        if dtype == torch.bfloat16:
-            val = f"pyjit_f32_to_bf16({val})"
-        elif dtype == torch.float16:
-            val = f"pyjit_f32_to_f16({val})"
+        if dtype in (torch.bfloat16, torch.float16):
+            # A value just rounded to the stored type (a cast) is stored from the unrounded one:
+            # rounding twice to the same type changes nothing, and saves a conversion pair.
+            fn = "bf16" if dtype == torch.bfloat16 else "f16"
+            rounded = re.fullmatch(rf"pyjit_round_{fn}\(static_cast<float>\((tmp\d+)\)\)",
+                                   self.defs.get(val, ("", ""))[1])
+            if rounded is not None and self.defs.get(rounded.group(1), ("", ""))[0] == self.defs[val][0]:
+                val = rounded.group(1)
+            val = f"pyjit_f32_to_{fn}({val})"
         elif dtype == torch.bool and value.dtype != torch.bool:
             val = f"({val} != 0)"
         elif value.dtype != dtype:
