@@ -271,6 +271,28 @@ def test_split_loop_with_channels_last_and_broadcast_inputs(cpp: Any) -> None:
     check(lambda t, b, r: (t * 2 + b) * r, x, bias, row)
 
 
+@pytest.mark.parametrize("pad", [(1, 1, 1, 1), (0, 1, 0, 1), (2, 0, 1, 3)])
+def test_padded_channels_last_pointwise_hoists_its_row_offset(cpp: Any, pad: tuple[int, int, int, int]) -> None:
+    """A batch norm, ReLU6 and zero padding fused over a channels-last activation (MobileNet's
+    "same" padding): each load's clamped, padded row offset depends on x_outer only, so it is
+    computed once per outer step before the contiguous channel loop (which then vectorizes),
+    and the values equal eager's, padding included."""
+    x = make([2, 24, 9, 7], "cpu").to(memory_format=torch.channels_last)
+    mean, var, w, b = (make([24], "cpu") for _ in range(4))
+
+    def bn_relu6_pad(t: torch.Tensor, m: torch.Tensor, v: torch.Tensor, g: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        y = torch.nn.functional.batch_norm(t, m, v.abs() + 0.1, g, h, training=False, eps=1e-3)
+        return torch.nn.functional.pad(torch.clamp(y, 0.0, 6.0), pad)
+
+    compiled = check(bn_relu6_pad, x, mean, var, w, b, atol=1e-5, rtol=1e-5)
+    source = compiled.pyjit_source  # type: ignore[attr-defined]
+    loop = source.index("for (int64_t x_inner")
+    outer_part = source[source.rindex("for (int64_t x_outer", 0, loop):loop]
+    assert "pyjit_min" in outer_part or "pyjit_max" in outer_part, source
+    body = source[loop:source.index("}", loop)]
+    assert not [line for line in body.splitlines() if "in_ptr" in line and "x_outer" in line], body
+
+
 @pytest.mark.parametrize("fn", ["erf", "exp", "tanh", "gelu"])
 def test_vectorized_fp32_math_close_to_eager(cpp: Any, fn: str) -> None:
     """The C++ prelude's own fp32 erf/exp/tanh (vectorizable, no libm calls): within a few ulp of

@@ -49,6 +49,8 @@ from .cpp_prelude import HEADER
 from .cpp_reductions import COLUMN_BLOCK, CppReductions
 
 X_OUTER, X_INNER = sym("x_outer"), sym("x_inner")  # a split pointwise loop (_inner_split)
+# One definition of the generated body: ``<type> tmpN = <expr>;``.
+_DEFINITION = re.compile(r"^\s*[\w:<>]+ (tmp\d+) = [^;]*;\s*$")
 
 RINDEX_NAME = "rindex"
 TILE = 16
@@ -153,6 +155,49 @@ class CppKernel(CppReductions):
     def printer(self, expr: sympy.Expr) -> str:
         return cexpr(expr)
 
+    def _split_index_str(self, index: sympy.Expr) -> str:
+        """A load's index in an inner-split loop, its part that does not depend on ``x_inner``
+        (a padded or clamped row offset: ``min(31, max(0, x_outer % 34 - 1))``) computed into a
+        variable of its own, which :meth:`_hoisted` moves before the inner loop: an index with
+        min/max/div/mod per element keeps gcc from vectorizing the load."""
+        text = self._index_str(index)
+        if self.inner is None:
+            return text
+        split = simplify_with_ranges(index.subs(XINDEX, X_OUTER * self.inner + X_INNER),
+                                     {X_OUTER: int(self.xnumel) // self.inner, X_INNER: self.inner})
+        terms = sympy.Add.make_args(split)
+        outer = [t for t in terms if X_INNER not in t.free_symbols]
+        inner = [t for t in terms if X_INNER in t.free_symbols]
+        outer_expr = sympy.Add(*outer)
+        if not inner or not outer_expr.free_symbols or outer_expr.is_Symbol:
+            return text
+        var = self._emit(cexpr(outer_expr), torch.int64)
+        return f"{cexpr(sympy.Add(*inner))} + {var.name}"
+
+    @staticmethod
+    def _hoisted(lines: list[str]) -> tuple[list[str], list[str]]:
+        """``lines`` of an inner loop body split into the definitions that depend on neither
+        ``x_inner`` nor another kept line (computed once per outer step) and the rest, in order.
+        Loads read inputs the kernel never writes (``const __restrict__``), so reading them before
+        the loop gives the same values."""
+        if any(line.rstrip().endswith("{") or line.lstrip().startswith("}") for line in lines):
+            return [], lines  # a block: its definitions are scoped to it
+        hoisted: list[str] = []
+        kept: list[str] = []
+        inner_vars: set[str] = set()
+        for line in lines:
+            m = _DEFINITION.match(line)
+            names = set(re.findall(r"\btmp\d+\b", line))
+            if m is None or "x_inner" in line or "out_ptr" in line or (names - {m.group(1)}) & inner_vars:
+                kept.append(line)
+                if m is not None:
+                    inner_vars.add(m.group(1))
+                else:
+                    inner_vars.update(names)
+                continue
+            hoisted.append(line)
+        return hoisted, kept
+
     def _index_str(self, index: sympy.Expr) -> str:
         self.index_log.append(index)
         if self.inner is not None:
@@ -174,7 +219,7 @@ class CppKernel(CppReductions):
     def _load_expr(self, name: str, index: sympy.Expr) -> tuple[str, torch.dtype]:
         ptr = self.inputs.setdefault(name, f"in_ptr{len(self.inputs)}")
         dtype = self.dtypes[name]
-        expr = f"{ptr}[{self._index_str(index)}]"
+        expr = f"{ptr}[{self._split_index_str(index)}]"
         if dtype == torch.bfloat16:
             expr = f"pyjit_bf16_to_f32({expr})"
         elif dtype == torch.float16:
@@ -442,10 +487,13 @@ class CppKernel(CppReductions):
                 if parallel:
                     code.writeline(f"#pragma omp parallel for schedule(static){threads}")
                 code.writeline(f"for (int64_t x_outer = 0; x_outer < {int(self.xnumel) // self.inner}; ++x_outer) {{")
+                hoisted, body = self._hoisted(self.sections["pre"].lines)
+                with code.indent():
+                    code.writelines(hoisted)
                 code.writeline("    #pragma omp simd")
                 code.writeline(f"    for (int64_t x_inner = 0; x_inner < {self.inner}; ++x_inner) {{")
                 with code.indent(2):
-                    code.writelines(self.sections["pre"].lines)
+                    code.writelines(body)
                 code.writelines(["    }", "}"])
             elif not self.is_reduction and self.group.is_scatter:
                 # Read-modify-write of targets several sources may share: one thread, no simd.
