@@ -7,9 +7,11 @@ decoder, gloo) that shows the rows work, not how fast anything is. One row per v
 - ``eager_ddp``: ``DistributedDataParallel(model)``;
 - ``torch.compile(ddp)``: torch.compile of the DDP module (Dynamo's DDP optimizer), GPU only;
 - ``pyjit(ddp)``: ``pyjit.jit(DDP(model))``, graph split at DDP's buckets;
-- ``pyjit(ddp) no split``: the same with ``pyjit.config.ddp_split = False``.
+- ``pyjit(ddp) no split``: the same with ``pyjit.config.ddp_split = False``;
+- ``eager_fsdp2``, ``torch.compile(fsdp2)`` (GPU only), ``pyjit(fsdp2)``: the model sharded with
+  ``fully_shard`` (FSDP2), one unit per transformer block and the root.
 
-:data:`EXTRA_VARIANTS` is the hook for other wrappings (FSDP2 rows): append a :class:`Variant`.
+:data:`EXTRA_VARIANTS` is the hook for other wrappings: append a :class:`Variant`.
 
 Each variant: the first step's time (compile included), the median of the next steps, peak
 memory (CUDA), and on CUDA the share of NCCL kernel time that overlapped compute kernels in one
@@ -68,13 +70,42 @@ def _pyjit(model: torch.nn.Module, rank: int, device: str) -> Any:
     return pyjit.jit(_ddp(model, rank, device))
 
 
+def _fsdp2(model: torch.nn.Module, rank: int, device: str) -> Any:
+    """FSDP2: each transformer block its own ``fully_shard`` unit, then the root."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(device, (torch.distributed.get_world_size(),))
+    for block in model.blocks:  # type: ignore[union-attr]
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def _eager_fsdp2(model: torch.nn.Module, rank: int, device: str) -> Any:
+    return _fsdp2(model, rank, device)
+
+
+def _torch_compile_fsdp2(model: torch.nn.Module, rank: int, device: str) -> Any:
+    return torch.compile(_fsdp2(model, rank, device))
+
+
+def _pyjit_fsdp2(model: torch.nn.Module, rank: int, device: str) -> Any:
+    import pyjit
+
+    return pyjit.jit(_fsdp2(model, rank, device))
+
+
 VARIANTS: list[Variant] = [
     Variant("eager_ddp", _eager),
     Variant("torch.compile(ddp)", _torch_compile, gpu_only=True),
     Variant("pyjit(ddp)", _pyjit, config={"ddp_split": True}),
     Variant("pyjit(ddp) no split", _pyjit, config={"ddp_split": False}),
+    Variant("eager_fsdp2", _eager_fsdp2),
+    Variant("torch.compile(fsdp2)", _torch_compile_fsdp2, gpu_only=True),
+    Variant("pyjit(fsdp2)", _pyjit_fsdp2),
 ]
-# Other wrappings measured with the same step (FSDP2 rows): appended by their owners.
+# Other wrappings measured with the same step: appended by their owners.
 EXTRA_VARIANTS: list[Variant] = []
 
 
