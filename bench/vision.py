@@ -55,7 +55,7 @@ def _transformers_model(name: str, image: int) -> Any:
     if name.startswith("resnet"):
         return tr.ResNetForImageClassification(tr.ResNetConfig())
     if name.startswith("efficientnet"):
-        cfg = tr.EfficientNetConfig(width_coefficient=1.0, depth_coefficient=1.0, image_size=image)
+        cfg = tr.EfficientNetConfig(width_coefficient=1.0, depth_coefficient=1.0, hidden_dim=1280, image_size=image)
         return tr.EfficientNetForImageClassification(cfg)
     if name.startswith("mobilenet"):
         return tr.MobileNetV2ForImageClassification(tr.MobileNetV2Config(image_size=image))
