@@ -13,6 +13,10 @@ and Triton cache directories, so its first call is a cold compile in a new proce
    the ten kernels that took the most device time (torch.profiler), the place to start when a
    row is slow.
 
+Backends: ``eager``, ``torch.compile``, ``pyjit``, and with CUDA graph replay
+``torch.compile-cg`` / ``pyjit-cg`` (``mode="reduce-overhead"`` of each: at batch 32 these models
+are bound by launching kernels from the host, which replay removes).
+
 Modes: ``infer`` (``eval()``, ``torch.no_grad()``) and ``train`` (``train()``, forward,
 cross-entropy against fixed labels, backward; the optimizer is not part of the step). Both run
 under ``torch.autocast`` in bf16 on CUDA (fp32 on CPU unless ``--bf16``).
@@ -94,10 +98,13 @@ def _backend(name: str) -> Callable[[Any], Any]:
         return lambda m: m
     if name == "torch.compile":
         return lambda m: torch.compile(m)
-    if name == "pyjit":
+    if name == "torch.compile-cg":
+        return lambda m: torch.compile(m, mode="reduce-overhead")
+    if name in ("pyjit", "pyjit-cg"):
         import pyjit
 
-        return lambda m: pyjit.jit(m)
+        mode = "reduce-overhead" if name == "pyjit-cg" else None
+        return lambda m: pyjit.jit(m, mode=mode) if mode else pyjit.jit(m)
     raise ValueError(f"unknown backend {name!r}")
 
 
