@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 
 import pyjit.backend as backend
+from pyjit import config as cfg
 
 from .conftest import compile_graph
 
@@ -49,7 +50,9 @@ def test_max_pool2d_with_indices_matches_eager(target: str, case: tuple, channel
 
     x = _input(target, torch.float32, channels_last)
     _same(compile_graph(fn, [x])(x), fn(x))
-    assert "aten.max_pool2d_with_indices.default" not in backend.metrics.fallback_ops
+    # A generated kernel on Triton; the C++ generator keeps ATen's vectorized kernel.
+    extern = "aten.max_pool2d_with_indices.default" in backend.metrics.fallback_ops
+    assert extern is (cfg.config.cpu_backend == "cpp" and target == "cpu")
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -9,7 +9,9 @@ greater than the best so far or NaN (so the last NaN of a window wins), and the 
 window's first valid position when nothing is greater (a window of ``-inf``). The index is the
 flat position ``h * W + w`` in the input's plane, as eager returns it (its backward reads it).
 
-Windows larger than 64 positions stay extern (an unrolled scan would bloat the kernel).
+Windows larger than 64 positions stay extern (an unrolled scan would bloat the kernel), and so
+does every pool of the C++ CPU generator, whose scan gcc does not vectorize (ATen's CPU kernel
+is 10x faster there): the lowering serves Triton (CUDA, and the interpreter in tests).
 """
 from __future__ import annotations
 
@@ -48,12 +50,19 @@ def _max_pool2d_with_indices(ctx: Any, x: IRNode, kernel_size: Sequence[int], st
                              ceil_mode: bool = False) -> Any:
     from .fallbacks import make_extern
 
+    from ..codegen.target import kernel_target
+
     size = x.get_size()
     k = _pair(kernel_size)
     s = _pair(stride, k)
     p = _pair(padding)
     d = _pair(dilation)
     dtype = x.get_dtype()
+    if kernel_target(x.get_device()).name == "cpp":
+        # gcc does not vectorize the scan's channel loop (its per-position selects of a float
+        # and an int64 index): 10x slower than ATen's vectorized CPU kernel on a ResNet stem.
+        return make_extern(ctx, aten.max_pool2d_with_indices.default,
+                           (x, kernel_size, stride, padding, dilation, ceil_mode), {}, "the C++ generator")
     if (len(size) not in (3, 4) or not all(is_static(v) for v in size) or k[0] * k[1] > _MAX_WINDOW
             or not dtype.is_floating_point):
         return make_extern(ctx, aten.max_pool2d_with_indices.default,
