@@ -56,20 +56,6 @@ def _ddp(model: torch.nn.Module, rank: int, device: str) -> Any:
     return DDP(model, device_ids=[rank] if device == "cuda" else None, bucket_cap_mb=cap)
 
 
-def _eager(model: torch.nn.Module, rank: int, device: str) -> Any:
-    return _ddp(model, rank, device)
-
-
-def _torch_compile(model: torch.nn.Module, rank: int, device: str) -> Any:
-    return torch.compile(_ddp(model, rank, device))
-
-
-def _pyjit(model: torch.nn.Module, rank: int, device: str) -> Any:
-    import pyjit
-
-    return pyjit.jit(_ddp(model, rank, device))
-
-
 def _fsdp2(model: torch.nn.Module, rank: int, device: str) -> Any:
     """FSDP2: each transformer block its own ``fully_shard`` unit, then the root."""
     from torch.distributed.device_mesh import init_device_mesh
@@ -82,28 +68,30 @@ def _fsdp2(model: torch.nn.Module, rank: int, device: str) -> Any:
     return model
 
 
-def _eager_fsdp2(model: torch.nn.Module, rank: int, device: str) -> Any:
-    return _fsdp2(model, rank, device)
+def _wrap(parallel: Callable[[torch.nn.Module, int, str], Any], compiler: str) -> Callable[..., Any]:
+    """A row's ``wrap``: the model made data-parallel by ``parallel``, then compiled by
+    ``compiler`` ("eager": not compiled, "torch.compile" or "pyjit")."""
+    def wrap(model: torch.nn.Module, rank: int, device: str) -> Any:
+        module = parallel(model, rank, device)
+        if compiler == "torch.compile":
+            return torch.compile(module)
+        if compiler == "pyjit":
+            import pyjit
 
+            return pyjit.jit(module)
+        return module
 
-def _torch_compile_fsdp2(model: torch.nn.Module, rank: int, device: str) -> Any:
-    return torch.compile(_fsdp2(model, rank, device))
-
-
-def _pyjit_fsdp2(model: torch.nn.Module, rank: int, device: str) -> Any:
-    import pyjit
-
-    return pyjit.jit(_fsdp2(model, rank, device))
+    return wrap
 
 
 VARIANTS: list[Variant] = [
-    Variant("eager_ddp", _eager),
-    Variant("torch.compile(ddp)", _torch_compile, gpu_only=True),
-    Variant("pyjit(ddp)", _pyjit, config={"ddp_split": True}),
-    Variant("pyjit(ddp) no split", _pyjit, config={"ddp_split": False}),
-    Variant("eager_fsdp2", _eager_fsdp2),
-    Variant("torch.compile(fsdp2)", _torch_compile_fsdp2, gpu_only=True),
-    Variant("pyjit(fsdp2)", _pyjit_fsdp2),
+    Variant("eager_ddp", _wrap(_ddp, "eager")),
+    Variant("torch.compile(ddp)", _wrap(_ddp, "torch.compile"), gpu_only=True),
+    Variant("pyjit(ddp)", _wrap(_ddp, "pyjit"), config={"ddp_split": True}),
+    Variant("pyjit(ddp) no split", _wrap(_ddp, "pyjit"), config={"ddp_split": False}),
+    Variant("eager_fsdp2", _wrap(_fsdp2, "eager")),
+    Variant("torch.compile(fsdp2)", _wrap(_fsdp2, "torch.compile"), gpu_only=True),
+    Variant("pyjit(fsdp2)", _wrap(_fsdp2, "pyjit")),
 ]
 # Other wrappings measured with the same step: appended by their owners.
 EXTRA_VARIANTS: list[Variant] = []
