@@ -10,6 +10,9 @@ the other is produced by the same program at the same index (:func:`can_fuse`). 
 greedy by a score (bytes of memory traffic saved), never creating a cycle between kernels. A
 buffer two groups merely both read saves traffic only where one load serves both (a common
 index in the fused kernel); reads of disjoint slices of one buffer are no reason to fuse.
+Small kernels of one group that share nothing are merged afterwards (``_fuse_siblings``): a
+launch costs the host more than such a kernel's run, so a split reduction's second stages over
+different partials, or every batch-norm counter increment of a model, become one kernel each.
 
 Templates (:class:`MatmulTemplate`) are nodes over their output's elements whose inputs are
 read at arbitrary indices: only pointwise nodes of the same element count that read the
@@ -326,7 +329,38 @@ class Scheduler:
                     fused_any = True
             if not fused_any:
                 break
+        self._fuse_siblings()
         self.groups = self._topological(self.groups)
+
+    def _fuse_siblings(self) -> None:
+        """Merge small kernels of one iteration group that share no data.
+
+        Fusion by traffic leaves independent tiny kernels apart: the second stages of a split
+        reduction over different partials, a batch-norm's counter increment next to every other
+        one. Each costs a launch whose host time (microseconds) exceeds its device time, so
+        kernels of at most ``_SIBLING_MAX_ELEMENTS`` iterations and the same group become one
+        (up to ``_SIBLING_MAX_NODES`` nodes), wherever no dependency path runs between them.
+        """
+        buckets: dict[tuple[int, int], list[FusedGroup]] = {}
+        for g in self.groups:
+            if g.is_extern or g.is_template or g.is_scatter or not _small_group(g.group) \
+                    or _access_kind(g) == "tiled":
+                continue
+            buckets.setdefault(g.group, []).append(g)
+        for members in buckets.values():
+            members.sort(key=lambda g: min(n.index for n in g.nodes))
+            current: FusedGroup | None = None
+            for g in members:
+                merged = None
+                if current is not None and len(current.nodes) + len(g.nodes) <= _SIBLING_MAX_NODES:
+                    merged = self._try_fuse(current, g)
+                    if merged is not None and _access_kind(merged) != _access_kind(current):
+                        merged = None
+                if merged is None or current is None:
+                    current = g
+                    continue
+                self.groups = [x for x in self.groups if x is not current and x is not g] + [merged]
+                current = merged
 
     def _score(self, a: FusedGroup, b: FusedGroup) -> int:
         """Bytes of memory traffic fusing ``a`` and ``b`` saves (0: no reason to try them).
@@ -491,6 +525,35 @@ class Scheduler:
         for g in sorted(groups, key=lambda g: min(n.index for n in g.nodes)):
             visit(g)
         return order
+
+
+# Kernels merged only to save a launch: a few thousand elements run in about the time one
+# launch takes on the host, and this many nodes keep the merged kernel's argument list short.
+_SIBLING_MAX_ELEMENTS = 1 << 16
+_SIBLING_MAX_NODES = 12
+
+
+def _small_group(group: tuple[int, int]) -> bool:
+    x, r = group
+    return isinstance(x, (int, sympy.Integer)) and isinstance(r, (int, sympy.Integer)) \
+        and int(x) * int(r) <= _SIBLING_MAX_ELEMENTS
+
+
+def _access_kind(group: FusedGroup) -> str:
+    """How the kernel generator will walk ``group``: a 2-D tiled copy, a column reduction, or
+    plain rows / 1-D blocks. Siblings merge only when the merge keeps the walk of each, so
+    unrelated access patterns are never forced into one loop (kernel-generator heuristics,
+    imported here lazily: they read scheduler groups)."""
+    if not group.has_reduction():
+        from .codegen.tiling import choose_tiling
+        return "tiled" if choose_tiling(group) is not None else "rows"
+    from .codegen.reduction_heuristics import column_element_bytes
+    loads = []
+    for node in group.nodes:
+        access = node.access(group.group)
+        if access is not None and not access.x_only:
+            loads += [(dep.index, 4) for dep in access.reads if dep.name not in group.names]
+    return "columns" if column_element_bytes(loads) is not None else "rows"
 
 
 class _Cycle(Exception):

@@ -61,8 +61,8 @@ class FastKernel:
 
 
 class _Bound:
-    __slots__ = ("run", "function", "packed", "ints", "aligned", "meta", "device", "stream_of", "grid3",
-                 "constexpr_values", "hooks_off")
+    __slots__ = ("run", "function", "packed", "ints", "aligned", "meta", "device", "current_device", "stream_of",
+                 "grid3", "constexpr_values", "hooks_off")
 
 
 class _Site:
@@ -80,7 +80,7 @@ class _Site:
 
     def __call__(self, *args: Any, **meta: Any) -> Any:
         for b in self.bindings:
-            if meta == b.meta and b.hooks_off() and torch.cuda.current_device() == b.device and _fits(b, args):
+            if meta == b.meta and b.hooks_off() and b.current_device() == b.device and _fits(b, args):
                 g0, g1, g2 = b.grid3
                 b.run(g0, g1, g2, b.stream_of(b.device), b.function, b.packed, None, None, None,
                       *args, *b.constexpr_values)
@@ -143,20 +143,30 @@ def _hooks_check() -> Callable[[], bool]:
     """A cheap per-call test that no Triton launch hook is installed (Triton >= 3.4's knobs).
 
     Triton 3.9 leaves the hooks None; Triton 3.6 holds an empty ``HookChain`` (a ``calls``
-    list) that profilers add to. Passing None instead of an empty chain changes nothing.
+    list) that profilers add to. Passing None instead of an empty chain changes nothing. The
+    test is specialised to what is installed now: the same hook objects, their lists still
+    empty (anything else, e.g. a profiler replacing a hook, fails it: the slow path).
     """
     from triton import knobs
 
     runtime = knobs.runtime
+    enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
 
-    def empty(hook: Any) -> bool:
-        if hook is None:
-            return True
+    def calls_of(hook: Any) -> list | None:
         calls = getattr(hook, "calls", None)
-        return isinstance(calls, list) and not calls
+        return calls if isinstance(calls, list) else None
+
+    if enter is None and leave is None:
+        return lambda: runtime.launch_enter_hook is None and runtime.launch_exit_hook is None
+    enter_calls, leave_calls = calls_of(enter), calls_of(leave)
+    if (enter is not None and enter_calls is None) or (leave is not None and leave_calls is None):
+        return lambda: False  # a hook of a kind not modelled here: always the slow path
+    enter_calls = enter_calls if enter_calls is not None else []
+    leave_calls = leave_calls if leave_calls is not None else []
 
     def hooks_off() -> bool:
-        return empty(runtime.launch_enter_hook) and empty(runtime.launch_exit_hook)
+        return (runtime.launch_enter_hook is enter and runtime.launch_exit_hook is leave
+                and not enter_calls and not leave_calls)
     return hooks_off
 
 
@@ -186,6 +196,8 @@ def _binding(kernel: Any, grid: Any, compiled: Any, args: tuple, meta: dict[str,
     b.meta = dict(meta)
     b.constexpr_values = tuple(meta[names[i]] for i in constexpr_positions)
     b.device = torch.cuda.current_device()
+    # torch.cuda.current_device() without its Python wrapper (initialisation is long done here).
+    b.current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
     b.stream_of = driver.active.get_current_stream
     b.grid3 = tuple(grid) + (1,) * (3 - len(grid))
     ints, aligned = [], []

@@ -255,3 +255,33 @@ def test_column_split_fills_the_gpu() -> None:
     assert column_split(768, 4096) > 1 and column_split(3072, 4096) > 1
     assert column_split(768, 4096) * 768 // 32 >= 256  # programs of the first kernel
     assert column_split(65536, 4096) == 1
+
+
+@pytest.mark.parametrize("shape", [(16, 32, 24, 24), (4, 64, 48, 48)], ids=lambda s: "x".join(map(str, s)))
+def test_batch_norm_statistics_split_like_sums(target: str, shape: tuple[int, ...]) -> None:
+    """Training batch norm's ``var_mean`` over (N, H, W) of a channels-last activation: a long
+    column reduction over few channels. The Welford ``m2`` splits into chunks like a sum (each
+    chunk's ``m2`` and sum, then ``m2 = sum(m2_i) + chunk * m2(means)``), so no kernel walks a
+    whole column alone. A large mean against a small spread checks the combine's precision."""
+    x = (torch.randn(*shape, device=target) * 0.5 + 100.0).to(memory_format=torch.channels_last)
+
+    def fn(a: torch.Tensor) -> Any:
+        var, mean = torch.var_mean(a, [0, 2, 3], correction=0)
+        return var, mean, torch.var(a, [0, 2, 3])
+
+    compiled = _check(fn, x, atol=1e-4, rtol=1e-4)
+    if _triton():
+        source = compiled.pyjit_source
+        rnumel = shape[0] * shape[2] * shape[3]
+        assert not re.search(rf", {rnumel}, XBLOCK=", source), source  # chunks, not whole columns
+        # The partials are [split, channels], written by the one kernel that reads ``a``.
+        assert re.search(rf"empty_strided\(\((\d+), {shape[1]}\), \({shape[1]}, 1\)", source), source
+        assert source.count("in_ptr0 + (") >= 1 and len(re.findall(r"\(arg0_1,", source)) == 1, source
+
+
+def test_long_row_variance_splits(target: str) -> None:
+    """``x.var()`` of a few long rows splits along the row (the row rule), Welford included."""
+    x = torch.randn(3, 1 << 17, device=target) * 2 + 50.0
+    compiled = _check(lambda a: (a.var(1), a.var()), x, atol=1e-3, rtol=1e-4)
+    if _triton():
+        assert not re.search(rf", ({1 << 17}|{3 << 17}), XBLOCK=", compiled.pyjit_source), compiled.pyjit_source

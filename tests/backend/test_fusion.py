@@ -55,3 +55,25 @@ def test_fusion_disabled_gives_more_kernels(device: str) -> None:
     with cfg.patch(backend_fusion=False):
         check(lambda x, y: (x + y).relu() * 2, make([4, 5], device), make([4, 5], device))
     assert _kernels() >= 1
+
+
+def test_small_independent_kernels_share_one_launch(device: str) -> None:
+    """Kernels that share no data fuse only when small (a launch costs more than their run):
+    three batch-norm-like counter increments and two short column sums become one kernel each
+    group; two large independent pointwise ops stay two kernels."""
+    import torch
+
+    c1, c2, c3 = (torch.tensor(i, device=device) for i in (3, 5, 7))
+    a, b = make([40, 24], device), make([40, 24], device)
+    check(lambda p, q, r, s, t: (p + 1, q + 1, r + 1, s.sum(0), t.sum(0)), c1, c2, c3, a, b)
+    assert _kernels() == 2
+    big1, big2 = make([300, 300], device), make([300, 300], device)
+    before = _kernels()
+    check(lambda p, q: (p * 2, q * 3), big1, big2)
+    assert _kernels() - before == 2
+
+
+def test_dependent_small_kernels_keep_their_order(device: str) -> None:
+    """A small kernel reading another's reduction at other indices never joins it."""
+    a = make([30, 20], device)
+    check(lambda x: (x.sum(0) - x.sum(0).flip(0)).sum(), a, atol=1e-4, rtol=1e-4)

@@ -104,8 +104,9 @@ def test_cat_with_a_transposed_input_is_tiled(device: str) -> None:
 
 # --------------------------------------------------------------------------- fusion choice
 def test_qkv_head_split_copies_are_separate_kernels(device: str) -> None:
-    """q, k^T, v of one projection read disjoint slices: three kernels, k^T (the transposed
-    one) tiled, q and v plain 1-D copies; none stores more than one output."""
+    """q, k^T, v of one projection read disjoint slices: no fusion for traffic. k^T (the
+    transposed one) is a tiled kernel storing only k^T; q and v are plain 1-D copies of the
+    same small size, which share one kernel only to save a launch (small siblings)."""
     b, t, h, d = 2, 40, 3, 20
     w = make([24, 3 * h * d], device)
 
@@ -115,9 +116,10 @@ def test_qkv_head_split_copies_are_separate_kernels(device: str) -> None:
 
     src = _check_layout(fn, make([b, t, 24], device), atol=1e-4, rtol=1e-4)
     kernels = _kernels(src)
-    assert backend.metrics.generated_kernel_count == 3
-    assert all(body.count("tl.store(") == 1 for body in kernels.values()), src
-    assert len(_tiled(src)) == 1
+    assert backend.metrics.generated_kernel_count == 2
+    (tiled,) = _tiled(src)
+    assert kernels[tiled].count("tl.store(") == 1, src
+    assert [body.count("tl.store(") for name, body in kernels.items() if name != tiled] == [2], src
 
 
 def test_reads_at_the_same_index_still_fuse(device: str) -> None:

@@ -51,6 +51,38 @@ def test_site_without_a_usable_binding_keeps_the_slow_path() -> None:
     assert fast_launch.unwrap(kernel) is stub
 
 
+class _Chain:
+    """Triton 3.6's ``HookChain``: a list of calls that profilers append to."""
+
+    def __init__(self) -> None:
+        self.calls: list[Any] = []
+
+
+def test_hook_check_sees_every_way_a_hook_appears(monkeypatch: Any) -> None:
+    """The per-launch hook test is specialised to the hooks installed at binding; any change
+    (a hook added to a chain, a chain or function put in its place) makes it fail."""
+    knobs = pytest.importorskip("triton").knobs
+    rt = knobs.runtime
+    monkeypatch.setattr(rt, "launch_enter_hook", None)
+    monkeypatch.setattr(rt, "launch_exit_hook", None)
+    off = fast_launch._hooks_check()
+    assert off()
+    monkeypatch.setattr(rt, "launch_exit_hook", lambda metadata: None)
+    assert not off()
+    enter, leave = _Chain(), _Chain()
+    monkeypatch.setattr(rt, "launch_enter_hook", enter)
+    monkeypatch.setattr(rt, "launch_exit_hook", leave)
+    off = fast_launch._hooks_check()
+    assert off()
+    leave.calls.append(print)
+    assert not off()
+    leave.calls.clear()
+    monkeypatch.setattr(rt, "launch_enter_hook", _Chain())
+    assert not off()
+    monkeypatch.setattr(rt, "launch_enter_hook", lambda metadata: None)
+    assert not fast_launch._hooks_check()()
+
+
 def _module_of(compiled: Any) -> Any:
     return inspect.getmodule(compiled.pyjit_call)
 

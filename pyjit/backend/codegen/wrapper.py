@@ -52,6 +52,7 @@ _PUBLIC_FUNCTIONS = {
     "aten::baddbmm.default": ("torch.baddbmm", frozenset({"beta", "alpha"})),
     "aten::mv.default": ("torch.mv", frozenset()),
     "aten::dot.default": ("torch.dot", frozenset()),
+    "aten::convolution.default": ("torch.convolution", frozenset()),
 }
 
 

@@ -8,7 +8,9 @@ rows (e.g. ``x.sum()`` of a large tensor) are split into chunks reduced in paral
 So are long *column* reductions with few columns (``grad.sum(0)`` of a ``[4096, 768]`` bias
 gradient) on devices whose kernels are Triton: a column kernel covers 32+ columns per program
 (coalesced loads, ``codegen/reduction_heuristics.py``), which leaves few programs; the chunks'
-partials are laid out ``[split, *kept]`` so both reductions stay column reductions.
+partials are laid out ``[split, *kept]`` so both reductions stay column reductions. Welford's
+``m2`` (variance) splits the same way, combining the chunks' ``m2`` and means exactly: a
+training batch norm's statistics over (N, H, W) of a channels-last activation are such a column.
 """
 from __future__ import annotations
 
@@ -97,6 +99,8 @@ def make_reduction(ctx: Any, x: IRNode, dims: Any, keepdim: bool, reduction_type
 
 # Reductions whose partial results combine with the same reduction (sum of sums, max of maxes).
 _SPLITTABLE = {"sum": "sum", "max": "max", "min": "min", "any": "any", "all": "all"}
+# ... and those that split too, with a combine of their own (``_split_m2``).
+_SPLIT_KINDS = frozenset(_SPLITTABLE) | {"m2"}
 
 
 def _is_triton_column(x: IRNode, ranges: list[Any], rranges: list[Any], reduction_type: ReductionType,
@@ -105,7 +109,7 @@ def _is_triton_column(x: IRNode, ranges: list[Any], rranges: list[Any], reductio
     ``triton_interpret``). The C++ generator walks rows with its own loops: its split stays the
     row rule below (a column split there would only add a pass and a buffer)."""
     device = x.get_device()
-    if not kernel_target(device).column_split or reduction_type not in _SPLITTABLE:
+    if not kernel_target(device).column_split or reduction_type not in _SPLIT_KINDS:
         return False
     if not (is_static(prod(ranges)) and is_static(prod(rranges))):
         return False  # symbolic: no split (chunks must divide every size the graph serves)
@@ -124,7 +128,7 @@ def _split_factor(xnumel: int, rnumel: int, reduction_type: ReductionType) -> in
     """
     if not (is_static(xnumel) and is_static(rnumel)):
         return 1  # symbolic: no split (chunks must divide every size the graph serves)
-    if reduction_type not in _SPLITTABLE or xnumel >= 128 or rnumel < config.backend_split_reduction_min:
+    if reduction_type not in _SPLIT_KINDS or xnumel >= 128 or rnumel < config.backend_split_reduction_min:
         return 1
     split = 1
     while split < 1024 and rnumel % (split * 2) == 0 and rnumel // (split * 2) >= 1024 \
@@ -150,6 +154,8 @@ def _split_reduction(ctx: Any, x: IRNode, ranges: list[int], rnumel: int, split:
             return inner_fn(ops, index[1:], [index[0] * chunk + rindex[0]])
         return inner_fn(ops, index[:-1], [index[-1] * chunk + rindex[0]])
 
+    if reduction_type == "m2":
+        return _split_m2(ctx, x, ranges, chunk, split, first, out_dtype, vdt, origins, column)
     partial_dtype = torch.bool if reduction_type in ("any", "all") else vdt
     partial = ctx.realize(StorageBox(Reduction(
         x.get_device(), partial_dtype, [split] + ranges if column else ranges + [split], set(origins),
@@ -162,6 +168,45 @@ def _split_reduction(ctx: Any, x: IRNode, ranges: list[int], rnumel: int, split:
     return ctx.realize(StorageBox(Reduction(
         x.get_device(), out_dtype, ranges, set(origins), inner_fn=second, reduction_ranges=[split],
         reduction_type=_SPLITTABLE[reduction_type], src_dtype=partial_dtype)))
+
+
+def _split_m2(ctx: Any, x: IRNode, ranges: list[int], chunk: int, split: int, first: Any,
+              out_dtype: torch.dtype, vdt: torch.dtype, origins: set[str], column: bool) -> IRNode:
+    """The sum of squared deviations over ``split`` equal chunks, combined exactly (Chan et al.):
+
+    ``m2 = sum_i m2_i + chunk * sum_i (mean_i - mean)^2``, where the second sum is itself the
+    ``m2`` of the chunks' means. Each chunk's ``m2`` and sum come from one pass over the input
+    (two reductions of the same loop, fused into one kernel), the combine is two short
+    reductions over the partials and one pointwise step.
+    """
+    partial_ranges = [split] + ranges if column else ranges + [split]
+
+    def partial(kind: ReductionType) -> IRNode:
+        return ctx.realize(StorageBox(Reduction(
+            x.get_device(), vdt, partial_ranges, set(origins), inner_fn=first, reduction_ranges=[chunk],
+            reduction_type=kind, src_dtype=vdt)))
+
+    load_m2, load_sum = partial("m2").make_loader(), partial("sum").make_loader()
+
+    def at(index: Sequence[sympy.Expr], rindex: Sequence[sympy.Expr]) -> list[sympy.Expr]:
+        return [rindex[0], *index] if column else [*index, rindex[0]]
+
+    def m2_of_chunks(ops: Any, index: Sequence[sympy.Expr], rindex: Sequence[sympy.Expr]) -> Any:
+        return load_m2(ops, at(index, rindex))
+
+    def chunk_mean(ops: Any, index: Sequence[sympy.Expr], rindex: Sequence[sympy.Expr]) -> Any:
+        return ops.binary("truediv", load_sum(ops, at(index, rindex)), ops.constant(float(chunk), vdt))
+
+    within = ctx.realize(StorageBox(Reduction(
+        x.get_device(), vdt, ranges, set(origins), inner_fn=m2_of_chunks, reduction_ranges=[split],
+        reduction_type="sum", src_dtype=vdt)))
+    between = ctx.realize(StorageBox(Reduction(
+        x.get_device(), vdt, ranges, set(origins), inner_fn=chunk_mean, reduction_ranges=[split],
+        reduction_type="m2", src_dtype=vdt)))
+    return make_pointwise(
+        ctx, [within, between],
+        lambda ops, w, b: ops.binary("add", w, ops.binary("mul", b, ops.constant(float(chunk), vdt))),
+        out_dtype, compute_dtype=vdt)
 
 
 def _float_size(n: Any) -> Any:
