@@ -28,6 +28,8 @@ setup(
             sources=sorted(glob("csrc/*.c")),
             depends=sorted(glob("csrc/*.h")),
             extra_compile_args=extra_compile_args,
+            # dlopen of the CUDA driver (cuda_launch.c); part of libc on newer glibc.
+            libraries=["dl"] if sys.platform.startswith("linux") else [],
         )
     ],
     python_requires=">=3.11,<3.14",

@@ -67,6 +67,8 @@ def _launch_costs() -> None:
         ("FastKernel kernel[grid](...)", lambda: fast[(1,)](x, y, z, w, 1024, BLOCK=1024)),
         ("launcher run(...) alone", lambda: run(1, 1, 1, stream, function, packed, None, None, None,
                                                 x, y, z, w, 1024, 1024)),
+        ("pyjit._C.KernelLauncher alone", (lambda: bound.native(stream, (x, y, z, w, 1024)))
+         if bound is not None and bound.native is not None else (lambda: None)),
         ("  torch.cuda.current_device()", torch.cuda.current_device),
         ("  driver get_current_stream(dev)", lambda: driver.active.get_current_stream(dev)),
         ("  hooks_off()", bound.hooks_off if bound is not None else (lambda: None)),

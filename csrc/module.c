@@ -7,6 +7,7 @@
 #include "cache.h"
 #include "eval_frame.h"
 #include "guards.h"
+#include "cuda_launch.h"
 
 static PyCodeObject *as_code(PyObject *arg, const char *what)
 {
@@ -192,7 +193,7 @@ PyMODINIT_FUNC PyInit__C(void)
         return NULL;
     }
     if (pyjit_cache_init() < 0 || add_methods(module, pyjit_eval_frame_methods) < 0 || pyjit_eval_frame_ready(module) < 0 ||
-        add_methods(module, cache_methods) < 0 || pyjit_guards_ready(module) < 0 ||
+        add_methods(module, cache_methods) < 0 || pyjit_guards_ready(module) < 0 || pyjit_cuda_launch_ready(module) < 0 ||
         PyModule_AddIntConstant(module, "PASS", -1) < 0) {
         Py_DECREF(module);
         return NULL;

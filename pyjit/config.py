@@ -27,6 +27,8 @@ import, by :func:`_from_environment` and nowhere else:
   CPUs this process may use, divided by torchrun's ``LOCAL_WORLD_SIZE`` when set).
 - ``PYJIT_TRACE``: a directory; pyjit writes its structured compile trace there (one JSONL file
   per process and rank, ``pyjit/report/events.py``; render it with ``python -m pyjit report``).
+- ``PYJIT_NATIVE_LAUNCH``: ``1`` (default) or ``0``: launch compiled Triton kernels through pyjit's
+  own driver call (``runtime/fast_launch.py``) or always through Triton's launcher.
 - ``PYJIT_PROGRESS``: ``0`` turns off the progress line of long compiles on a terminal
   (``pyjit/report/progress.py``); ``1`` (default) keeps it.
 """
@@ -157,6 +159,9 @@ class Config:
     # the compiled kernel's launcher directly (checking the alignment and integers its
     # specialisation assumed) instead of Triton's JITFunction.run (~20 us of host time each).
     fast_launch: bool = True
+    # ... and, where the compiled kernel's parameters are modelled, through pyjit._C.KernelLauncher
+    # (one cuLaunchKernel call; PYJIT_NATIVE_LAUNCH=0 keeps Triton's launcher for every site).
+    native_launch: bool = True
     compile_threads: int = 0
     # Backend: use the on-disk cache of generated modules (PYJIT_CACHE_DIR).
     backend_disk_cache: bool = True
@@ -223,6 +228,10 @@ def _from_environment(env: "os._Environ[str] | dict[str, str]") -> Config:
     cfg.trace_dir = env.get("PYJIT_TRACE") or None
     rank = env.get("RANK", "0").strip() or "0"
     cfg.trace_rank = int(rank) if rank.isdigit() else 0
+    native = env.get("PYJIT_NATIVE_LAUNCH", "1").strip() or "1"
+    if native not in ("0", "1"):
+        raise ValueError(f"PYJIT_NATIVE_LAUNCH={native!r} must be 0 or 1")
+    cfg.native_launch = native == "1"
     progress = env.get("PYJIT_PROGRESS", "1").strip() or "1"
     if progress not in ("0", "1"):
         raise ValueError(f"PYJIT_PROGRESS={progress!r} must be 0 or 1")

@@ -21,6 +21,13 @@ launches call the launcher directly after checking, per call, exactly those assu
 - the same current device, and no Triton launch hooks installed (profilers such as proton
   install them; their launches take the slow path so the hooks see them).
 
+The direct launch itself goes, where every parameter of the compiled kernel is modelled
+(:func:`native_launcher`), through ``pyjit._C.KernelLauncher``: one ``cuLaunchKernel`` with the
+grid, block, shared memory and argument kinds fixed at binding, which only reads the tensors'
+data pointers per call (Triton's launcher also queries the driver about every pointer and runs
+through a Python wrapper: 5.5 us a launch on the lent H200's host). Otherwise, or with
+``PYJIT_NATIVE_LAUNCH=0``, it calls Triton's launcher with the bound metadata.
+
 Anything unexpected at binding (a Triton whose kernels or launcher differ from what this
 module knows, ``constexpr`` parameters not at the end) leaves the site on the slow path for
 good: correct, only not faster. Triton's check that global values a kernel read have not
@@ -33,6 +40,8 @@ import sys
 from typing import Any, Callable
 
 import torch
+
+from ..config import config
 
 _MAX_SITES = 64  # grids a kernel remembers (dynamic shapes compute a new grid per size)
 _MAX_BINDINGS = 4  # specialisations a site launches directly
@@ -62,7 +71,7 @@ class FastKernel:
 
 class _Bound:
     __slots__ = ("run", "function", "packed", "ints", "aligned", "meta", "device", "current_device", "stream_of",
-                 "grid3", "constexpr_values", "hooks_off")
+                 "grid3", "constexpr_values", "hooks_off", "native")
 
 
 class _Site:
@@ -81,6 +90,9 @@ class _Site:
     def __call__(self, *args: Any, **meta: Any) -> Any:
         for b in self.bindings:
             if meta == b.meta and b.hooks_off() and b.current_device() == b.device and _fits(b, args):
+                native = b.native
+                if native is not None and native(b.stream_of(b.device), args):
+                    return None
                 g0, g1, g2 = b.grid3
                 b.run(g0, g1, g2, b.stream_of(b.device), b.function, b.packed, None, None, None,
                       *args, *b.constexpr_values)
@@ -211,7 +223,76 @@ def _binding(kernel: Any, grid: Any, compiled: Any, args: tuple, meta: dict[str,
             ints.append((i, a))
     b.ints = tuple(ints)
     b.aligned = tuple(aligned)
+    b.native = None
+    if config.native_launch:
+        native = native_launcher(kernel, compiled, args, b.grid3)
+        if isinstance(native, str):
+            _note_native_refusal(kernel, native)
+        else:
+            b.native = native
     return b
+
+
+# Triton parameter types a KernelLauncher converts, by their kind letter (csrc/cuda_launch.c).
+_KINDS = {"i32": "i", "u32": "I", "i64": "l", "u64": "L", "fp32": "f", "fp64": "d"}
+# Scratch pointers Triton appends to a kernel's parameters (global, profile): passed as nulls.
+# cuLaunchKernel reads as many parameters as the kernel declares, so a trailing null a
+# Triton version does not append is never read.
+_SCRATCH_PARAMS = 2
+
+
+def native_launcher(kernel: Any, compiled: Any, args: tuple, grid3: tuple[int, int, int]) -> Any:
+    """A ``pyjit._C.KernelLauncher`` for ``compiled`` at this site, or why not (a string).
+
+    Built only where every parameter is modelled: the compiled signature gives each argument's
+    type (``constexpr`` for those specialised away, such as integers equal to 1), one CTA per
+    program, no cluster, cooperative or programmatic launch, and no scratch memory.
+    """
+    from .. import _C
+
+    launcher_type = getattr(_C, "KernelLauncher", None)
+    if launcher_type is None:
+        return "pyjit._C has no KernelLauncher"
+    md = compiled.metadata
+    if getattr(md, "num_ctas", 1) != 1 or tuple(getattr(md, "cluster_dims", (1, 1, 1)) or (1, 1, 1)) != (1, 1, 1):
+        return "a kernel of several CTAs per program"
+    if getattr(md, "launch_cooperative_grid", False) or getattr(md, "launch_pdl", False):
+        return "a cooperative or programmatic launch"
+    if getattr(md, "global_scratch_size", 0) or getattr(md, "profile_scratch_size", 0):
+        return "a kernel that needs scratch memory"
+    signature = getattr(getattr(compiled, "src", None), "signature", None)
+    names = list(kernel.arg_names)
+    if not isinstance(signature, dict) or len(signature) != len(names):
+        return "no compiled signature of one entry per parameter"
+    types = [signature.get(name, signature.get(i)) for i, name in enumerate(names)]
+    if any(t != "constexpr" for t in types[len(args):]):
+        return "a keyword parameter the kernel takes at run time"
+    kinds = []
+    for t, a in zip(types, args):
+        if t == "constexpr":
+            kinds.append("-")
+        elif isinstance(t, str) and t.startswith("*") and isinstance(a, torch.Tensor):
+            kinds.append("P")
+        elif isinstance(t, str) and t in _KINDS and not isinstance(a, torch.Tensor):
+            kinds.append(_KINDS[t])
+        else:
+            return f"parameter type {t!r} for a {type(a).__name__}"
+    try:
+        return launcher_type(int(compiled.function), grid3, 32 * int(md.num_warps), int(getattr(md, "shared", 0)),
+                             "".join(kinds), _SCRATCH_PARAMS)
+    except (RuntimeError, ValueError, TypeError, OverflowError) as e:
+        return f"{type(e).__name__}: {e}"
+
+
+native_refusals: dict[str, str] = {}  # kernel name -> why its sites use Triton's launcher
+
+
+def _note_native_refusal(kernel: Any, why: str) -> None:
+    name = getattr(getattr(kernel, "fn", None), "__name__", repr(kernel))
+    if name not in native_refusals:
+        native_refusals[name] = why
+        from ..logs import get_logger
+        get_logger("compile_times").info("native launch: %s uses Triton's launcher (%s)", name, why)
 
 
 def unwrap(kernel: Any) -> Any:

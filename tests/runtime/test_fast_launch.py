@@ -1,10 +1,11 @@
 """Direct launches of generated Triton kernels (``pyjit/runtime/fast_launch.py``).
 
-On CUDA: after each launch site's first launch the compiled kernel's launcher is called
-directly; results stay equal to eager across calls, when an input pointer loses the alignment
-the kernel was specialised for (the slow path compiles the other specialisation), when sizes
-change (dynamic graphs), and when a Triton launch hook is installed (the hook sees every
-launch). On CPU: a site whose binding fails keeps the slow path.
+On CUDA: after each launch site's first launch the compiled kernel is launched directly
+(through pyjit._C.KernelLauncher where its parameters are modelled); results stay equal to
+eager across calls, when an input pointer loses the alignment the kernel was specialised for
+(the slow path compiles the other specialisation), when sizes change (dynamic graphs), and
+when a Triton launch hook is installed (the hook sees every launch). On CPU: a site whose
+binding fails keeps the slow path, and the launcher's parameter model is checked on stubs.
 """
 from __future__ import annotations
 
@@ -146,3 +147,91 @@ def test_dynamic_sizes_and_launch_hooks(tmp_path: Any) -> None:
         finally:
             knobs.runtime.launch_enter_hook = old
     assert seen, "a launch hook installed after binding did not see the launches"
+
+
+class _Meta:
+    num_warps, shared, num_ctas, cluster_dims = 4, 1024, 1, (1, 1, 1)
+    launch_cooperative_grid = launch_pdl = False
+    global_scratch_size = profile_scratch_size = 0
+
+
+class _Src:
+    def __init__(self, signature: dict[Any, str]) -> None:
+        self.signature = signature
+
+
+class _Compiled:
+    def __init__(self, signature: dict[Any, str], **meta: Any) -> None:
+        self.src, self.function = _Src(signature), 0x1234
+        self.metadata = _Meta()
+        for k, v in meta.items():
+            setattr(self.metadata, k, v)
+
+
+class _Named:
+    arg_names = ["in_ptr0", "out_ptr0", "n", "m", "one", "XBLOCK"]
+
+
+def test_native_launcher_models_each_parameter(monkeypatch: Any) -> None:
+    """Pointers, 32/64-bit integers, an integer Triton specialised away (== 1) and the trailing
+    constexpr map to the launcher's kinds; anything unmodelled keeps Triton's launcher."""
+    from pyjit import _C
+
+    made: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(_C, "KernelLauncher", lambda *a: made.append(a) or "launcher", raising=False)
+    sig = {"in_ptr0": "*fp32", "out_ptr0": "*bf16", "n": "i32", "m": "i64", "one": "constexpr", "XBLOCK": "constexpr"}
+    args = (torch.zeros(2), torch.zeros(2), 7, 1 << 40, 1)
+    assert fast_launch.native_launcher(_Named(), _Compiled(sig), args, (3, 1, 1)) == "launcher"
+    assert made == [(0x1234, (3, 1, 1), 128, 1024, "PPil-", 2)]
+    by_index = {i: t for i, t in enumerate(sig.values())}  # signatures keyed by position
+    assert fast_launch.native_launcher(_Named(), _Compiled(by_index), args, (3, 1, 1)) == "launcher"
+    refusals = [
+        fast_launch.native_launcher(_Named(), _Compiled(sig, num_ctas=2), args, (3, 1, 1)),
+        fast_launch.native_launcher(_Named(), _Compiled(sig, global_scratch_size=64), args, (3, 1, 1)),
+        fast_launch.native_launcher(_Named(), _Compiled({**sig, "n": "fp16"}), args, (3, 1, 1)),
+        fast_launch.native_launcher(_Named(), _Compiled({**sig, "XBLOCK": "i32"}), args, (3, 1, 1)),
+        fast_launch.native_launcher(_Named(), _Compiled(sig), (1, *args[1:]), (3, 1, 1)),  # not a tensor
+    ]
+    assert all(isinstance(r, str) for r in refusals), refusals
+    assert len(made) == 2
+
+
+def test_kernel_launcher_validates_without_a_driver() -> None:
+    """The C launcher refuses bad kinds before it looks for the driver; without libcuda (this
+    machine) it says so, and the binding keeps Triton's launcher."""
+    from pyjit import _C
+
+    with pytest.raises(ValueError, match="unknown argument kind"):
+        _C.KernelLauncher(1, (1, 1, 1), 128, 0, "PX", 2)
+    with pytest.raises(ValueError, match="scratch"):
+        _C.KernelLauncher(1, (1, 1, 1), 128, 0, "P", 9)
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="libcuda"):
+            _C.KernelLauncher(1, (1, 1, 1), 128, 0, "Pi", 2)
+        sig = {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "n": "i32", "m": "i32", "one": "i32", "XBLOCK": "constexpr"}
+        why = fast_launch.native_launcher(_Named(), _Compiled(sig), (torch.zeros(1), torch.zeros(1), 1, 2, 3), (1, 1, 1))
+        assert isinstance(why, str) and "libcuda" in why
+
+
+@cuda
+def test_native_launches_match_triton(tmp_path: Any) -> None:
+    """Every site of a compiled graph launches natively after its first launch, with results
+    equal to eager's over several calls (pointwise, reductions, several outputs)."""
+    if not cfg.config.native_launch:
+        pytest.skip("PYJIT_NATIVE_LAUNCH=0")
+
+    def fn(x: torch.Tensor, y: torch.Tensor) -> Any:
+        z = torch.relu(x * 2 + y)
+        return z, z.sum(-1), (x - y).var(0), x.softmax(-1)
+
+    x, y = torch.randn(64, 300, device="cuda"), torch.randn(64, 300, device="cuda")
+    with cfg.patch(cache_dir=str(tmp_path), raise_on_internal_error=True):
+        compiled = backend.compile_fx(torch.fx.symbolic_trace(fn), [x, y])
+        for _ in range(4):
+            x, y = torch.randn(64, 300, device="cuda"), torch.randn(64, 300, device="cuda")
+            for got, want in zip(compiled(x, y), fn(x, y)):
+                torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    module = _module_of(compiled)
+    sites = [site for v in vars(module).values() if isinstance(v, fast_launch.FastKernel) for site in v.sites.values()]
+    assert sites and all(site.bound is not None and site.bound.native is not None for site in sites), \
+        fast_launch.native_refusals
