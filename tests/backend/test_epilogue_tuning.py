@@ -146,3 +146,30 @@ def test_light_epilogue_stays_fused_without_timing(timer: FakeTimer, monkeypatch
     check(fn, *_inputs(), make((40, 32), "cpu"), atol=1e-4, rtol=1e-4)
     assert not any(n in timer.seen for n in ("fused", "split_template", "split_extern"))
     assert (metrics.generated_kernel_count, metrics.extern_calls) == (1, 0)
+
+
+def test_every_group_is_built_once_before_any_is_timed(timer: FakeTimer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A graph with several template groups to decide walks them all once without timing (the
+    prefetch pass: on CUDA their kernels then compile in one parallel round), then decides each
+    with one timing per candidate; the choices are those of the timings."""
+    from pyjit.backend.codegen import epilogue_tuning
+
+    _force_template(monkeypatch)
+    events: list[str] = []
+    original = epilogue_tuning.EpilogueTuner._decide_group
+
+    def spy(self: Any, group: Any, epilogue: Any) -> Any:
+        events.append("prefetch" if getattr(autotune._state, "prefetch", None) is not None else "decide")
+        return original(self, group, epilogue)
+
+    monkeypatch.setattr(epilogue_tuning.EpilogueTuner, "_decide_group", spy)
+
+    def two_layers(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        h = x + F.gelu(F.linear(x, w, b))
+        return h - torch.tanh(h @ w2)
+
+    timer.times = {"fused": 5.0, "split_template": 5.0, "split_extern": 0.5}
+    check(two_layers, *_inputs(), make((32, 32), "cpu", low=-1, high=1), atol=1e-4, rtol=1e-4)
+    assert events == ["prefetch", "prefetch", "decide", "decide"], events
+    assert timer.seen.count("split_extern") == 2 and timer.seen.count("fused") == 2
+    assert (metrics.generated_kernel_count, metrics.extern_calls) == (2, 2)
