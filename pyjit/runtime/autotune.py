@@ -54,13 +54,16 @@ _state = threading.local()
 def prefetching() -> Iterator[list[tuple[Any, Callable[[], object]]]]:
     """Within: :func:`choose` builds candidates without benchmarking them and answers the stored
     choice or the first candidate; yields the list of ``(kernel, warm)`` compiles they need."""
-    previous = getattr(_state, "prefetch", None)
+    previous = getattr(_state, "prefetch", None), getattr(_state, "prefetch_keys", None)
     gathered: list[Any] = []
     _state.prefetch = gathered
+    # Keys already gathered: the repeats of a layer share one key, and once the first of them
+    # is decided the others read its choice, so their candidates are never compiled.
+    _state.prefetch_keys = set()
     try:
         yield gathered
     finally:
-        _state.prefetch = previous
+        _state.prefetch, _state.prefetch_keys = previous
 
 FORMAT = 1
 
@@ -123,6 +126,10 @@ def choose(kind: str, key_fields: Mapping[str, str], candidates: Mapping[str, Ca
             counters["cache_hits"] += 1
         return record["choice"]
     if prefetch is not None:
+        key = tuning_key(kind, key_fields)
+        if key in _state.prefetch_keys:
+            return next(iter(candidates))
+        _state.prefetch_keys.add(key)
         for build in candidates.values():
             try:
                 warm = getattr(build(), "warm_launch", None)

@@ -339,6 +339,8 @@ def test_prefetching_builds_candidates_without_benchmarking(tmp_path: Any) -> No
     with cfg.patch(cache_dir=str(tmp_path / "cache")):
         with autotune.prefetching() as warmers:
             assert autotune.choose("test_prefetch", {"k": "1"}, cands, torch.device("cpu")) == "first"
+            # A repeat of the same key (a repeated layer) builds nothing more.
+            assert autotune.choose("test_prefetch", {"k": "1"}, cands, torch.device("cpu")) == "first"
         assert [k for k, _ in warmers] == ["first", "second"] and built == ["first", "second"]
         assert autotune.counters.get("benchmarks", 0) == before.get("benchmarks", 0)
         assert autotune.lookup("test_prefetch", {"k": "1"}) is None  # nothing stored
