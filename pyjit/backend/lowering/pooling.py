@@ -167,7 +167,7 @@ def _adaptive_avg_pool2d(ctx: Any, x: IRNode, output_size: Sequence[int]) -> Any
     if isinstance(plan, str):
         from .fallbacks import make_extern
         return make_extern(ctx, aten._adaptive_avg_pool2d.default, (x, output_size), {}, plan)
-    h, w, oh, ow, kh, kw, uh, uw = plan
+    h, w, oh, ow = plan[:4]
     dtype = x.get_dtype()
     acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
     load = x.make_loader()
@@ -194,7 +194,7 @@ def _adaptive_max_pool2d(ctx: Any, x: IRNode, output_size: Sequence[int]) -> Any
     if isinstance(plan, str):
         from .fallbacks import make_extern
         return make_extern(ctx, aten.adaptive_max_pool2d.default, (x, output_size), {}, plan)
-    h, w, oh, ow, kh, kw, uh, uw = plan
+    oh, ow = plan[2:4]
     dtype = x.get_dtype()
     load = x.make_loader()
 
