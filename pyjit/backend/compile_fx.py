@@ -42,6 +42,7 @@ from ..logs import get_logger
 from ..report import events, progress
 from . import graph_cache
 from .aliasing import OutputAlias, OutputFixer, created_grad_leaf, output_aliases
+from .input_check import InputCheck
 from .metrics import metrics
 
 log = get_logger("fallbacks")
@@ -613,12 +614,9 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
                    aliases: list[OutputAlias] | None = None) -> Callable[..., Any]:
     # With ``inputs_guarded`` the caller's guards already pinned every input's type, sizes,
     # strides, dtype, device and requires_grad, and grad mode (pyjit's frontend, see
-    # INPUTS_GUARDED): re-checking 50 parameters here cost ~100 us a call.
-    # A scalar input of a static module (a symbolic int the trace specialised) was baked into
-    # the kernels: it must be that value (type and value stand in for layout and dtype).
-    expected = [] if check is not None or inputs_guarded else \
-        [(t.shape, t.stride(), t.dtype, t.device) if isinstance(t, torch.Tensor) else (type(t), t, None, None)
-         for t in example_inputs]
+    # INPUTS_GUARDED): re-checking 50 parameters here cost ~100 us a call. Otherwise a static
+    # graph checks them per call (input_check.py).
+    static_check = None if check is not None or inputs_guarded else InputCheck(example_inputs)
     checked = check is not None or not inputs_guarded
     # Rebuilding the output structure is per-call overhead: ``tree_unflatten`` costs ~2 us for a
     # plain tuple. Decide once, by unflattening a probe, whether the structure is exactly one
@@ -679,14 +677,8 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
                 if not check([*args, *constants] if constants else args) or (
                         grad and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)):
                     return gm.forward(*args)
-            for a, (shape, stride, dtype, dev) in zip(args, expected):
-                if dev is None:  # a scalar: (type, value)
-                    if type(a) is not shape or a != stride:
-                        return gm.forward(*args)
-                    continue
-                if not isinstance(a, torch.Tensor) or a.shape != shape or a.stride() != stride or a.dtype != dtype \
-                        or a.device != dev or (grad and a.requires_grad):
-                    return gm.forward(*args)
+            elif static_check is not None and not static_check(args, grad):
+                return gm.forward(*args)
         if state[0] == 1:
             outs = call([*args, *constants])
             if fixing[0]:
