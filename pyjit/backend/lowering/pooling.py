@@ -7,8 +7,10 @@ the batch norm and ReLU before it fuse into its loads and the network's stem run
 The scan follows ATen's kernels exactly: positions in row-major window order, out-of-bounds
 positions (padding, or a ``ceil_mode`` window past the edge) skipped, a value taken when it is
 greater than the best so far or NaN (so the last NaN of a window wins), and the index of the
-window's first valid position when nothing is greater (a window of ``-inf``). The index is the
-flat position ``h * W + w`` in the input's plane, as eager returns it (its backward reads it).
+window's first valid position when nothing is greater (a window of ``-inf``) -- except where
+eager runs CUDA's channels-last kernel (a CUDA input that eager lays out NHWC), whose index
+starts at 0 and stays there for such a window. The index is the flat position ``h * W + w`` in
+the input's plane, as eager returns it (its backward reads it).
 
 Adaptive pooling (``AdaptiveAvgPool2d``/``AdaptiveMaxPool2d`` to any output size) has ATen's
 windows: output row ``i`` of ``O`` over an input of ``H`` rows covers rows
@@ -82,10 +84,13 @@ def _max_pool2d_with_indices(ctx: Any, x: IRNode, kernel_size: Sequence[int], st
     out_size = [*size[:-2], oh, ow]
     load = x.make_loader()
     neg_inf = float("-inf")
+    zero_default = x.get_device().type == "cuda" and _eager_input_is_nhwc(ctx)
 
     def scan(ops: Any, index: Sequence[sympy.Expr]) -> tuple[Any, Any]:
         lead, (i, j) = list(index[:-2]), index[-2:]
         best = best_idx = None
+        if zero_default:  # CUDA's NHWC kernel: best -inf at index 0, replaced only when beaten
+            best, best_idx = ops.constant(neg_inf, dtype), ops.constant(0, torch.int64)
         for kh in range(k[0]):
             for kw in range(k[1]):
                 ih = i * s[0] - p[0] + kh * d[0]
@@ -93,6 +98,12 @@ def _max_pool2d_with_indices(ctx: Any, x: IRNode, kernel_size: Sequence[int], st
                 valid = ops.binary("logical_and", _in_range(ops, ih, 0, h), _in_range(ops, iw, 0, w))
                 v = load(ops, [*lead, _clamp(ih, h), _clamp(iw, w)])
                 flat = ops.index_expr(ih * w + iw, torch.int64)
+                if zero_default:
+                    better = ops.binary("logical_or", ops.binary("gt", v, best), ops.unary("isnan", v))
+                    take = ops.binary("logical_and", valid, better)
+                    best = ops.where(take, v, best)
+                    best_idx = ops.where(take, flat, best_idx)
+                    continue
                 if best is None:
                     # The first position: taken when valid; ``taken`` tells later positions
                     # whether a valid one was seen (the first valid index is eager's default).
@@ -112,6 +123,15 @@ def _max_pool2d_with_indices(ctx: Any, x: IRNode, kernel_size: Sequence[int], st
     values = StorageBox(Pointwise(device, dtype, sizes, origins, inner_fn=lambda ops, idx: scan(ops, idx)[0]))
     indices = StorageBox(Pointwise(device, torch.int64, sizes, origins, inner_fn=lambda ops, idx: scan(ops, idx)[1]))
     return values, indices
+
+
+def _eager_input_is_nhwc(ctx: Any) -> bool:
+    """The pooled input, as eager saw it, is a 4-d channels-last tensor (not also row-major):
+    ATen's ``suggest_memory_format`` then picks its NHWC kernel."""
+    node = ctx.current_node
+    val = node.args[0].meta.get("val") if node is not None and node.args and hasattr(node.args[0], "meta") else None
+    return (isinstance(val, torch.Tensor) and val.dim() == 4 and not val.is_contiguous()
+            and val.is_contiguous(memory_format=torch.channels_last))
 
 
 def _windows(size: int, out: int) -> tuple[int, bool]:
