@@ -44,6 +44,7 @@ from typing import Any, Callable, Sequence
 
 from ..config import config
 from ..logs import get_logger
+from ..report import profiler
 
 log = get_logger("ddp")
 
@@ -314,6 +315,7 @@ class _Subgraph:
 
     def __init__(self, gm: Any, compile_one: Callable[[Any, list[Any]], Callable[..., Any]]) -> None:
         self.gm = gm
+        self.range_name: str = gm.meta["pyjit_range_name"]
         self._compile_one = compile_one
         self._fn: Callable[..., Any] | None = None
         self._lock = threading.Lock()
@@ -325,6 +327,9 @@ class _Subgraph:
                 if self._fn is None:
                     self._fn = self._compile_one(self.gm, list(args))
                 fn = self._fn
+        if profiler.active():
+            with profiler.record(self.range_name):
+                return fn(*args)
         return fn(*args)
 
 
@@ -413,6 +418,8 @@ def split_graph(gm: Any, assign: dict[Any, int], num: int, ready: dict[Any, int]
                 raise NotSplittable(f"{n.format_node()} passes a {type(value).__name__} to a later subgraph")
         graph.output(tuple(env[n] for n in outs))
         sub_gm = torch.fx.GraphModule(gm, graph, class_name=f"DDPSubgraph{index}")
+        # Profiler ranges: "pyjit: <frame> graph <n> piece <i>" and "... backward".
+        sub_gm.meta["pyjit_range_name"] = f"{gm.meta.get('pyjit_range_name', 'pyjit: DDP graph')} piece {index}"
         for n in outs:
             slot[n] = len(slot)
         ins = [slot[a] for a in inputs]

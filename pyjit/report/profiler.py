@@ -10,7 +10,11 @@ pyjit marks:
 - ``pyjit: <function> graph <n>``: each run of a compiled graph (``<function>`` is the frame's
   name, ``n`` the graph's number within it); ``pyjit: <function> graph <n> backward``: the
   backward of a training graph;
+- ``pyjit: <function> graph <n> piece <i>``: each piece of a graph split at DDP's buckets
+  (:mod:`pyjit.distributed.ddp`), and ``... piece <i> backward``;
 - ``pyjit: compile <phase> <name>``: compile phases (:func:`pyjit.report.events.span`).
+
+Names never hold a double quote: torch's Chrome trace export writes them unescaped.
 
 With no profiler active the cost is one attribute read per compiled-graph call and one dict
 read per guarded lookup in C: ranges are never created unconditionally.
@@ -41,9 +45,14 @@ def active() -> bool:
 
 def enter(name: str) -> Any:
     """Open a named range; the handle goes to :func:`exit`."""
-    rf = _module().record_function(name)
+    rf = _module().record_function(name.replace('"', "'"))
     rf.__enter__()
     return rf
+
+
+def record(name: str) -> Any:
+    """A ``with`` range named ``name`` (only call while :func:`active`)."""
+    return _module().record_function(name.replace('"', "'"))
 
 
 def exit(handle: Any) -> None:  # noqa: A001 - pairs with enter

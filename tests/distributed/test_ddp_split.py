@@ -72,6 +72,26 @@ def test_split_plan_and_results() -> None:
         assert order[len(order) - len(params):] == params
 
 
+def test_pieces_are_named_in_profiler_traces(tmp_path: Any) -> None:
+    import json
+
+    from torch.profiler import ProfilerActivity, profile
+
+    model = SplitWeights()
+    gm = torch.fx.symbolic_trace(model)
+    gm.meta["pyjit_range_name"] = "pyjit: forward graph 0"  # as the frontend names a frame's graph
+    x = torch.randn(4, 16)
+    plan, assign, ready = pyjit_ddp.plan_split(gm, [x], fake_ddp(model, cap_bytes=16 * 16 * 4 + 1))
+    split = pyjit_ddp.split_graph(gm, assign, plan.num_subgraphs, ready, lambda piece, example: piece.forward)
+    split(x)  # compiled outside the profiler
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        split(x)
+    prof.export_chrome_trace(str(tmp_path / "trace.json"))
+    with open(tmp_path / "trace.json", encoding="utf-8") as f:
+        names = {e.get("name") for e in json.load(f)["traceEvents"]}
+    assert {f"pyjit: forward graph 0 piece {i}" for i in range(plan.num_subgraphs)} <= names
+
+
 def test_ignored_parameters_are_not_bucketed() -> None:
     model = SplitWeights()
     gm = torch.fx.symbolic_trace(model)

@@ -89,3 +89,18 @@ def test_no_range_without_a_profiler(monkeypatch):
     assert not autograd_profiler._is_profiler_enabled
     monkeypatch.setattr(autograd_profiler, "record_function", fail)
     torch.testing.assert_close(jf(x), scale_shift(x))  # hit: guards and graph, no range
+
+
+def test_range_names_keep_the_chrome_trace_valid(tmp_path):
+    # torch writes range names into the Chrome trace unescaped: a double quote (a graph label
+    # quoting its source file) would make the file invalid JSON.
+    from pyjit.report import profiler
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        handle = profiler.enter('pyjit: graph from File "model.py", line 3')
+        torch.ones(2).sum()
+        profiler.exit(handle)
+        with profiler.record('pyjit: piece "0"'):
+            torch.ones(2).sum()
+    names = _names(prof, tmp_path / "trace.json")  # json.load succeeds
+    assert "pyjit: graph from File 'model.py', line 3" in names and "pyjit: piece '0'" in names

@@ -59,7 +59,8 @@ class AOTState:
         self.label = label
         # The backward's torch.profiler range (pyjit/report/profiler.py), named after the frame
         # by the frontend when it knows it.
-        self.range_name = f"pyjit: {label} backward"
+        # A graph label quotes its source file; torch's Chrome trace export would not escape it.
+        self.range_name = f"pyjit: {label} backward".replace('"', "'")
         self.joint = joint
         self.part = part
         self.fw = fw
