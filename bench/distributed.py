@@ -15,8 +15,16 @@ decoder, gloo) that shows the rows work, not how fast anything is. One row per v
 
 Each variant: the first step's time (compile included), the median of the next steps, peak
 memory (CUDA), and on CUDA the share of NCCL kernel time that overlapped compute kernels in one
-profiled step. The loss after the measured steps is compared with eager DDP's (``correctness``).
-The ranks are processes this module starts (``torch.multiprocessing``); rank 0 writes the rows.
+profiled step, with the kernel time by kind and the longest kernels (``profiled_step``). The
+loss after the measured steps is compared with eager DDP's (``correctness``). The ranks are
+processes this module starts (``torch.multiprocessing``); rank 0 writes the rows.
+
+Environment: ``BENCH_DISTRIBUTED_VARIANTS=eager_ddp,pyjit(ddp)`` runs only those rows;
+``BENCH_DISTRIBUTED_TRACE=<dir>`` also exports each rank's profiled step as a Chrome trace
+(``<variant>.rank<r>.json``; ``python -m bench.timeline`` draws one as a picture);
+``BENCH_DISTRIBUTED_CPROFILE=<dir>`` writes five more steps under cProfile per rank
+(``<variant>.rank<r>.pstats``); ``BENCH_DISTRIBUTED_WORLD=1`` runs one rank (on one GPU: what the split costs without any
+communication to overlap).
 """
 from __future__ import annotations
 
@@ -135,20 +143,42 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _overlap_share(module: Any, opt: Any, idx: torch.Tensor, target: torch.Tensor) -> float | None:
-    """Of the NCCL kernels' time in one profiled step, the share during which a compute kernel
-    ran at the same time (CUDA only; None when the profiler gives no kernel events)."""
+def _union(spans: list[tuple[float, float]]) -> float:
+    total, reach = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b > reach:
+            total += b - max(a, reach)
+            reach = b
+    return total
+
+
+def _profile_step(module: Any, opt: Any, idx: torch.Tensor, target: torch.Tensor,
+                  trace_path: str | None) -> dict[str, Any] | None:
+    """One profiled step (CUDA only): the share of NCCL kernel time during which a compute
+    kernel ran at the same time, kernel time by kind, the time some kernel ran (``gpu_busy_s``)
+    against the step's wall time, and the kernels that took longest. ``trace_path``: also
+    export the step's Chrome trace there (what ``bench.timeline`` draws). None when the
+    profiler gives no kernel events."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
         _step(module, opt, idx, target, "cuda")
         torch.cuda.synchronize()
-    comm, compute = [], []
+        wall = time.perf_counter() - t0
+    if trace_path:
+        prof.export_chrome_trace(trace_path)
+    comm: list[tuple[float, float]] = []
+    compute: list[tuple[float, float]] = []
+    by_name: dict[str, list[float]] = {}
     for e in prof.events():
         if getattr(e, "device_type", None) is None or "cuda" not in str(e.device_type).lower():
             continue
         span = (e.time_range.start, e.time_range.end)
         (comm if "nccl" in e.name.lower() else compute).append(span)
+        entry = by_name.setdefault(e.name[:80], [0.0, 0])
+        entry[0] += span[1] - span[0]
+        entry[1] += 1
     total = sum(b - a for a, b in comm)
     if not comm or total <= 0:
         return None
@@ -159,7 +189,49 @@ def _overlap_share(module: Any, opt: Any, idx: torch.Tensor, target: torch.Tenso
             if c >= b:
                 break
             covered += max(0.0, min(b, d) - max(a, c))
-    return min(1.0, covered / total)
+    top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:15]
+    return {"overlap_share": min(1.0, covered / total),
+            "profiled_wall_s": wall,
+            "gpu_busy_s": _union(comm + compute) * 1e-6,  # profiler times are microseconds
+            "compute_kernel_s": sum(b - a for a, b in compute) * 1e-6,
+            "nccl_kernel_s": total * 1e-6,
+            "kernels": len(compute) + len(comm),
+            "top_kernels": [[name, round(us, 1), int(n)] for name, (us, n) in top]}
+
+
+class _GcClock:
+    """Time spent in Python's garbage collector while the ``with`` block runs."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._start = 0.0
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._start
+
+    def __enter__(self) -> "_GcClock":
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        gc.callbacks.remove(self._callback)
+
+
+def _host_profile(module: Any, opt: Any, batches: list[Any], device: str, path: str, steps: int = 5) -> None:
+    """``steps`` steps under cProfile (Python's own profiler: where the host's time goes, with
+    none of torch.profiler's per-op cost), written to ``path`` for ``pstats``."""
+    import cProfile
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for i in range(steps):
+        _step(module, opt, *batches[i % 2], device)
+    _sync(device)
+    prof.disable()
+    prof.dump_stats(path)
 
 
 def _run_variant(v: Variant, rank: int, device: str, shape: Shape) -> dict[str, Any]:
@@ -185,21 +257,34 @@ def _run_variant(v: Variant, rank: int, device: str, shape: Shape) -> dict[str, 
         _sync(device)
         first = time.perf_counter() - t0
         samples, loss = [], None
-        for i in range(shape.steps):
-            t0 = time.perf_counter()
-            loss = _step(module, opt, *batches[i % 2], device)
-            _sync(device)
-            samples.append(time.perf_counter() - t0)
-        overlap = _overlap_share(module, opt, *batches[0]) if device == "cuda" else None
+        with _GcClock() as gc_clock:
+            for i in range(shape.steps):
+                t0 = time.perf_counter()
+                loss = _step(module, opt, *batches[i % 2], device)
+                _sync(device)
+                samples.append(time.perf_counter() - t0)
+        trace_dir = os.environ.get("BENCH_DISTRIBUTED_TRACE")
+        trace_path = (os.path.join(trace_dir, f"{_slug(v.name)}.rank{rank}.json")
+                      if trace_dir and device == "cuda" else None)
+        profiled = _profile_step(module, opt, *batches[0], trace_path) if device == "cuda" else None
+        pstats_dir = os.environ.get("BENCH_DISTRIBUTED_CPROFILE")
+        if pstats_dir:
+            _host_profile(module, opt, batches, device, os.path.join(pstats_dir, f"{_slug(v.name)}.rank{rank}.pstats"))
     timing = {"unit": "s", "timer": "perf_counter", "samples": samples, "calls_per_sample": 1, **summarize(samples)}
     new_plans = pyjit_ddp.plans[plans_before:]
     row.update(timing=timing, first_call_s=first,
                distributed={"compile_s_estimate": max(0.0, first - statistics.median(samples)),
                             "peak_memory_bytes": torch.cuda.max_memory_allocated() if device == "cuda" else None,
-                            "overlap_share": overlap,
+                            "overlap_share": (profiled or {}).get("overlap_share"),
+                            "profiled_step": profiled,
+                            "gc_s_per_step": gc_clock.seconds / max(1, shape.steps),
                             "subgraphs": [p.num_subgraphs for p in new_plans],
                             "loss": float(loss) if loss is not None else None})
     return row
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name).strip("_")
 
 
 def _rank_main(rank: int, world: int, port: int, device: str, out_path: str, names: list[str]) -> None:
@@ -237,12 +322,15 @@ def run(device: torch.device, on_row: Callable[[dict[str, Any]], None]) -> None:
     import torch.distributed as dist
     import torch.multiprocessing as mp
 
-    gpu = device.type == "cuda" and torch.cuda.device_count() >= 2
+    world = int(os.environ.get("BENCH_DISTRIBUTED_WORLD", "2"))
+    gpu = device.type == "cuda" and torch.cuda.device_count() >= world
     dev = "cuda" if gpu else "cpu"
-    workload = "gpt_ddp_2gpu" if gpu else "gpt_ddp_cpu_smoke"
+    workload = f"gpt_ddp_{world}gpu" if gpu else "gpt_ddp_cpu_smoke"
     variants = VARIANTS + EXTRA_VARIANTS
-    runnable = [v.name for v in variants if gpu or not v.gpu_only]
-    params: dict[str, Any] = {"device": dev, "world_size": 2}
+    chosen = os.environ.get("BENCH_DISTRIBUTED_VARIANTS")
+    runnable = [v.name for v in variants if (gpu or not v.gpu_only)
+                and (not chosen or v.name in chosen.split(","))]
+    params: dict[str, Any] = {"device": dev, "world_size": world}
     if not dist.is_available():
         for v in variants:
             on_row({"suite": "distributed", "workload": workload, "backend": v.name, "status": STATUS_SKIPPED,
@@ -251,7 +339,7 @@ def run(device: torch.device, on_row: Callable[[dict[str, Any]], None]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rows.json")
         try:
-            mp.spawn(_rank_main, args=(2, _free_port(), dev, out, runnable), nprocs=2, join=True)
+            mp.spawn(_rank_main, args=(world, _free_port(), dev, out, runnable), nprocs=world, join=True)
             with open(out) as f:
                 result = json.load(f)
         except Exception as exc:
@@ -265,7 +353,8 @@ def run(device: torch.device, on_row: Callable[[dict[str, Any]], None]) -> None:
     for v in variants:
         row = rows.get(v.name)
         if row is None:
-            row = {"backend": v.name, "status": STATUS_SKIPPED, "reason": "GPU rows: needs 2 GPUs"}
+            why = "needs 2 GPUs" if v.gpu_only and not gpu else "not in BENCH_DISTRIBUTED_VARIANTS"
+            row = {"backend": v.name, "status": STATUS_SKIPPED, "reason": why}
         row = {"suite": "distributed", "workload": workload, "params": params, **row}
         loss = (row.get("distributed") or {}).get("loss")
         if eager_loss is not None and loss is not None:
