@@ -158,7 +158,7 @@ def _profile_step(module: Any, opt: Any, idx: torch.Tensor, target: torch.Tensor
     kernel ran at the same time, kernel time by kind, the time some kernel ran (``gpu_busy_s``)
     against the step's wall time, and the kernels that took longest. ``trace_path``: also
     export the step's Chrome trace there (what ``bench.timeline`` draws). None when the
-    profiler gives no kernel events."""
+    profiler gives no kernel events; the overlap share is None without NCCL kernels (one rank)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
@@ -180,7 +180,7 @@ def _profile_step(module: Any, opt: Any, idx: torch.Tensor, target: torch.Tensor
         entry[0] += span[1] - span[0]
         entry[1] += 1
     total = sum(b - a for a, b in comm)
-    if not comm or total <= 0:
+    if not comm and not compute:
         return None
     compute.sort()
     covered = 0.0
@@ -190,7 +190,7 @@ def _profile_step(module: Any, opt: Any, idx: torch.Tensor, target: torch.Tensor
                 break
             covered += max(0.0, min(b, d) - max(a, c))
     top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:15]
-    return {"overlap_share": min(1.0, covered / total),
+    return {"overlap_share": min(1.0, covered / total) if total > 0 else None,  # None: no NCCL kernel
             "profiled_wall_s": wall,
             "gpu_busy_s": _union(comm + compute) * 1e-6,  # profiler times are microseconds
             "compute_kernel_s": sum(b - a for a, b in compute) * 1e-6,
