@@ -26,9 +26,12 @@ which the pass handles:
 
 Left alone (reason in ``metrics.layout_skipped``, logged on ``perf_hints``): graphs with
 symbolic sizes, graphs whose convolutions are all 1-d/3-d/transposed (those convolutions are
-never converted), and any graph the re-propagation fails on. ``"auto"`` runs only for CUDA
-graphs, and not when every convolution has at most 64 input and output channels and reads
-NCHW values (measured slower there); ``"on"`` on every device (tests exercise it on CPU).
+never converted), and any graph the re-propagation fails on. ``"auto"``: on CUDA, not when
+every convolution has at most 64 input and output channels and reads NCHW values (measured
+slower there); on CPU, only when the layout copies it inserts move few elements against the
+convolutions' multiply-adds (``_CPU_COPY_PER_MAC``: an image converted once at the stem of a
+network, not a block whose NCHW input and output are both converted). ``"on"`` converts on
+every device.
 """
 from __future__ import annotations
 
@@ -67,14 +70,13 @@ def optimize_layout(gm: torch.fx.GraphModule) -> bool:
     first = val(convs[0])
     if not isinstance(first, torch.Tensor):
         return False
-    if config.layout_opt == "auto" and first.device.type != "cuda":
-        return False
     if _symbolic(gm):
         return _skip("symbolic sizes")
     targets = [c for c in convs if _convertible(c)]
     if not targets:
         return _skip("only 1-d/3-d/transposed convolutions")
-    if config.layout_opt == "auto" and all(_small_channels(c) for c in targets) \
+    cuda = first.device.type == "cuda"
+    if config.layout_opt == "auto" and cuda and all(_small_channels(c) for c in targets) \
             and not any(_is_channels_last(val(c.args[0])) for c in targets):
         # Measured on an H100 (docs/performance.md): two 64-channel 3x3 convolutions with BN and
         # ReLU ran 1.25x -> 0.90x over eager once converted (cuDNN's NCHW kernels are good at 64
@@ -84,11 +86,17 @@ def optimize_layout(gm: torch.fx.GraphModule) -> bool:
 
     graph = copy_graph(gm.graph)  # rewritten on a copy: a refusal leaves ``gm`` untouched
     try:
-        copies = _rewrite(graph)
+        rw = _rewrite(graph)
     except _Refuse as e:
         return _skip(str(e))
     except Exception as e:  # noqa: BLE001 - an op fake tensors cannot run: keep the original graph
         return _skip(f"re-propagation failed ({type(e).__name__}: {e})")
+    copies = rw.copies
+    if config.layout_opt == "auto" and not cuda:
+        copied, macs = rw.copied_elements(), _conv_macs(graph)
+        if copied > _CPU_COPY_PER_MAC * macs:
+            return _skip(f"layout copies of {copied} elements against {macs} convolution multiply-adds "
+                         f"(CPU: converted only below {_CPU_COPY_PER_MAC} copied elements per multiply-add)")
     gm.graph = graph
     eliminate_dead_code(graph)
     graph.lint()
@@ -144,13 +152,33 @@ def _fake_mode(graph: torch.fx.Graph) -> Any:
     raise _Refuse("no fake tensor values in the graph")
 
 
-def _rewrite(graph: torch.fx.Graph) -> int:
+def _rewrite(graph: torch.fx.Graph) -> "_Rewriter":
     """Insert the channels-last copies, re-propagate values, restore output layouts; returns
-    the number of copies inserted. Raises ``_Refuse`` where semantics are not proven."""
+    the rewriter (its copies). Raises ``_Refuse`` where semantics are not proven."""
     rw = _Rewriter(graph)
     rw.repropagate()
     rw.restore_outputs()
-    return rw.copies
+    return rw
+
+
+# On CPU oneDNN's channels-last convolutions gain little over its NCHW ones (it reorders NCHW
+# internally), while every layout copy the pass inserts is a transposing C++ loop. Measured on a
+# 2-core x86 machine, one thread (docs/performance.md, "CPU layouts"): about 1.9 ps saved per
+# multiply-add against about 1 ns per copied element, so the break-even is near 0.002 copied
+# elements per multiply-add. A small ResNet on an NCHW image (input copy only, 0.0008) gained;
+# a residual block with NCHW input and output (0.004) and a two-convolution block (0.008) lost.
+_CPU_COPY_PER_MAC = 0.002
+
+
+def _conv_macs(graph: torch.fx.Graph) -> int:
+    """Multiply-adds of the graph's convertible convolutions."""
+    total = 0
+    for n in graph.nodes:
+        if is_target(n, aten.convolution.default) and _convertible(n):
+            out, w = val(n), val(n.args[1])
+            if isinstance(out, torch.Tensor) and isinstance(w, torch.Tensor):
+                total += out.numel() * w[0].numel()
+    return total
 
 
 class _Rewriter:
@@ -200,6 +228,10 @@ class _Rewriter:
                 a = self.copy_to_layout(a, self.old[a], before=out)
             new_args.append(a)
         out.args = (type(out.args[0])(new_args),) + tuple(out.args[1:])
+
+    def copied_elements(self) -> int:
+        """Elements the inserted layout copies move per call."""
+        return sum(v.numel() for v in (val(n) for n in self.made.values()) if isinstance(v, torch.Tensor))
 
     def copy_to_layout(self, src: Node, want: torch.Tensor, *, before: Node) -> Node:
         """A node computing ``src``'s value in ``want``'s strides (contiguous or channels-last)."""
