@@ -49,6 +49,8 @@ from ..report import profiler
 log = get_logger("ddp")
 
 _DDP_MODULE = "torch.nn.parallel.distributed"
+# compile_fx.INPUTS_GUARDED, spelled here: this module must not import the backend at import time.
+_INPUTS_GUARDED = "pyjit_inputs_guarded"
 
 
 def ddp_class() -> type | None:
@@ -420,6 +422,12 @@ def split_graph(gm: Any, assign: dict[Any, int], num: int, ready: dict[Any, int]
         sub_gm = torch.fx.GraphModule(gm, graph, class_name=f"DDPSubgraph{index}")
         # Profiler ranges: "pyjit: <frame> graph <n> piece <i>" and "... backward".
         sub_gm.meta["pyjit_range_name"] = f"{gm.meta.get('pyjit_range_name', 'pyjit: DDP graph')} piece {index}"
+        if gm.meta.get(_INPUTS_GUARDED) and not attrs:
+            # Every input of a piece is an input of the whole graph, which the frame's guards
+            # pin, or an output of an earlier piece: a deterministic function of those inputs
+            # (static sizes), so its type, layout and requires_grad are the same on every call.
+            # The piece then skips the backend's per-call input check, as the whole graph would.
+            sub_gm.meta[_INPUTS_GUARDED] = True
         for n in outs:
             slot[n] = len(slot)
         ins = [slot[a] for a in inputs]

@@ -92,6 +92,39 @@ def test_pieces_are_named_in_profiler_traces(tmp_path: Any) -> None:
     assert {f"pyjit: forward graph 0 piece {i}" for i in range(plan.num_subgraphs)} <= names
 
 
+def test_pieces_of_a_guarded_graph_skip_the_input_check() -> None:
+    """A graph whose inputs the frame's guards pin (parameters as placeholders, as pyjit's
+    frontend passes them) gives pieces that are marked guarded too: their inputs are the
+    graph's or earlier pieces' outputs. A graph reading module state off itself does not."""
+    from pyjit.backend.compile_fx import INPUTS_GUARDED
+
+    model = SplitWeights()
+    params = dict(model.named_parameters())
+
+    def functional(x: torch.Tensor, *ps: torch.Tensor) -> torch.Tensor:
+        return torch.func.functional_call(model, dict(zip(params, ps)), (x,))
+
+    x = torch.randn(4, 16)
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    gm = make_fx(functional)(x, *params.values())
+    gm.meta[INPUTS_GUARDED] = True
+    plan, assign, ready = pyjit_ddp.plan_split(gm, [x, *params.values()], fake_ddp(model, cap_bytes=16 * 16 * 4 + 1))
+    pieces: list[Any] = []
+    split = pyjit_ddp.split_graph(gm, assign, plan.num_subgraphs, ready,
+                                  lambda piece, example: pieces.append(piece) or piece.forward)
+    torch.testing.assert_close(split(x, *params.values()), functional(x, *params.values()))
+    assert len(pieces) == plan.num_subgraphs >= 2 and all(p.meta.get(INPUTS_GUARDED) for p in pieces)
+
+    traced = torch.fx.symbolic_trace(model)  # parameters read with get_attr
+    traced.meta[INPUTS_GUARDED] = True
+    plan, assign, ready = pyjit_ddp.plan_split(traced, [x], fake_ddp(model, cap_bytes=16 * 16 * 4 + 1))
+    pieces.clear()
+    pyjit_ddp.split_graph(traced, assign, plan.num_subgraphs, ready,
+                          lambda piece, example: pieces.append(piece) or piece.forward)(x)
+    assert pieces and not any(p.meta.get(INPUTS_GUARDED) for p in pieces)
+
+
 def test_ignored_parameters_are_not_bucketed() -> None:
     model = SplitWeights()
     gm = torch.fx.symbolic_trace(model)
