@@ -17,7 +17,9 @@ Each variant: the first step's time (compile included), the median of the next s
 memory (CUDA), and on CUDA the share of NCCL kernel time that overlapped compute kernels in one
 profiled step, with the kernel time by kind and the longest kernels (``profiled_step``). The
 loss after the measured steps is compared with eager DDP's (``correctness``). The ranks are
-processes this module starts (``torch.multiprocessing``); rank 0 writes the rows.
+processes this module starts (``torch.multiprocessing``), a new group for each variant so that
+no variant's leftovers (compile workers, another compiler's hooks) slow the next; rank 0 writes
+the rows.
 
 Environment: ``BENCH_DISTRIBUTED_VARIANTS=eager_ddp,pyjit(ddp)`` runs only those rows;
 ``BENCH_DISTRIBUTED_TRACE=<dir>`` also exports each rank's profiled step as a Chrome trace
@@ -116,7 +118,7 @@ class Shape:
     steps: int
 
 
-GPU_SHAPE = Shape(layers=8, dim=1024, heads=16, seq=512, batch=8, vocab=50304, steps=10)
+GPU_SHAPE = Shape(layers=8, dim=1024, heads=16, seq=512, batch=8, vocab=50304, steps=20)
 CPU_BUCKET_CAP_MB = 0.01
 CPU_SHAPE = Shape(layers=1, dim=32, heads=2, seq=16, batch=2, vocab=64, steps=3)
 
@@ -336,17 +338,27 @@ def run(device: torch.device, on_row: Callable[[dict[str, Any]], None]) -> None:
             on_row({"suite": "distributed", "workload": workload, "backend": v.name, "status": STATUS_SKIPPED,
                     "reason": "torch.distributed is not built", "params": params})
         return
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "rows.json")
-        try:
-            mp.spawn(_rank_main, args=(world, _free_port(), dev, out, runnable), nprocs=world, join=True)
-            with open(out) as f:
-                result = json.load(f)
-        except Exception as exc:
-            for v in variants:
-                on_row({"suite": "distributed", "workload": workload, "backend": v.name, "status": STATUS_ERROR,
-                        "reason": f"the ranks failed: {type(exc).__name__}: {exc}"[:300], "params": params})
-            return
+    # One group of rank processes per variant: a variant's compile workers, caches and leftover
+    # state (another compiler's frame hook, its worker pools) never slow the next one's steps.
+    result: dict[str, Any] = {"rows": []}
+    for name in runnable:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "rows.json")
+            try:
+                mp.spawn(_rank_main, args=(world, _free_port(), dev, out, [name]), nprocs=world, join=True)
+                with open(out) as f:
+                    part = json.load(f)
+            except Exception as exc:
+                result["rows"].append({"backend": name, "status": STATUS_ERROR,
+                                       "reason": f"the ranks failed: {type(exc).__name__}: {exc}"[:300]})
+                continue
+        result["rows"] += part["rows"]
+        result["shape"] = part["shape"]
+    if "shape" not in result:
+        for v in variants:
+            on_row({"suite": "distributed", "workload": workload, "backend": v.name, "status": STATUS_ERROR,
+                    "reason": "the ranks failed for every variant", "params": params})
+        return
     params["shape"] = result["shape"]
     rows = {r["backend"]: r for r in result["rows"]}
     eager_loss = (rows.get("eager_ddp", {}).get("distributed") or {}).get("loss")
