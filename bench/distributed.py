@@ -145,20 +145,28 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _union(spans: list[tuple[float, float]]) -> float:
-    total, reach = 0.0, float("-inf")
+def _merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The spans' union as sorted disjoint intervals."""
+    out: list[tuple[float, float]] = []
     for a, b in sorted(spans):
-        if b > reach:
-            total += b - max(a, reach)
-            reach = b
-    return total
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _union(spans: list[tuple[float, float]]) -> float:
+    return sum(b - a for a, b in _merged(spans))
 
 
 def _profile_step(module: Any, opt: Any, idx: torch.Tensor, target: torch.Tensor,
                   trace_path: str | None) -> dict[str, Any] | None:
-    """One profiled step (CUDA only): the share of NCCL kernel time during which a compute
-    kernel ran at the same time, kernel time by kind, the time some kernel ran (``gpu_busy_s``)
-    against the step's wall time, and the kernels that took longest. ``trace_path``: also
+    """One profiled step (CUDA only): the share of the time NCCL kernels ran during which a
+    compute kernel ran too (both as unions of their kernels' intervals; profiler ranges are not
+    kernels), NCCL time with no compute beside it (``exposed_nccl_s``), kernel time by kind, the
+    time some kernel ran (``gpu_busy_s``) against the step's wall time, and the kernels that
+    took longest. ``trace_path``: also
     export the step's Chrome trace there (what ``bench.timeline`` draws). None when the
     profiler gives no kernel events; the overlap share is None without NCCL kernels (one rank)."""
     from torch.profiler import ProfilerActivity, profile
@@ -176,27 +184,30 @@ def _profile_step(module: Any, opt: Any, idx: torch.Tensor, target: torch.Tensor
     for e in prof.events():
         if getattr(e, "device_type", None) is None or "cuda" not in str(e.device_type).lower():
             continue
+        if getattr(e, "is_user_annotation", False):
+            continue  # a range (``record_function`` mirrored on the GPU's timeline), not a kernel
         span = (e.time_range.start, e.time_range.end)
         (comm if "nccl" in e.name.lower() else compute).append(span)
         entry = by_name.setdefault(e.name[:80], [0.0, 0])
         entry[0] += span[1] - span[0]
         entry[1] += 1
-    total = sum(b - a for a, b in comm)
     if not comm and not compute:
         return None
-    compute.sort()
     covered = 0.0
-    for a, b in comm:
-        for c, d in compute:
+    busy = _merged(compute)
+    for a, b in _merged(comm):
+        for c, d in busy:
             if c >= b:
                 break
             covered += max(0.0, min(b, d) - max(a, c))
+    total = _union(comm)
     top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:15]
     return {"overlap_share": min(1.0, covered / total) if total > 0 else None,  # None: no NCCL kernel
             "profiled_wall_s": wall,
             "gpu_busy_s": _union(comm + compute) * 1e-6,  # profiler times are microseconds
             "compute_kernel_s": sum(b - a for a, b in compute) * 1e-6,
             "nccl_kernel_s": total * 1e-6,
+            "exposed_nccl_s": (total - covered) * 1e-6,
             "kernels": len(compute) + len(comm),
             "top_kernels": [[name, round(us, 1), int(n)] for name, (us, n) in top]}
 
