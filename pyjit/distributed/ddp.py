@@ -51,6 +51,7 @@ log = get_logger("ddp")
 _DDP_MODULE = "torch.nn.parallel.distributed"
 # compile_fx.INPUTS_GUARDED, spelled here: this module must not import the backend at import time.
 _INPUTS_GUARDED = "pyjit_inputs_guarded"
+_MODULES_TRAINING = "pyjit_modules_training"  # backend/aot MODULES_TRAINING
 
 
 def ddp_class() -> type | None:
@@ -422,6 +423,8 @@ def split_graph(gm: Any, assign: dict[Any, int], num: int, ready: dict[Any, int]
         sub_gm = torch.fx.GraphModule(gm, graph, class_name=f"DDPSubgraph{index}")
         # Profiler ranges: "pyjit: <frame> graph <n> piece <i>" and "... backward".
         sub_gm.meta["pyjit_range_name"] = f"{gm.meta.get('pyjit_range_name', 'pyjit: DDP graph')} piece {index}"
+        if gm.meta.get(_MODULES_TRAINING):
+            sub_gm.meta[_MODULES_TRAINING] = True
         if gm.meta.get(_INPUTS_GUARDED) and not attrs:
             # Every input of a piece is an input of the whole graph, which the frame's guards
             # pin, or an output of an earlier piece: a deterministic function of those inputs

@@ -204,6 +204,8 @@ def convert_frame(func: types.FunctionType, args: tuple[Any, ...], backend: Call
         return convert_frame(func, args, backend, fullgraph=fullgraph, dynamic=None)
     has_graph = output.call_count > 0 or bool(cg.out_nodes)
     gm = finalize_graph(output, cg)
+    if output.module_in_training or _self_in_training(args):
+        gm.meta["pyjit_modules_training"] = True  # backend/aot MODULES_TRAINING: save at once
     shared_memory = output.mutates and _inputs_share_memory([gi.value for gi in output.inputs])
     if output.mutates and len(output.inputs) > 1 and not shared_memory:
         # Compiled graphs update inputs functionally (new values written back after the graph),
@@ -370,6 +372,15 @@ def _restoring_grad_mode(compiled: Callable[..., Any]) -> Callable[..., Any]:
             setattr(call, attr, getattr(compiled, attr))
     _never_convert(call)
     return call
+
+
+def _self_in_training(args: tuple[Any, ...]) -> bool:
+    """The frame is a method of an ``nn.Module`` in training mode (``pyjit.jit(model)``: the
+    root module's ``forward``). Read without running user code: exact MRO and instance dict."""
+    if not args:
+        return False
+    first = args[0]
+    return torch.nn.Module in type(first).__mro__ and getattr(first, "__dict__", {}).get("training") is True
 
 
 def _without_hook(compiled: Callable[..., Any], range_name: str) -> Callable[..., Any]:

@@ -91,6 +91,9 @@ class OutputGraph:
         # instead (config.inline_instruction_budget); None under fullgraph (no breaks wanted).
         self.inline_budget: int | None = None
         self.mutates = False  # the graph contains an in-place operation
+        # A module called in the trace (or the frame's own ``self``) had ``training`` set: a
+        # compile hint only (backend/aot: such a graph saves for backward in its first forward).
+        self.module_in_training = False
         # Real autocast/inference-mode contexts entered while tracing (exited if tracing stops).
         self.entered_contexts: list[Any] = []
         self._last_placeholder: fx.Node | None = None

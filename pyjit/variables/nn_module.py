@@ -103,6 +103,8 @@ class NNModuleVariable(VariableTracker):
             fsdp = break_reason(m)
             if fsdp is not None:
                 unsupported("distributed", fsdp)
+        if m.__dict__.get("training") is True:  # the instance attribute, no user code
+            tx.output.module_in_training = True
         if _uninitialised_lazy(m):
             _initialize_lazy(tx, m, args, kwargs)
             if self.source is not None:

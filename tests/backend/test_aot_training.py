@@ -355,6 +355,31 @@ def test_graphs_that_cannot_replay_always_save(device: str) -> None:
     assert _state(compiled).inference_fw is None and _state(compiled).fw is not None
 
 
+@pytest.mark.parametrize("training", [True, False])
+def test_modules_in_training_mode_save_at_once(device: str, training: bool) -> None:
+    """Through the frontend, a graph traced from a module in training mode compiles its saving
+    forward on the first call (a training loop compiles one forward, not two); a module in eval
+    mode defers saving (grad-enabled inference). Gradients equal eager's either way."""
+    import pyjit
+
+    pyjit.reset()
+    model = MLP().to(device).train(training)
+    ref = copy.deepcopy(model)
+    x = torch.randn(3, 16, device=device)
+    jitted = pyjit.jit(model)
+    before = backend.metrics.compiled_graphs
+    out = jitted(x)
+    assert backend.metrics.compiled_graphs == before + 1
+    out.sum().backward()
+    ref(x).sum().backward()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=name)
+    # Training: the saving forward and the backward. Eval: the inference forward, then the
+    # saving forward and the backward at the first backward.
+    assert backend.metrics.compiled_graphs == before + (2 if training else 3)
+    pyjit.reset()
+
+
 def test_deferred_saving_off(device: str) -> None:
     from pyjit import config as cfg
 

@@ -23,7 +23,7 @@ from ...errors import BackendError
 from ...logs import get_logger
 from .joint import JointGraph, fetch_attributes, module_state, trace_joint
 from .partition import PartitionReport, partition_joint
-from .runtime import INPUTS_GUARDED, AOTState, CompiledFunction, _inputs_guarded, layout_of, make_runtime
+from .runtime import INPUTS_GUARDED, MODULES_TRAINING, AOTState, CompiledFunction, _inputs_guarded, layout_of, make_runtime
 
 __all__ = ["aot_compile", "compile_training", "compile_training_dynamic", "compile_training_per_size",
            "JointGraph", "PartitionReport", "CompiledFunction"]
@@ -70,7 +70,8 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], fw_comp
             if fw_gm is not None:
                 fw_gm.meta[INPUTS_GUARDED] = True
     with torch.no_grad():
-        if part.inference_gm is not None and not joint.mutated_inputs and defer_saving:
+        if part.inference_gm is not None and not joint.mutated_inputs and defer_saving \
+                and not gm.meta.get(MODULES_TRAINING):
             # Deferred saving (runtime.py): the saving forward is compiled at the first backward.
             inference_fw = fw_compiler(part.inference_gm, examples)
             state = AOTState(label, joint, part, None, bw_compiler or fw_compiler, fw_compiler, inference_fw)

@@ -431,6 +431,10 @@ def _setup_context_defined(cls: type[torch.autograd.Function]) -> bool:
 
 # compile_fx.INPUTS_GUARDED, spelled here: compile_fx imports this package lazily, not the reverse.
 INPUTS_GUARDED = "pyjit_inputs_guarded"
+# Set by the frontend on a graph traced through a module in training mode: deferred saving is
+# for grad-enabled inference, so such a graph compiles its saving forward at once and never a
+# forward that saves nothing (one forward compile, not two, on a training loop's first step).
+MODULES_TRAINING = "pyjit_modules_training"
 
 
 def _inputs_guarded(gm: torch.nn.Module) -> bool:

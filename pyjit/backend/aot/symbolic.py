@@ -32,7 +32,7 @@ import torch.fx
 from ...config import config
 from .joint import trace_joint
 from .partition import Partitioned, partition_joint
-from .runtime import AOTState, make_runtime
+from .runtime import MODULES_TRAINING, AOTState, make_runtime
 
 
 def compile_training_symbolic(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
@@ -77,7 +77,8 @@ def compile_training_symbolic(gm: torch.fx.GraphModule, example_inputs: Sequence
     label = _label(gm)
     examples = [t.detach() if isinstance(t, torch.Tensor) else t for t in example_inputs]
     with torch.no_grad():
-        if part.inference_gm is not None and not joint.mutated_inputs and config.aot_defer_saving:
+        if part.inference_gm is not None and not joint.mutated_inputs and config.aot_defer_saving \
+                and not gm.meta.get(MODULES_TRAINING):
             state = AOTState(label, joint, part, None, compile_fx, compile_fx,
                              compile_now(part.inference_gm, examples), sizes_of)
         else:
