@@ -330,19 +330,17 @@ def shared_prefixes(sources: "list[Source]") -> "list[Source]":
                 users.setdefault(prefix, set()).add(i)
                 depth[prefix] = d
     shared = {p for p, u in users.items() if len(u) >= 2}
-    longer = {p: [q for q in shared if q is not p and _extends(q, p)] for p in shared}
+    # longer[p]: the shared prefixes that extend p (p is one of their proper bases); one walk
+    # down each prefix's bases, not a test of every pair (hundreds of module paths in a model).
+    longer: dict[Source, list[Source]] = {p: [] for p in shared}
+    for q in shared:
+        s = q
+        while isinstance(s, _READS_BASE_VIA_CODEGEN):
+            s = _base_of(s)
+            if s in longer:
+                longer[s].append(q)
     kept = [p for p in shared if not any(users[q] == users[p] for q in longer[p])]
     return sorted(kept, key=lambda p: (depth[p], min(users[p])))
-
-
-def _extends(source: Source, prefix: Source) -> bool:
-    """Whether ``prefix`` is a proper base of ``source`` (through the bases read via the codegen)."""
-    s = source
-    while isinstance(s, _READS_BASE_VIA_CODEGEN):
-        s = _base_of(s)
-        if s == prefix:
-            return True
-    return False
 
 
 def _base_of(source: Source) -> Source:
