@@ -42,6 +42,7 @@ from ..logs import get_logger
 from ..report import events, progress
 from . import graph_cache
 from .aliasing import OutputAlias, OutputFixer, created_grad_leaf, output_aliases
+from .autocast import call_without_autocast
 from .input_check import InputCheck
 from .metrics import metrics
 
@@ -608,6 +609,15 @@ def _inputs_guarded(gm: torch.fx.GraphModule) -> bool:
     return bool(getattr(gm, "meta", {}).get(INPUTS_GUARDED))
 
 
+def _without_autocast(call: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
+    """``call`` run with the caller's autocast off (backend/autocast.py: the aten graph it was
+    generated from already holds autocast's casts)."""
+    def run(flat: list[Any]) -> Any:
+        return call_without_autocast(call, flat)
+
+    return run
+
+
 def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], out_spec: Any,
                    example_inputs: list[torch.Tensor], constants: list[torch.Tensor],
                    check: Callable[[Sequence[Any]], bool] | None = None, inputs_guarded: bool = False,
@@ -616,6 +626,7 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
     # strides, dtype, device and requires_grad, and grad mode (pyjit's frontend, see
     # INPUTS_GUARDED): re-checking 50 parameters here cost ~100 us a call. Otherwise a static
     # graph checks them per call (input_check.py).
+    run_call = _without_autocast(call)  # ``call`` itself stays for warm-up and introspection
     static_check = None if check is not None or inputs_guarded else InputCheck(example_inputs)
     checked = check is not None or not inputs_guarded
     # Rebuilding the output structure is per-call overhead: ``tree_unflatten`` costs ~2 us for a
@@ -646,10 +657,10 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
         Before it, the kernels are compiled in parallel (``runtime/precompile.py``)."""
         from ..runtime.precompile import warm_module
         with events.span("kernel_compile", f"parallel compile for {_graph_label(gm)}"):
-            warm_module(call, flat)
+            _without_autocast(lambda a: warm_module(call, a))(flat)  # its dry run calls the externs too
         try:
             with events.span("kernel_compile", f"first call of {_graph_label(gm)}"):
-                outs = call(flat)
+                outs = run_call(flat)
         except torch.cuda.OutOfMemoryError:
             raise
         except Exception as e:
@@ -680,7 +691,7 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
             elif static_check is not None and not static_check(args, grad):
                 return gm.forward(*args)
         if state[0] == 1:
-            outs = call([*args, *constants])
+            outs = run_call([*args, *constants])
             if fixing[0]:
                 outs = fixer.fix(outs, args)  # type: ignore[union-attr]
         else:

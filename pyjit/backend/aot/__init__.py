@@ -23,6 +23,7 @@ from ...errors import BackendError
 from ...logs import get_logger
 from .joint import JointGraph, fetch_attributes, module_state, trace_joint
 from .partition import PartitionReport, partition_joint
+from ..autocast import call_without_autocast
 from .runtime import INPUTS_GUARDED, MODULES_TRAINING, AOTState, CompiledFunction, _inputs_guarded, layout_of, make_runtime
 
 __all__ = ["aot_compile", "compile_training", "compile_training_dynamic", "compile_training_per_size",
@@ -69,14 +70,17 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], fw_comp
         for fw_gm in (part.fw_gm, part.inference_gm):
             if fw_gm is not None:
                 fw_gm.meta[INPUTS_GUARDED] = True
+    # The partitioned graphs are aten graphs traced below autocast: compiled (their re-trace
+    # included) and run with the caller's autocast off (backend/autocast.py).
     with torch.no_grad():
         if part.inference_gm is not None and not joint.mutated_inputs and defer_saving \
                 and not gm.meta.get(MODULES_TRAINING):
             # Deferred saving (runtime.py): the saving forward is compiled at the first backward.
-            inference_fw = fw_compiler(part.inference_gm, examples)
+            inference_fw = call_without_autocast(fw_compiler, part.inference_gm, examples)
             state = AOTState(label, joint, part, None, bw_compiler or fw_compiler, fw_compiler, inference_fw)
         else:
-            state = AOTState(label, joint, part, fw_compiler(part.fw_gm, examples), bw_compiler or fw_compiler)
+            state = AOTState(label, joint, part, call_without_autocast(fw_compiler, part.fw_gm, examples),
+                             bw_compiler or fw_compiler)
     if gm.meta.get("pyjit_range_name"):  # the frame's graph name, set by the frontend
         state.range_name = f"{gm.meta['pyjit_range_name']} backward"
     state.tensor_primals = not attr_names and _inputs_guarded(gm) and all(isinstance(t, torch.Tensor) for t in inputs)

@@ -39,6 +39,7 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from ..aliasing import OutputAlias, created_grad_leaf, inplace_through_detach, output_aliases
+from ..autocast import call_without_autocast
 from ..passes.graph_utils import eliminate_dead_code
 from .grad_mode import without_grad_mode_changes
 from .custom_function import FunctionInterpreter, OpaqueCalls, autograd_functions, describe
@@ -306,7 +307,7 @@ def _trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_i
     with fake_mode:
         probe_inputs = [_as_primal(t, r) for t, r in zip(fakes, requires_grad)]
         with torch.enable_grad():
-            probe = FunctionInterpreter(fw).run(*probe_inputs)
+            probe = call_without_autocast(FunctionInterpreter(fw).run, *probe_inputs)
     user_requires_grad = [bool(t.requires_grad) for t in probe[:n_user]]
     # Eager's requires_grad of each mutated input afterwards is that of the captured graph's fake
     # input after the trace ran the in-place ops on it: False for ``x.add_(lin(x))`` under
@@ -377,6 +378,13 @@ def _trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_i
     grad_box: list[list[bool]] = []
 
     def joint(primals: list[torch.Tensor], tangents: list[torch.Tensor]) -> list[Any]:
+        # Traced with autocast off. ``fw`` was traced below autocast (its casts are nodes):
+        # replayed under autocast, an op eager ran in fp32 inside ``autocast(enabled=False)``
+        # would be cast again. The backward is eager's backward outside autocast, where PyTorch
+        # asks for it to run (an op run in fp32 in the forward gets an fp32 backward).
+        return call_without_autocast(_joint, primals, tangents)
+
+    def _joint(primals: list[torch.Tensor], tangents: list[torch.Tensor]) -> list[Any]:
         primals = [_as_primal(p, r) for p, r in zip(primals, requires_grad)]
         with torch.enable_grad():
             outs = FunctionInterpreter(fw).run(*primals)

@@ -40,6 +40,7 @@ from ...logs import get_logger
 from ..aliasing import OutputAlias, rebuild_alias
 from .joint import IntermediateView, JointGraph, fetch_attributes
 from .partition import Partitioned
+from ..autocast import call_without_autocast
 
 log = get_logger("fallbacks")
 _hint_log = get_logger("perf_hints")
@@ -207,69 +208,80 @@ class CompiledFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, state: AOTState, *primals: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
-        joint = state.joint
-        ctx.state = state
-        # Sizes the backward reads (symbolic graphs), from this call's input sizes.
-        ctx.sizes = state.sizes_of(primals) if state.sizes_of is not None else []
-        inference_fw = state.inference_fw
-        ctx.replay = inference_fw is not None
-        if inference_fw is not None:  # deferred saving: the backward replays the forward
-            user = state.fresh(tuple(inference_fw(*primals)), primals)
-            # Tensors through save_for_backward (autograd checks them for in-place changes);
-            # the numbers of a symbolic graph kept as they are.
-            if state.tensor_primals:
-                ctx.save_for_backward(*primals)
-                ctx.numbers = _NO_NUMBERS
-            else:
-                ctx.save_for_backward(*[p for p in primals if isinstance(p, torch.Tensor)])
-                ctx.numbers = {i: p for i, p in enumerate(primals) if not isinstance(p, torch.Tensor)}
-            if state.non_diff:
-                ctx.mark_non_differentiable(*[user[i] for i in state.non_diff])
-            return user
-        outs = state.saving_fw(primals)(*primals)
-        n_fw = joint.fw_outputs
-        n_mut = len(joint.mutated_inputs)
-        saved = list(outs[n_fw + n_mut:])
-        for j in state.mutated_saved:  # the backward needs the value from before the mutation
-            saved[j] = saved[j].clone()
-        if state.any_saved_layout and keep_traced_strides(saved, state.saved_strides):
-            if not state.layout_hint_logged:
-                state.layout_hint_logged = True
-                _hint_log.info("%s: the compiled forward returns saved values in another layout than traced; "
-                               "they are copied to the traced layout on every call", state.label)
-        new_values = outs[n_fw:n_fw + n_mut]
-        # Values without autograd history (running statistics) are written here.
-        state.write_back([(primals[index], value) for j, (index, value) in enumerate(zip(joint.mutated_inputs, new_values))
-                          if j not in state.diff_mutations])
-        ctx.save_for_backward(*saved)
-        user = state.fresh(tuple(outs[:n_fw]), primals) + tuple(new_values[j] for j in state.diff_mutations)
-        if state.non_diff:
-            ctx.mark_non_differentiable(*[user[i] for i in state.non_diff])
-        return user
+        # The partitioned graphs were traced below autocast (its casts are nodes in them): the
+        # caller's autocast stays off while they run, compiled or as captured (backend/autocast.py).
+        return call_without_autocast(_forward, ctx, state, primals)
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
-        state: AOTState = ctx.state
-        if torch.is_grad_enabled():
-            raise RuntimeError(
-                f"pyjit: double backward (create_graph=True, or torch.autograd.grad of a grad) through the "
-                f"compiled graph {state.label} is not supported. Run this code without pyjit "
-                f"(pyjit.jit(..., backend='eager') or torch.compiler.disable) or compute the higher-order "
-                f"gradient outside the compiled function.")
-        tangents = [grads[i].contiguous() for i in state.tangent_outputs]  # grads are materialized
-        previous = _set_callback(None)
-        try:
-            saved = state.replay_saved(_with_numbers(ctx.saved_tensors, ctx.numbers)) if ctx.replay \
-                else list(ctx.saved_tensors)
-            if torch.autograd.profiler._is_profiler_enabled:
-                with torch.autograd.profiler.record_function(state.range_name):
-                    present = list(state.run_backward(saved + ctx.sizes + tangents))
-            else:
+        return call_without_autocast(_backward, ctx, grads)
+
+
+def _forward(ctx: Any, state: AOTState, primals: tuple[Any, ...]) -> tuple[torch.Tensor, ...]:
+    """CompiledFunction.forward, autocast off."""
+    joint = state.joint
+    ctx.state = state
+    # Sizes the backward reads (symbolic graphs), from this call's input sizes.
+    ctx.sizes = state.sizes_of(primals) if state.sizes_of is not None else []
+    inference_fw = state.inference_fw
+    ctx.replay = inference_fw is not None
+    if inference_fw is not None:  # deferred saving: the backward replays the forward
+        user = state.fresh(tuple(inference_fw(*primals)), primals)
+        # Tensors through save_for_backward (autograd checks them for in-place changes);
+        # the numbers of a symbolic graph kept as they are.
+        if state.tensor_primals:
+            ctx.save_for_backward(*primals)
+            ctx.numbers = _NO_NUMBERS
+        else:
+            ctx.save_for_backward(*[p for p in primals if isinstance(p, torch.Tensor)])
+            ctx.numbers = {i: p for i, p in enumerate(primals) if not isinstance(p, torch.Tensor)}
+        if state.non_diff:
+            ctx.mark_non_differentiable(*[user[i] for i in state.non_diff])
+        return user
+    outs = state.saving_fw(primals)(*primals)
+    n_fw = joint.fw_outputs
+    n_mut = len(joint.mutated_inputs)
+    saved = list(outs[n_fw + n_mut:])
+    for j in state.mutated_saved:  # the backward needs the value from before the mutation
+        saved[j] = saved[j].clone()
+    if state.any_saved_layout and keep_traced_strides(saved, state.saved_strides):
+        if not state.layout_hint_logged:
+            state.layout_hint_logged = True
+            _hint_log.info("%s: the compiled forward returns saved values in another layout than traced; "
+                           "they are copied to the traced layout on every call", state.label)
+    new_values = outs[n_fw:n_fw + n_mut]
+    # Values without autograd history (running statistics) are written here.
+    state.write_back([(primals[index], value) for j, (index, value) in enumerate(zip(joint.mutated_inputs, new_values))
+                      if j not in state.diff_mutations])
+    ctx.save_for_backward(*saved)
+    user = state.fresh(tuple(outs[:n_fw]), primals) + tuple(new_values[j] for j in state.diff_mutations)
+    if state.non_diff:
+        ctx.mark_non_differentiable(*[user[i] for i in state.non_diff])
+    return user
+
+def _backward(ctx: Any, grads: tuple[torch.Tensor, ...]) -> tuple[Any, ...]:
+    """CompiledFunction.backward, autocast off."""
+    state: AOTState = ctx.state
+    if torch.is_grad_enabled():
+        raise RuntimeError(
+            f"pyjit: double backward (create_graph=True, or torch.autograd.grad of a grad) through the "
+            f"compiled graph {state.label} is not supported. Run this code without pyjit "
+            f"(pyjit.jit(..., backend='eager') or torch.compiler.disable) or compute the higher-order "
+            f"gradient outside the compiled function.")
+    tangents = [grads[i].contiguous() for i in state.tangent_outputs]  # grads are materialized
+    previous = _set_callback(None)
+    try:
+        saved = state.replay_saved(_with_numbers(ctx.saved_tensors, ctx.numbers)) if ctx.replay \
+            else list(ctx.saved_tensors)
+        if torch.autograd.profiler._is_profiler_enabled:
+            with torch.autograd.profiler.record_function(state.range_name):
                 present = list(state.run_backward(saved + ctx.sizes + tangents))
-        finally:
-            _set_callback(previous)
-        it = iter(present)
-        return (None, *[next(it) if has else None for has in state.joint.has_grad])
+        else:
+            present = list(state.run_backward(saved + ctx.sizes + tangents))
+    finally:
+        _set_callback(previous)
+    it = iter(present)
+    return (None, *[next(it) if has else None for has in state.joint.has_grad])
 
 
 def traced_strides(bw_gm: torch.fx.GraphModule, num_saved: int) -> list[tuple[int, ...] | None]:

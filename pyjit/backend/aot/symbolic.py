@@ -32,6 +32,7 @@ import torch.fx
 from ...config import config
 from .joint import trace_joint
 from .partition import Partitioned, partition_joint
+from ..autocast import call_without_autocast
 from .runtime import MODULES_TRAINING, AOTState, make_runtime
 
 
@@ -72,7 +73,8 @@ def compile_training_symbolic(gm: torch.fx.GraphModule, example_inputs: Sequence
 
     def compile_now(graph: torch.fx.GraphModule, inputs: list[Any]) -> Callable[..., Any]:
         # Refusals propagate (the caller then compiles per size) instead of running as captured.
-        return _compile(graph, list(inputs), symbolic_inputs(graph))
+        # An aten graph traced below autocast: compiled with the caller's autocast off.
+        return call_without_autocast(_compile, graph, list(inputs), symbolic_inputs(graph))
 
     label = _label(gm)
     examples = [t.detach() if isinstance(t, torch.Tensor) else t for t in example_inputs]
