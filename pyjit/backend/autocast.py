@@ -8,7 +8,8 @@ autocast, still on around the compiled call, casts the inputs of every extern op
 convolutions, attention) again. A matmul eager ran in fp32 would come back in bf16.
 
 :func:`call_without_autocast` is the one place that switches it off and back on. It costs one C
-call when no autocast is on.
+call when no autocast is on. :func:`autocast_state` is the ambient state a trace depends on (part
+of the graph cache's key).
 """
 from __future__ import annotations
 
@@ -33,3 +34,10 @@ def call_without_autocast(fn: Callable[..., Any], *args: Any) -> Any:
     finally:
         for d in enabled:
             torch.set_autocast_enabled(d, True)
+
+
+def autocast_state() -> tuple[tuple[str, torch.dtype], ...]:
+    """(device type, dtype) of each device type whose autocast is on; empty when none is."""
+    if not _any_autocast():
+        return ()
+    return tuple((d, torch.get_autocast_dtype(d)) for d in _DEVICES if torch.is_autocast_enabled(d))

@@ -27,6 +27,7 @@ import torch
 import torch.fx
 
 from ..config import config
+from .autocast import autocast_state
 from ..logs import get_logger
 from ..report import events
 from ..runtime import cache
@@ -84,7 +85,10 @@ def graph_key_fields(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Te
                 config.autotune_launch, config.autotune_launch_min_bytes, config.autotune_launch_min_row,
                 _cuda_models(example_inputs),
                 # Channels-last layout for convolution graphs (passes/layout.py).
-                config.layout_opt)
+                config.layout_opt,
+                # The ambient state the trace to aten reads: autocast's casts become nodes, and
+                # factory calls take the default dtype.
+                autocast_state(), torch.get_default_dtype())
     fields = {"graph code": _sha(gm.code), "input metadata": _sha(repr(inputs)),
               "backend settings": _sha(repr(settings)), "backend source": _backend_source_hash()}
     state = _shape_env_state(example_inputs)

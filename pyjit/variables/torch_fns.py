@@ -319,11 +319,18 @@ def install_global_state_guards(tx: "Translator") -> None:
     g = tx.output.guards
     g.add(GuardKind.GLOBAL_STATE, None, torch.is_grad_enabled(), extra=torch.is_grad_enabled)
     g.add(GuardKind.GLOBAL_STATE, None, torch.get_default_dtype(), extra=torch.get_default_dtype)
-    g.add(GuardKind.GLOBAL_STATE, None, _autocast_state(), extra=_autocast_state)
+    g.add(GuardKind.GLOBAL_STATE, None, autocast_state(), extra=autocast_state)
 
 
-# Any autocast region active (CPU, CUDA, ...). A C builtin on current torch; older builds fall
-# back to a Python function over the per-device queries.
-_autocast_state = getattr(torch._C, "_is_any_autocast_enabled", None) or (
-    lambda: any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda")))
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None)
+_AUTOCAST_DEVICES = ("cpu", "cuda")
+
+
+def autocast_state() -> tuple[tuple[str, torch.dtype], ...]:
+    """The autocast regions in force: (device type, dtype) of each device type whose autocast is
+    on; empty when none is (one C call). A graph traced under bf16 autocast must not run under
+    fp16 autocast, nor under autocast for another device type."""
+    if _any_autocast is not None and not _any_autocast():
+        return ()
+    return tuple((d, torch.get_autocast_dtype(d)) for d in _AUTOCAST_DEVICES if torch.is_autocast_enabled(d))
 

@@ -94,3 +94,21 @@ def test_backward_called_inside_autocast(device: str) -> None:
     assert w2.grad.dtype == w.grad.dtype == torch.float32
     torch.testing.assert_close(w2.grad, w.grad, rtol=2e-2, atol=0.5)
     torch.testing.assert_close(k2.grad, k.grad, rtol=2e-2, atol=0.5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_autocast_dtype_and_device_are_guarded(device: str) -> None:
+    """A graph compiled under bf16 autocast is not reused under fp16 autocast (the frame's guard
+    and the graph cache's key both hold the autocast dtype), nor under another device's autocast."""
+    x, w, _ = _inputs(False, device)
+    jitted = pyjit.jit(lambda a, b: torch.relu(a @ b))
+    other = "cpu" if device == "cuda" else ("cuda" if torch.cuda.is_available() else None)
+    for dtype in (torch.bfloat16, torch.float16, torch.bfloat16):
+        with torch.autocast(device, dtype=dtype):
+            got, want = jitted(x, w), torch.relu(x @ w)
+        assert got.dtype == want.dtype == dtype
+        torch.testing.assert_close(got, want)
+    if other is not None:
+        with torch.autocast(other, dtype=torch.bfloat16):  # autocast on, but not for this device
+            got = jitted(x, w)
+        assert got.dtype == torch.float32
