@@ -319,7 +319,11 @@ def install_global_state_guards(tx: "Translator") -> None:
     g = tx.output.guards
     g.add(GuardKind.GLOBAL_STATE, None, torch.is_grad_enabled(), extra=torch.is_grad_enabled)
     g.add(GuardKind.GLOBAL_STATE, None, torch.get_default_dtype(), extra=torch.get_default_dtype)
-    g.add(GuardKind.GLOBAL_STATE, None, autocast_state(), extra=autocast_state)
+    state = autocast_state()
+    if state or _any_autocast is None:
+        g.add(GuardKind.GLOBAL_STATE, None, state, extra=autocast_state)
+    else:  # traced outside autocast: the C builtin answers for every call made outside it too
+        g.add(GuardKind.GLOBAL_STATE, None, False, extra=_any_autocast)
 
 
 _any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None)
