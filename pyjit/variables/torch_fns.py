@@ -315,10 +315,13 @@ class StateContextVariable(VariableTracker):
 
 
 def install_global_state_guards(tx: "Translator") -> None:
-    """Results depend on grad mode, the default dtype and autocast: guard all three."""
+    """Results depend on grad mode, the default dtype, autocast and whether fp32 matmuls may use
+    TF32 (compiled matmul templates bake it in; eager reads it per call): guard all four."""
     g = tx.output.guards
     g.add(GuardKind.GLOBAL_STATE, None, torch.is_grad_enabled(), extra=torch.is_grad_enabled)
     g.add(GuardKind.GLOBAL_STATE, None, torch.get_default_dtype(), extra=torch.get_default_dtype)
+    if _matmul_tf32 is not None:
+        g.add(GuardKind.GLOBAL_STATE, None, _matmul_tf32(), extra=_matmul_tf32)
     state = autocast_state()
     if state or _any_autocast is None:
         g.add(GuardKind.GLOBAL_STATE, None, state, extra=autocast_state)
@@ -327,6 +330,8 @@ def install_global_state_guards(tx: "Translator") -> None:
 
 
 _any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None)
+# ``torch.backends.cuda.matmul.allow_tf32`` (also set by ``torch.set_float32_matmul_precision``).
+_matmul_tf32 = getattr(torch._C, "_get_cublas_allow_tf32", None)
 _AUTOCAST_DEVICES = ("cpu", "cuda")
 
 

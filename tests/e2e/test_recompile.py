@@ -310,6 +310,24 @@ def test_default_dtype_is_guarded():
     assert_same(f(x), jf(x))
 
 
+def test_tf32_matmul_flag_is_guarded():
+    """Compiled matmul templates bake TF32 in or out; eager reads the flag on every call."""
+    def f(x, w):
+        return x @ w
+
+    backend = CountingBackend()
+    jf = _jit(f, backend)
+    x, w = torch.randn(4, 8), torch.randn(8, 3)
+    old = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for flag in (False, True, False):
+            torch.backends.cuda.matmul.allow_tf32 = flag
+            assert_same(f(x, w), jf(x, w))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+    assert len(backend.graphs) == 2  # one graph per setting; the third call reuses the first
+
+
 def test_closure_cell_change_is_seen():
     factor = 2.0
 
