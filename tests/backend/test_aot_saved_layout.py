@@ -117,3 +117,34 @@ def test_attention_block_backward_under_autocast_cold_and_warm(sdpa: bool, tmp_p
                     torch.testing.assert_close(q.grad, p.grad, atol=2e-2, rtol=2e-2,
                                                msg=lambda m, n=name: f"{cache} cache, step {step}, {n}: {m}")
     pyjit.reset()
+
+
+def test_guarded_forward_restrides_the_values_found_on_its_first_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inputs pinned by the caller's guards: the saved values that came in another layout are
+    found on the first call; later calls restride those alone, every gradient still eager's."""
+    from pyjit.backend.aot import runtime
+    from pyjit.backend.compile_fx import INPUTS_GUARDED
+
+    gm = torch.fx.symbolic_trace(block)
+    gm.meta[INPUTS_GUARDED] = True
+    x = torch.randn(2, 16, 8)
+    w = torch.randn(8, 8, requires_grad=True)
+    looked_at: list[Any] = []
+    real = runtime.keep_traced_strides
+
+    def spy(saved: list[Any], strides: Any, only: Any = None) -> list[int]:
+        looked_at.append(None if only is None else list(only))
+        return real(saved, strides, only)
+
+    monkeypatch.setattr(runtime, "keep_traced_strides", spy)
+    with cfg.patch(raise_on_internal_error=True, aot_defer_saving=False):
+        compiled = aot_compile(gm, [x, w], _column_major_forward, _as_captured)
+        for _ in range(3):
+            w.grad = None
+            w_ref = w.detach().clone().requires_grad_(True)
+            compiled(x, w).sum().backward()
+            block(x, w_ref).sum().backward()
+            torch.testing.assert_close(w.grad, w_ref.grad)
+    first = compiled.pyjit_state.restride
+    assert first, "the column-major forward returns a saved value in another layout"
+    assert looked_at == [None, first, first]

@@ -89,6 +89,11 @@ class AOTState:
         self.saved_strides = traced_strides(part.bw_gm, part.num_saved)
         self.any_saved_layout = any(st is not None for st in self.saved_strides)
         self.layout_hint_logged = False
+        # The saved values the saving forward returns in another layout than traced, found on
+        # its first call. Kept only where the forward's inputs are pinned by the caller's guards
+        # (guarded_layouts): its outputs' layouts are then the same on every call, and later
+        # calls look at these values only, not at every saved value.
+        self.restride: list[int] | None = None
         # Every primal is a tensor on every call (the caller's guards pin their types): the
         # forward saves them without sorting out numbers per call (set by aot_compile).
         self.tensor_primals = False
@@ -244,7 +249,7 @@ def _forward(ctx: Any, state: AOTState, primals: tuple[Any, ...]) -> tuple[torch
     saved = list(outs[n_fw + n_mut:])
     for j in state.mutated_saved:  # the backward needs the value from before the mutation
         saved[j] = saved[j].clone()
-    if state.any_saved_layout and keep_traced_strides(saved, state.saved_strides):
+    if state.any_saved_layout and _restride_saved(state, saved):
         if not state.layout_hint_logged:
             state.layout_hint_logged = True
             _hint_log.info("%s: the compiled forward returns saved values in another layout than traced; "
@@ -299,14 +304,16 @@ def traced_strides(bw_gm: torch.fx.GraphModule, num_saved: int) -> list[tuple[in
     return out
 
 
-def keep_traced_strides(saved: list[Any], strides: Sequence[tuple[int, ...] | None]) -> int:
+def keep_traced_strides(saved: list[Any], strides: Sequence[tuple[int, ...] | None],
+                        only: Sequence[int] | None = None) -> list[int]:
     """Give the saved tensors (in place in ``saved``) the strides the backward graph was traced
-    for; returns how many were copied. A forward compiler may pick another layout for a value (a
+    for; returns the positions copied. A forward compiler may pick another layout for a value (a
     transposed one stored row-major); the backward's ``view`` of it, recorded for the traced
     layout, would then be invalid, or read the wrong elements through a compiled kernel's fixed
-    indexing. Copies only where the layout differs."""
-    copied = 0
-    for i, want in enumerate(strides):
+    indexing. Copies only where the layout differs; ``only``: look at these positions alone."""
+    copied = []
+    for i in (range(len(strides)) if only is None else only):
+        want = strides[i]
         t = saved[i] if i < len(saved) else None
         if want is None or not isinstance(t, torch.Tensor) or t.stride() == want or t.numel() == 0:
             continue
@@ -315,8 +322,18 @@ def keep_traced_strides(saved: list[Any], strides: Sequence[tuple[int, ...] | No
         fixed = torch.empty_strided(t.shape, want, dtype=t.dtype, device=t.device)
         fixed.copy_(t)
         saved[i] = fixed
-        copied += 1
+        copied.append(i)
     return copied
+
+
+def _restride_saved(state: AOTState, saved: list[Any]) -> bool:
+    """:func:`keep_traced_strides` for the saving forward's values; True when any was copied."""
+    if state.restride is not None:
+        return bool(state.restride) and bool(keep_traced_strides(saved, state.saved_strides, state.restride))
+    copied = keep_traced_strides(saved, state.saved_strides)
+    if state.guarded_layouts is not None:
+        state.restride = copied
+    return bool(copied)
 
 
 def _same_layout_ignoring_unit_dims(t: torch.Tensor, want: Sequence[int]) -> bool:
