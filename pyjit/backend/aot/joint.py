@@ -378,16 +378,13 @@ def _trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_i
     grad_box: list[list[bool]] = []
 
     def joint(primals: list[torch.Tensor], tangents: list[torch.Tensor]) -> list[Any]:
-        # Traced with autocast off. ``fw`` was traced below autocast (its casts are nodes):
-        # replayed under autocast, an op eager ran in fp32 inside ``autocast(enabled=False)``
-        # would be cast again. The backward is eager's backward outside autocast, where PyTorch
-        # asks for it to run (an op run in fp32 in the forward gets an fp32 backward).
-        return call_without_autocast(_joint, primals, tangents)
-
-    def _joint(primals: list[torch.Tensor], tangents: list[torch.Tensor]) -> list[Any]:
         primals = [_as_primal(p, r) for p, r in zip(primals, requires_grad)]
         with torch.enable_grad():
-            outs = FunctionInterpreter(fw).run(*primals)
+            # ``fw`` was traced below autocast (its casts are nodes): replayed with autocast off,
+            # or an op eager ran in fp32 inside ``autocast(enabled=False)`` would be cast again.
+            # The backward below is traced in the caller's autocast state (the forward's), as if
+            # it ran inside the same autocast region; its casts become nodes too.
+            outs = call_without_autocast(FunctionInterpreter(fw).run, *primals)
         wrt = [p for p in primals if isinstance(p, torch.Tensor) and p.requires_grad]
         diff = [outs[i] for i in tangent_outputs]
         grads: Sequence[Any] = ()
