@@ -162,8 +162,9 @@ def _host_ms(step: Callable[[], Any], reps: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def _host_profile(step: Callable[[], Any], sync: Callable[[], None], n: int = 14) -> list[str]:
-    """The Python functions with the most own time over 20 calls (cProfile), per call."""
+def _host_profile(step: Callable[[], Any], sync: Callable[[], None], n: int = 14, dump: str | None = None) -> list[str]:
+    """The Python functions with the most own time over 20 calls (cProfile), per call; ``dump``:
+    also write the whole profile there (for ``pstats``)."""
     import cProfile
     import pstats
 
@@ -173,6 +174,8 @@ def _host_profile(step: Callable[[], Any], sync: Callable[[], None], n: int = 14
         step()
     sync()
     prof.disable()
+    if dump:
+        prof.dump_stats(dump)
     stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
     rows = sorted(stats.items(), key=lambda kv: -kv[1][2])[:n]
     return [f"{tt / 20 * 1e6:8.1f} us own {ct / 20 * 1e6:8.1f} us cum {nc / 20:6.1f}x {os.path.basename(f)}:{line}({fn})"
@@ -228,7 +231,9 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
         if args.profile:
             out["top_kernels"], out["device_us"], out["kernels_per_call"] = _top_kernels(step, device)
         if args.host_profile:
-            out["host_profile"] = _host_profile(step, sync)
+            dump = os.path.join(args.host_profile_dir, f"{args.model}_{args.backend}_{args.mode}.pstats") \
+                if args.host_profile_dir else None
+            out["host_profile"] = _host_profile(step, sync, dump=dump)
     finally:
         fcntl.flock(lock, fcntl.LOCK_UN)
     if args.backend == "pyjit":
@@ -244,6 +249,7 @@ def _spawn(model: str, backend: str, mode: str, args: argparse.Namespace) -> dic
            "--reps", str(args.reps), "--warmup", str(args.warmup)]
     cmd += ["--profile"] if args.profile else []
     cmd += ["--host-profile"] if args.host_profile else []
+    cmd += ["--host-profile-dir", args.host_profile_dir] if args.host_profile_dir else []
     cmd += ["--bf16"] if args.bf16 else []
     with tempfile.TemporaryDirectory(prefix="pyjit-vision-") as cache:
         env = dict(os.environ, PYJIT_CACHE_DIR=os.path.join(cache, "pyjit"),
@@ -297,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=900.0)
     p.add_argument("--profile", action="store_true")
     p.add_argument("--host-profile", action="store_true", help="cProfile of the host side of 20 calls")
+    p.add_argument("--host-profile-dir", default=None, help="with --host-profile: also write each child's whole "
+                   "profile there (<model>_<backend>_<mode>.pstats)")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast on CPU too")
     p.add_argument("--json", default=None, help="write every row here")
     p.add_argument("--logs-tail", type=int, default=0, help="keep this many last pyjit log lines of each child "
