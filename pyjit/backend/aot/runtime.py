@@ -264,6 +264,7 @@ def _forward(ctx: Any, state: AOTState, primals: tuple[Any, ...]) -> tuple[torch
         ctx.mark_non_differentiable(*[user[i] for i in state.non_diff])
     return user
 
+
 def _backward(ctx: Any, grads: tuple[torch.Tensor, ...]) -> tuple[Any, ...]:
     """CompiledFunction.backward, autocast off."""
     state: AOTState = ctx.state
