@@ -1,12 +1,14 @@
 """Vision suite: popular image classifiers, eager against torch.compile against pyjit.
 
-Each (model, backend, mode) runs in its own fresh interpreter with its own empty pyjit, Inductor
-and Triton cache directories, so its first call is a cold compile in a new process. The child:
+Each (model, backend, mode) runs in its own fresh interpreter with its own empty pyjit, Inductor,
+Triton and CUDA JIT (``CUDA_CACHE_PATH``: cuDNN's run-time compiled kernels) cache directories, so
+its first call is a cold compile in a new process. The child:
 
 1. builds the model with random weights (``timm`` when it is installed, else the same
    architecture from ``transformers``: ResNet-50, ConvNeXt-T, MobileNetV2, EfficientNet-B0,
    RegNet, ViT-S/16, Swin-T, DeiT-S), puts model and input in channels-last;
 2. compiles it with the backend (``eager``: none) and times the first call (compile included);
+   (``--first-call-profile-dir``: a cProfile of that call, main thread only);
 3. times steady calls with CUDA events (CPU: ``perf_counter``): the median of ``--reps`` timed
    calls after a warm-up;
 4. compares the compiled output with eager's (bf16 tolerance), and with ``--profile`` prints
@@ -209,10 +211,19 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"model": args.model, "backend": args.backend, "mode": args.mode, "source": source,
                            "device": str(device), "batch": args.batch, "image": args.image}
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    prof = None
+    if args.first_call_profile_dir:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
     t0 = time.perf_counter()
     first = step()
     sync()
     out["first_call_s"] = time.perf_counter() - t0
+    if prof is not None:
+        prof.disable()
+        prof.dump_stats(os.path.join(args.first_call_profile_dir, f"{args.model}_{args.backend}_{args.mode}_first.pstats"))
     out["checksum"] = float(first.float().abs().mean())
     lock = open(os.path.join(tempfile.gettempdir(), "pyjit-vision.lock"), "w")
     fcntl.flock(lock, fcntl.LOCK_EX)  # one child measures at a time (--jobs)
@@ -240,6 +251,9 @@ def run_child(args: argparse.Namespace) -> dict[str, Any]:
         from pyjit.backend.metrics import metrics
 
         out["pyjit_metrics"] = {k: v for k, v in vars(metrics).items() if isinstance(v, (int, float)) and v}
+        from pyjit.runtime import conv_warmup
+
+        out["conv_warmup"] = dict(conv_warmup.counters)
     return out
 
 
@@ -251,9 +265,13 @@ def _spawn(model: str, backend: str, mode: str, args: argparse.Namespace) -> dic
     cmd += ["--host-profile"] if args.host_profile else []
     cmd += ["--host-profile-dir", args.host_profile_dir] if args.host_profile_dir else []
     cmd += ["--bf16"] if args.bf16 else []
+    cmd += ["--first-call-profile-dir", args.first_call_profile_dir] if args.first_call_profile_dir else []
     with tempfile.TemporaryDirectory(prefix="pyjit-vision-") as cache:
         env = dict(os.environ, PYJIT_CACHE_DIR=os.path.join(cache, "pyjit"),
-                   TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"), TRITON_CACHE_DIR=os.path.join(cache, "triton"))
+                   TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"), TRITON_CACHE_DIR=os.path.join(cache, "triton"),
+                   # the CUDA driver's JIT cache too: cuDNN's run-time compiled kernels land there,
+                   # and a row would otherwise find those of the rows before it
+                   CUDA_CACHE_PATH=os.path.join(cache, "cuda"))
         t0 = time.perf_counter()
         try:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
@@ -306,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host-profile-dir", default=None, help="with --host-profile: also write each child's whole "
                    "profile there (<model>_<backend>_<mode>.pstats)")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast on CPU too")
+    p.add_argument("--first-call-profile-dir", default=None,
+                   help="cProfile each child's first call into <dir>/<model>_<backend>_<mode>_first.pstats")
     p.add_argument("--json", default=None, help="write every row here")
     p.add_argument("--logs-tail", type=int, default=0, help="keep this many last pyjit log lines of each child "
                    "(set PYJIT_LOGS=compile_times to see where a first call went)")

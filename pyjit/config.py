@@ -29,6 +29,8 @@ import, by :func:`_from_environment` and nowhere else:
   per process and rank, ``pyjit/report/events.py``; render it with ``python -m pyjit report``).
 - ``PYJIT_NATIVE_LAUNCH``: ``1`` (default) or ``0``: launch compiled Triton kernels through pyjit's
   own driver call (``runtime/fast_launch.py``) or always through Triton's launcher.
+- ``PYJIT_CONV_WARMUP``: ``1`` (default) or ``0``: cuDNN's first-call work for a graph's
+  convolutions run on a background thread while the graph compiles (``runtime/conv_warmup.py``).
 - ``PYJIT_PROGRESS``: ``0`` turns off the progress line of long compiles on a terminal
   (``pyjit/report/progress.py``); ``1`` (default) keeps it.
 """
@@ -163,6 +165,10 @@ class Config:
     # (one cuLaunchKernel call; PYJIT_NATIVE_LAUNCH=0 keeps Triton's launcher for every site).
     native_launch: bool = True
     compile_threads: int = 0
+    # Backend (runtime/conv_warmup.py, PYJIT_CONV_WARMUP): each CUDA convolution a graph lowers
+    # (and its backward) runs once on zero-filled tensors on a background thread while the graph
+    # compiles, so cuDNN's plan building (run-time kernel compiles) is off the first call's path.
+    conv_warmup: bool = True
     # Backend: use the on-disk cache of generated modules (PYJIT_CACHE_DIR).
     backend_disk_cache: bool = True
     # Warm start (PYJIT_WARM_START): record compiled frames on disk and install them in a new
@@ -232,6 +238,10 @@ def _from_environment(env: "os._Environ[str] | dict[str, str]") -> Config:
     if native not in ("0", "1"):
         raise ValueError(f"PYJIT_NATIVE_LAUNCH={native!r} must be 0 or 1")
     cfg.native_launch = native == "1"
+    warmup = env.get("PYJIT_CONV_WARMUP", "1").strip() or "1"
+    if warmup not in ("0", "1"):
+        raise ValueError(f"PYJIT_CONV_WARMUP={warmup!r} must be 0 or 1")
+    cfg.conv_warmup = warmup == "1"
     progress = env.get("PYJIT_PROGRESS", "1").strip() or "1"
     if progress not in ("0", "1"):
         raise ValueError(f"PYJIT_PROGRESS={progress!r} must be 0 or 1")

@@ -39,6 +39,7 @@ from torch.utils import _pytree as pytree
 from ..config import config
 from ..errors import BackendError, GraphRefusal
 from ..logs import get_logger
+from ..runtime import conv_warmup
 from ..report import events, progress
 from . import graph_cache
 from .aliasing import OutputAlias, OutputFixer, created_grad_leaf, output_aliases
@@ -58,6 +59,12 @@ def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, ddp_s
     ``ddp_split``: a training graph compiled while a DistributedDataParallel forward runs is
     split at DDP's bucket boundaries (``pyjit.distributed.ddp``); its pieces come back here
     with ``ddp_split=False``."""
+    # cuDNN's plans for the convolutions this compile lowers are built meanwhile (conv_warmup.py).
+    with conv_warmup.active():
+        return _compile_graph(gm, example_inputs, ddp_split)
+
+
+def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], ddp_split: bool) -> Callable[..., Any]:
     symbolic = symbolic_inputs(gm)
     reason = _eager_reason(example_inputs, symbolic is not None)
     if reason is not None:
@@ -656,21 +663,22 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
         so running the graph as captured after a failure sees the inputs unchanged.
         Before it, the kernels are compiled in parallel (``runtime/precompile.py``)."""
         from ..runtime.precompile import warm_module
-        with events.span("kernel_compile", f"parallel compile for {_graph_label(gm)}"):
-            _without_autocast(lambda a: warm_module(call, a))(flat)  # its dry run calls the externs too
-        try:
-            with events.span("kernel_compile", f"first call of {_graph_label(gm)}"):
-                outs = run_call(flat)
-        except torch.cuda.OutOfMemoryError:
-            raise
-        except Exception as e:
-            if config.raise_on_internal_error:
+        with conv_warmup.active():
+            with events.span("kernel_compile", f"parallel compile for {_graph_label(gm)}"):
+                _without_autocast(lambda a: warm_module(call, a))(flat)  # its dry run calls the externs too
+            try:
+                with events.span("kernel_compile", f"first call of {_graph_label(gm)}"):
+                    outs = run_call(flat)
+            except torch.cuda.OutOfMemoryError:
                 raise
-            log.warning("pyjit: the compiled graph %s failed on its first call (%s: %s); running it as captured "
-                        "from now on", _graph_label(gm), type(e).__name__, e)
-            metrics.eager_graphs.append(f"first call failed: {type(e).__name__}: {e}")
-            state[0] = -1
-            return None
+            except Exception as e:
+                if config.raise_on_internal_error:
+                    raise
+                log.warning("pyjit: the compiled graph %s failed on its first call (%s: %s); running it as "
+                            "captured from now on", _graph_label(gm), type(e).__name__, e)
+                metrics.eager_graphs.append(f"first call failed: {type(e).__name__}: {e}")
+                state[0] = -1
+                return None
         state[0] = 1
         if fixer is not None and fixer.plan(outs, flat):
             fixing[0] = True

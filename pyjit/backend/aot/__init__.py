@@ -24,6 +24,7 @@ from ...logs import get_logger
 from .joint import JointGraph, fetch_attributes, module_state, trace_joint
 from .partition import PartitionReport, partition_joint
 from ..autocast import call_without_autocast
+from ...runtime import conv_warmup
 from .runtime import INPUTS_GUARDED, MODULES_TRAINING, AOTState, CompiledFunction, _inputs_guarded, layout_of, make_runtime
 
 __all__ = ["aot_compile", "compile_training", "compile_training_dynamic", "compile_training_per_size",
@@ -60,6 +61,8 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], fw_comp
     inputs = [*example_inputs, *fetch_attributes(gm, attr_names)]
     joint = trace_joint(gm, attr_names, inputs, decompositions)
     part = partition_joint(joint, partition)
+    # cuDNN builds the backward's convolution plans while the forward compiles and runs.
+    conv_warmup.request_graph(part.bw_gm)
     label = _label(gm)
     examples = [_detach(t) for t in inputs]
     if not attr_names and _inputs_guarded(gm):

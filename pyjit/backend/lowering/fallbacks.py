@@ -230,6 +230,28 @@ def _dense(size: tuple, stride: tuple) -> bool:
     return True
 
 
+_CONVOLUTIONS = {aten.convolution.default, aten.convolution_backward.default}
+
+
+def _warm_convolution(target: Any, args: tuple) -> None:
+    """Have cuDNN build this convolution's plan on the warm-up thread while the graph compiles
+    (``runtime/conv_warmup.py``), with the layouts the wrapper will pass."""
+    from ...runtime import conv_warmup
+    from ...runtime.conv_warmup import TensorSpec
+
+    spec_args: list[Any] = []
+    for a in args:
+        if isinstance(a, IRNode):
+            lay = a.layout  # type: ignore[attr-defined]
+            if not conv_warmup.enabled_for(lay.device):
+                return
+            spec_args.append(TensorSpec(tuple(int(x) for x in lay.size), tuple(int(x) for x in lay.stride),
+                                        lay.dtype, lay.device))
+        else:
+            spec_args.append(a)
+    conv_warmup.request(target._overloadpacket.__name__, tuple(spec_args))
+
+
 def make_extern(ctx: "GraphLowering", target: Any, args: tuple, kwargs: dict, reason: str = "") -> Any:
     """An :class:`ExternKernel` calling ``target``; returns IR nodes shaped like its outputs."""
     if target not in EXTERN_BY_DESIGN and target not in EXTERN_NOT_FALLBACK and not getattr(ctx, "prefetch", False):
@@ -256,6 +278,8 @@ def make_extern(ctx: "GraphLowering", target: Any, args: tuple, kwargs: dict, re
         val = ctx.current_meta_val()
     else:
         val = _output_meta(target, real_args, real_kwargs, ctx.current_meta_val())
+        if target in _CONVOLUTIONS and not real_kwargs:
+            _warm_convolution(target, tuple(real_args))
     name = ctx.new_buffer_name()
     if isinstance(val, torch.Tensor):
         node = ExternKernel(name, Layout.of(val), target, real_args, real_kwargs, ctx.current_origins(), reason)

@@ -1,0 +1,249 @@
+"""cuDNN's first-call work for a graph's convolutions, paid on a background thread while pyjit compiles.
+
+The first call of a convolution of a new shape, layout and dtype makes cuDNN build an execution
+plan: heuristics, and for many bf16/fp16 channels-last and depthwise convolutions a kernel compiled
+at run time. That is host work of 30-300 ms per convolution and per direction (forward, backward
+data, backward weight), which eager pays inside its first step and a compiled graph inside its first
+call: about 12 s of a MobileNetV3 training step's first call on an H200. cuDNN keeps the plans in a
+per-process cache keyed by those parameters, and torch releases the GIL around the call, so the
+same convolutions run once on zero-filled tensors on a background thread fill that cache while the
+main thread traces, lowers and generates code.
+
+:func:`request` takes one ``aten.convolution`` or ``aten.convolution_backward`` call described by
+:class:`TensorSpec` in place of its tensors; the backend calls it for every convolution it lowers
+(``lowering/fallbacks.py``) and for those of a training graph's backward as soon as it is
+partitioned (``backend/aot``), before that backward is compiled. Each distinct call runs once per
+process. The results are discarded; nothing the compiled code computes depends on this thread.
+
+What keeps it out of the way:
+
+- only CUDA devices, only while ``config.conv_warmup`` is on, never under
+  ``torch.backends.cudnn.benchmark`` (that mode times every algorithm, and a measurement beside
+  pyjit's compile would be noisy);
+- the thread works only while pyjit holds a caller's thread (:func:`active`: compiling a graph,
+  making its first call), and leaving waits for the call in flight, so no user code (a CUDA graph
+  capture, a timing) ever runs beside a warm-up call; calls still queued wait for the next region
+  (a backward's convolutions are queued when the forward compiles and run while the backward does);
+- it starts no convolution while an autotuning measurement runs (:func:`timing`, used by
+  ``runtime/autotune.py``), so pyjit's own timings see at most the tail of one;
+- a failure (out of memory, an argument cuDNN refuses) is logged on ``compile_times`` and that call
+  is skipped: the compiled graph makes the same call itself later and reports any real error there;
+- at interpreter exit the queue is dropped and the thread finishes at most its current call.
+"""
+from __future__ import annotations
+
+import atexit
+import collections
+import contextlib
+import dataclasses
+import threading
+import time
+from typing import Any, Iterator
+
+import torch
+
+from ..config import config
+from ..logs import get_logger
+
+log = get_logger("compile_times")
+
+_CONV_OPS = ("convolution", "convolution_backward")
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """A tensor argument: what cuDNN's plan cache keys on (sizes, strides, dtype, device)."""
+
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> "TensorSpec | None":
+        """The spec of a real or fake tensor, or None when a size or stride is symbolic."""
+        size, stride = tuple(t.shape), tuple(t.stride())
+        if not all(type(x) is int for x in (*size, *stride)):
+            return None
+        return cls(size, stride, t.dtype, t.device)
+
+    def make(self) -> torch.Tensor:
+        return torch.empty_strided(self.size, self.stride, dtype=self.dtype, device=self.device).zero_()
+
+
+# Counters for tests and diagnostics: requested (distinct calls queued), ran, failed, skipped
+# (requests refused: not CUDA, benchmark mode, switched off, already seen), ms (time in calls).
+counters: collections.Counter = collections.Counter()
+
+_lock = threading.Lock()
+_changed = threading.Condition(_lock)  # any of the state below changed
+_queue: collections.deque = collections.deque()
+_seen: set[tuple] = set()
+_thread: threading.Thread | None = None
+_closing = False
+_active = 0  # regions pyjit holds (compiles, first calls): the thread works only inside one
+_timing = 0  # device timings in progress: no call starts during one
+_running = 0  # calls in progress (0 or 1)
+# Test hook: the device types the warm-up serves (CUDA only: on CPU oneDNN's first call is cheap
+# and the cores are the compiler's).
+device_types: frozenset[str] = frozenset({"cuda"})
+
+
+def _hashable(a: Any) -> Any:
+    if isinstance(a, (list, tuple)):
+        return tuple(_hashable(x) for x in a)
+    return a
+
+
+def enabled_for(device: torch.device) -> bool:
+    return bool(config.conv_warmup) and device.type in device_types and not torch.backends.cudnn.benchmark
+
+
+def request(op: str, args: tuple) -> bool:
+    """Queue ``torch.ops.aten.<op>.default(*args)`` (``op`` in ``convolution``,
+    ``convolution_backward``) with :class:`TensorSpec` in place of tensors; False when refused."""
+    specs = [a for a in args if isinstance(a, TensorSpec)]
+    if op not in _CONV_OPS or not specs or not enabled_for(specs[0].device):
+        counters["skipped"] += 1
+        return False
+    key = (op, _hashable(args), torch.backends.cudnn.allow_tf32, torch.backends.cudnn.deterministic)
+    global _thread
+    with _lock:
+        if key in _seen or _closing:
+            counters["skipped"] += 1
+            return False
+        _seen.add(key)
+        _queue.append((op, args))
+        counters["requested"] += 1
+        if _thread is None:
+            _thread = threading.Thread(target=_serve, name="pyjit-conv-warmup", daemon=True)
+            _thread.start()
+        _changed.notify_all()
+    return True
+
+
+def request_from_node(node: torch.fx.Node) -> bool:
+    """Queue an aten graph's convolution (or its backward) from the node's traced values."""
+    name = getattr(getattr(node.target, "_overloadpacket", None), "__name__", None)
+    if node.op != "call_function" or name not in _CONV_OPS:
+        return False
+    args: list[Any] = []
+    for a in node.args:
+        if isinstance(a, torch.fx.Node):
+            val = a.meta.get("val")
+            spec = TensorSpec.of(val) if isinstance(val, torch.Tensor) else None
+            if spec is None:
+                return False
+            args.append(spec)
+        elif isinstance(a, (list, tuple)) and any(isinstance(x, torch.fx.Node) for x in a):
+            return False  # symbolic sizes in the arguments
+        else:
+            args.append(a)
+    return request(name, tuple(args))
+
+
+def request_graph(gm: torch.fx.GraphModule) -> int:
+    """Queue every convolution of an aten graph; how many were queued."""
+    return sum(request_from_node(n) for n in gm.graph.nodes if n.op == "call_function")
+
+
+@contextlib.contextmanager
+def active() -> Iterator[None]:
+    """A region in which the thread may work: pyjit compiling a graph or making its first call.
+
+    Outside every region the thread starts nothing, and leaving the last region waits for the
+    call in flight: user code never runs beside a warm-up call (a CUDA graph capture there
+    would be invalidated by the thread's allocations and launches)."""
+    global _active
+    with _lock:
+        _active += 1
+        _changed.notify_all()
+    try:
+        yield
+    finally:
+        with _lock:
+            _active -= 1
+            while _active == 0 and _running:
+                _changed.wait()
+            _changed.notify_all()
+
+
+@contextlib.contextmanager
+def timing() -> Iterator[None]:
+    """Around a device timing: no warm-up call starts inside it."""
+    global _timing
+    with _lock:
+        _timing += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _timing -= 1
+            _changed.notify_all()
+
+
+def drain(timeout: float | None = None) -> bool:
+    """Run the queue to its end (tests, diagnostics); False on timeout."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with active(), _lock:
+        while _queue or _running:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            _changed.wait(remaining)
+    return True
+
+
+def reset() -> None:
+    """Forget which calls ran and the counters (tests); drains the queue first."""
+    drain(timeout=30.0)
+    with _lock:
+        _seen.clear()
+        counters.clear()
+
+
+def _serve() -> None:
+    global _running
+    while True:
+        with _lock:
+            while not (_closing or (_queue and _active and not _timing)):
+                _changed.wait()
+            if _closing:
+                return
+            op, args = _queue.popleft()
+            _running += 1
+        try:
+            _run(op, args)
+        finally:
+            with _lock:
+                _running -= 1
+                _changed.notify_all()
+
+
+def _run(op: str, args: tuple) -> None:
+    device = next(a.device for a in args if isinstance(a, TensorSpec))
+    start = time.perf_counter()
+    try:
+        device_ctx = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+        with device_ctx, torch.no_grad():
+            real = tuple(a.make() if isinstance(a, TensorSpec) else a for a in args)
+            getattr(torch.ops.aten, op).default(*real)
+        counters["ran"] += 1
+        counters["ms"] += int((time.perf_counter() - start) * 1e3)
+    except Exception as e:  # noqa: BLE001 - the compiled graph makes this call itself and reports it
+        counters["failed"] += 1
+        log.info("convolution warm-up skipped one %s call (%s: %s)", op, type(e).__name__, e)
+
+
+def _close() -> None:
+    global _closing
+    with _lock:
+        _closing = True
+        _queue.clear()
+        _changed.notify_all()
+    thread = _thread
+    if thread is not None:
+        thread.join(timeout=5.0)
+
+
+atexit.register(_close)
