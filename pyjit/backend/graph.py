@@ -15,6 +15,7 @@ as one more symbol.
 """
 from __future__ import annotations
 
+import dataclasses
 import operator
 from typing import Any
 
@@ -505,11 +506,27 @@ class GraphLowering(torch.fx.Interpreter):
                     # its one non-empty part) is copied into eager's layout; the scheduler can
                     # fuse the copy into the producing kernel.
                     value = self.realize(self._copy_of(value), want)
+                if want is not None and not isinstance(value, InputBuffer):
+                    value = self._with_eager_unit_strides(value, want)
             results.append(value)
         self.outputs = results
         return results
 
     # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def _with_eager_unit_strides(value: IRNode, want: tuple[int, ...]) -> IRNode:
+        """``value`` viewed with eager's strides in its dimensions of size 1 too. Those never
+        move an element, but they are visible: ``.stride()``, and ATen's memory-format guess
+        (a channels-last ``[N, C, 1, 1]`` pooled value reads as NCHW with row-major strides)."""
+        layout = getattr(value, "layout", None)
+        if layout is None or tuple(layout.stride) == tuple(want) or not _same_strides(layout, want):
+            return value
+        base = as_strided_layout(value)
+        if base is None:
+            return value
+        buffer, lay = base
+        return ReinterpretView(buffer, dataclasses.replace(lay, stride=tuple(want)))
+
     def _scattered_region(self, dst: InputBuffer) -> tuple[IRNode, IRNode] | None:
         """For ``copy_(x, slice_scatter(x, src, ...))`` (or select_scatter): the view of ``x`` and ``src``.
 

@@ -507,3 +507,44 @@ def test_attention_bias_rows_not_aligned(device: str, permuted: bool) -> None:
     raised). The bias is now copied into padded rows when its strides are not so."""
     torch.manual_seed(0)
     check_training(MaskedShortAttention(permuted=permuted).to(device), [torch.randn(2, 2, 5, 16, device=device)])
+
+
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_global_average_pooling_trains_without_a_functionalizing_retrace(channels_last: bool,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """ATen's global average pooling of a channels-last input restrides its mean in place
+    (``as_strided_``); the joint trace takes it as a clone into channels-last, so the backward
+    has no in-place op and the joint graph is not traced a second time to functionalize it.
+    The pooled output keeps eager's strides."""
+    from pyjit.backend.aot import joint
+
+    retraces: list[int] = []
+    original = joint._functionalize
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        retraces.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(joint, "_functionalize", counting)
+
+    class Head(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3, padding=1)
+            self.fc = nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            pooled = F.adaptive_avg_pool2d(torch.relu(self.conv(x)), 1)
+            return pooled, self.fc(pooled.flatten(1))
+
+    torch.manual_seed(0)
+    model = Head()
+    x = torch.randn(2, 3, 6, 6, requires_grad=True)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        x = x.detach().to(memory_format=torch.channels_last).requires_grad_()
+    compiled = check_training(model, [x])
+    pooled, _ = compiled(x)
+    expected, _ = Head.forward(model, x)
+    assert pooled.stride() == expected.stride()
+    assert not retraces

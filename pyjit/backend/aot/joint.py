@@ -228,9 +228,52 @@ def trace_forward(forward: Callable[..., Any], fake_mode: Any, fakes: Sequence[t
                 values.append(n.args[1])
             fw.graph.erase_node(n)
     output.args = (list(output.args[0]) + values,)
+    _functional_restrides(fw, fake_mode)
     eliminate_dead_code(fw.graph)
     fw.recompile()
     return fw, spec_box[-1], mutated
+
+
+def _functional_restrides(fw: torch.fx.GraphModule, fake_mode: Any) -> None:
+    """Each ``as_strided_`` that only lays a fresh value out again in a standard memory format
+    becomes a ``clone`` into that format (same values and strides).
+
+    ATen's global average pooling of a channels-last input is the mean over H and W restrided
+    so in place. Autograd differentiates ``as_strided_`` by copying into a fresh storage, an
+    in-place op, which made every training graph of a network with global pooling (ResNet,
+    MobileNet, ConvNeXt...) take a second, functionalizing trace of its whole joint graph;
+    a clone's gradient is the identity. Only values nothing else reads qualify: no other node
+    can observe the change of strides."""
+    for node in list(fw.graph.nodes):
+        if node.op != "call_function" or node.target is not aten.as_strided_.default:
+            continue
+        base = node.args[0]
+        if not isinstance(base, torch.fx.Node) or base.op != "call_function" or len(base.users) != 1 \
+                or not isinstance(base.target, torch._ops.OpOverload) or base.target.is_view:
+            continue
+        size, stride = list(node.args[1]), list(node.args[2])
+        offset = node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset")
+        restrided = node.meta.get("val")
+        if offset not in (None, 0) or not isinstance(restrided, torch.Tensor) or restrided.storage_offset() != 0:
+            continue
+        # The base's traced value is the same fake tensor, restrided by the trace: recompute it.
+        with fake_mode:
+            args, kwargs = pytree.tree_map(lambda a: a.meta["val"] if isinstance(a, torch.fx.Node) else a,
+                                           (base.args, base.kwargs))
+            fresh = base.target(*args, **kwargs)
+        if not isinstance(fresh, torch.Tensor) or list(fresh.shape) != size:
+            continue
+        formats = [torch.contiguous_format] + ([torch.channels_last] if len(size) == 4 else [])
+        fmt = next((f for f in formats
+                    if list(torch.empty(size, device="meta", memory_format=f).stride()) == stride), None)
+        if fmt is None:
+            continue
+        with fw.graph.inserting_before(node):
+            clone = fw.graph.call_function(aten.clone.default, (base,), {"memory_format": fmt})
+        clone.meta = dict(node.meta)
+        base.meta["val"] = fresh
+        node.replace_all_uses_with(clone)
+        fw.graph.erase_node(node)
 
 
 def _as_primal(value: Any, requires_grad: bool) -> Any:
