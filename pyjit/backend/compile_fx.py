@@ -305,6 +305,53 @@ def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
     return aten_gm, spec_box[-1]
 
 
+def _traced_already(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
+                    ) -> tuple[torch.fx.GraphModule, Any] | None:
+    """A training graph's forward or backward as it came out of the joint trace (functional,
+    decomposed aten with traced values) and a copy of it with flat outputs, instead of tracing
+    it again (a second of a CNN's first call per graph); None when it must be traced.
+
+    Only when every input's traced value has the example input's sizes, strides, storage offset,
+    dtype and device (a saved value the compiled forward produced in other strides changes the
+    strides that every value after it was traced with), and the graph has no in-place op and no
+    random op (their element order is fixed while tracing, ``passes/rng_order.py``)."""
+    from .aot.partition import ATEN_FUNCTIONAL
+
+    if not gm.meta.get(ATEN_FUNCTIONAL):
+        return None
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        return None
+    for node, example in zip(placeholders, example_inputs):
+        traced = node.meta.get("val")
+        if isinstance(example, torch.Tensor):
+            if not isinstance(traced, torch.Tensor) or tensor_metadata([traced]) != tensor_metadata([example]) \
+                    or (traced.dtype, traced.device) != (example.dtype, example.device):
+                return None
+        elif isinstance(traced, torch.Tensor) or type(traced) is not type(example) or traced != example:
+            return None
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            if node.target._schema.is_mutable or torch.Tag.nondeterministic_seeded in node.target.tags:
+                return None
+        elif node.op not in ("placeholder", "output", "call_function"):
+            return None
+        if node.op == "call_function" and "val" not in node.meta:
+            return None
+    graph = copy_graph(gm.graph)
+    output = next(n for n in graph.nodes if n.op == "output")
+    leaves, spec = pytree.tree_flatten(output.args[0])
+    if not all(isinstance(leaf, torch.fx.Node) for leaf in leaves):
+        return None
+    output.args = (list(leaves),)
+    from .passes.graph_utils import eliminate_dead_code
+    eliminate_dead_code(graph)
+    aten_gm = torch.fx.GraphModule(gm, graph, class_name=type(gm).__name__)
+    aten_gm.meta.update(gm.meta)
+    metrics.traced_already += 1
+    return aten_gm, spec
+
+
 def _is_fake(t: torch.Tensor) -> bool:
     from torch._subclasses.fake_tensor import FakeTensor
     return isinstance(t, FakeTensor)
@@ -354,7 +401,8 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], symbolic: list
             extra_guards = _new_guards(shape_env, guards_before)
             facts = _guard_facts(shape_env)
     else:
-        aten_gm, out_spec = trace_to_aten(gm, example_inputs)
+        traced_already = _traced_already(gm, example_inputs)
+        aten_gm, out_spec = traced_already or trace_to_aten(gm, example_inputs)
     from .passes import run_passes  # attention -> fused SDPA, eval BN folded into conv
     run_passes(aten_gm)
     from .passes.host_values import move_host_values  # CPU values of a CUDA graph: one transfer

@@ -27,6 +27,7 @@ class Metrics:
     conv_bn_folds: int = 0  # eval batch norms folded into the convolution (passes/conv_bn.py)
     layout_graphs: int = 0  # graphs whose convolutions were made channels-last (passes/layout.py)
     layout_skipped: list[str] = dataclasses.field(default_factory=list)  # graphs left alone, with the reason
+    traced_already: int = 0  # training graphs lowered as the joint trace made them (compile_fx._traced_already)
     host_values: int = 0  # 0-d CPU values read by a CUDA graph, moved in one copy (passes/host_values.py)
 
     def reset(self) -> None:

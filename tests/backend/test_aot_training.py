@@ -548,3 +548,30 @@ def test_global_average_pooling_trains_without_a_functionalizing_retrace(channel
     expected, _ = Head.forward(model, x)
     assert pooled.stride() == expected.stride()
     assert not retraces
+
+
+def test_training_graphs_are_lowered_as_the_joint_trace_made_them() -> None:
+    """The forward and backward of a partition are functional aten graphs with traced values:
+    compile_fx lowers them without tracing them again, with the same results."""
+    from pyjit import config as cfg
+
+    backend.metrics.reset()
+    torch.manual_seed(0)
+    with cfg.patch(backend_disk_cache=False, aot_defer_saving=False):  # lowered here, not read from the cache
+        check_training(MLP(), [torch.randn(4, 16, requires_grad=True)])
+    assert backend.metrics.traced_already == 2
+
+
+def test_a_graph_with_random_ops_is_traced_again() -> None:
+    """Random ops draw in eager's element order only when traced before functionalization."""
+    from pyjit import config as cfg
+
+    backend.metrics.reset()
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return F.dropout(x.sin(), 0.5, training=True) * 2
+
+    with cfg.patch(backend_disk_cache=False, aot_defer_saving=False):
+        check_training(f, [torch.randn(64, requires_grad=True)], seed=3)
+    assert backend.metrics.compiled_graphs == 2
+    assert backend.metrics.traced_already == 1  # the backward has no random op

@@ -235,6 +235,11 @@ def _ancestors(outputs: Iterable[torch.fx.Node], stop: set[torch.fx.Node]) -> se
     return seen
 
 
+# gm.meta key of the graphs a partition makes: functional aten graphs, decomposed by the joint
+# trace, whose nodes carry their traced values (compile_fx then need not trace them again).
+ATEN_FUNCTIONAL = "pyjit_aten_functional"
+
+
 def _extract(joint_gm: torch.fx.GraphModule, roles: _Roles, inputs: list[torch.fx.Node],
              outputs: list[Any], name: str, checks: Sequence[torch.fx.Node] = ()
              ) -> tuple[torch.fx.GraphModule, list[torch.fx.Node]]:
@@ -257,6 +262,7 @@ def _extract(joint_gm: torch.fx.GraphModule, roles: _Roles, inputs: list[torch.f
         copied.append(n)
     graph.output([env[o] if isinstance(o, torch.fx.Node) else o for o in outputs])
     gm = torch.fx.GraphModule(joint_gm, graph, class_name=name)
+    gm.meta[ATEN_FUNCTIONAL] = True
     return gm, copied
 
 
