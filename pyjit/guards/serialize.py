@@ -37,9 +37,11 @@ Two rules keep a rebuilt guard as strong as the original:
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import sys
+import threading
 import types
 from typing import Any
 
@@ -124,11 +126,41 @@ def _is_user_code(code: types.CodeType) -> bool:
     return not is_library_code(code)
 
 
+# Fingerprints computed during one dump or load of a guard set: the guards of a network name each
+# of its module classes many times (one type check per instance), and a class's fingerprint walks
+# every member of its MRO, nn.Module's included. Per call, not per process: classes may change.
+_fingerprint_memo = threading.local()
+
+
+@contextlib.contextmanager
+def _memoized_fingerprints() -> Any:
+    outer = getattr(_fingerprint_memo, "table", None)
+    if outer is None:
+        _fingerprint_memo.table = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            _fingerprint_memo.table = None
+
+
 def code_fingerprint(value: Any) -> str | None:
     """A hash of the user code behind a function or class (None for library or code-less values).
 
     A class's fingerprint covers the functions, properties, static and class methods defined in
     the user classes of its MRO (what an inlined method call runs)."""
+    table = getattr(_fingerprint_memo, "table", None)
+    if table is None:
+        return _code_fingerprint(value)
+    hit = table.get(id(value))
+    if hit is not None and hit[0] is value:
+        return hit[1]
+    fingerprint = _code_fingerprint(value)
+    table[id(value)] = (value, fingerprint)
+    return fingerprint
+
+
+def _code_fingerprint(value: Any) -> str | None:
     fn = getattr(value, "__func__", value)
     code = getattr(fn, "__code__", None)
     if isinstance(code, types.CodeType):
@@ -266,11 +298,17 @@ def dump_guard(g: Guard) -> dict[str, Any]:
 
 def dump_guards(guards: GuardSet) -> list[dict[str, Any]]:
     """The guard set as data (:class:`NotSerializable` if any guard cannot cross processes)."""
-    return [{"format": GUARD_FORMAT}] + [dump_guard(g) for g in guards]
+    with _memoized_fingerprints():
+        return [{"format": GUARD_FORMAT}] + [dump_guard(g) for g in guards]
 
 
 def load_guards(data: list[dict[str, Any]], frame: FrameValues | None) -> GuardSet:
     """Rebuild a guard set; ``frame`` (the installing call's values) re-binds module identities."""
+    with _memoized_fingerprints():
+        return _load_guards(data, frame)
+
+
+def _load_guards(data: list[dict[str, Any]], frame: FrameValues | None) -> GuardSet:
     if not data or not isinstance(data[0], dict) or data[0].get("format") != GUARD_FORMAT:
         raise RebuildError(f"guard format {data[0] if data else None!r:.40}, this pyjit reads {GUARD_FORMAT}")
     out = GuardSet()
