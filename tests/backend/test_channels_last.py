@@ -392,3 +392,20 @@ def test_auto_skips_small_channel_nchw_graphs(channels: int, channels_last: bool
         assert not applied
     elif torch.cuda.is_available():
         assert applied
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x[:, :, :1, :1] * 2,  # NHWC with unit H, W: eager keeps (C, 1, C, C)
+    lambda x: x.mean((2, 3), keepdim=True),  # eager's reduction gives (C, 1, 1, 1)
+    lambda x: F.adaptive_avg_pool2d(x, 1) + 1,
+], ids=["slice", "mean", "pool"])
+def test_outputs_keep_eagers_strides_in_unit_dimensions(fn: Any) -> None:
+    """Strides of size-1 dimensions move no element, but ``.stride()`` shows them and ATen's
+    memory-format guess reads them (a ``[N, C, 1, 1]`` value with row-major strides counts as
+    NCHW): compiled outputs have eager's, as a view of the same buffer."""
+    x = torch.randn(2, 8, 4, 4).to(memory_format=torch.channels_last)
+    with cfg.patch(backend_disk_cache=False):
+        compiled = compile_graph(torch.fx.symbolic_trace(fn), [x])
+    out, expected = compiled(x), fn(x)
+    torch.testing.assert_close(out, expected)
+    assert out.stride() == expected.stride()
