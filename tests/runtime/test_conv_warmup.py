@@ -21,6 +21,7 @@ from pyjit.runtime.conv_warmup import TensorSpec
 @pytest.fixture
 def warm_cpu(monkeypatch: pytest.MonkeyPatch, tmp_path) -> Iterator[None]:
     conv_warmup.reset()
+    pyjit.reset()  # no frame entries (nor sizes seen) from other tests: each compiles statically
     monkeypatch.setattr(conv_warmup, "device_types", frozenset({"cpu"}))
     with cfg.patch(cache_dir=str(tmp_path / "cache"), conv_warmup=True):
         yield
@@ -58,6 +59,25 @@ def test_training_a_conv_net_warms_its_convolutions_and_matches_eager(warm_cpu: 
     assert conv_warmup.counters["requested"] == 6, dict(conv_warmup.counters)
     assert conv_warmup.counters["ran"] == 6
     assert conv_warmup.counters["failed"] == 0
+
+
+def test_inference_graph_queues_its_convolutions_before_lowering(warm_cpu: None) -> None:
+    """An inference graph's convolutions are queued from its aten graph, before it is lowered;
+    the lowering's own requests (same layouts) add nothing. Results equal eager's."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 6, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(6, 6, 3, padding=1, groups=3), torch.nn.ReLU(),
+                                torch.nn.Conv2d(6, 6, 3, padding=1, groups=3)).eval()
+    x = torch.randn(2, 3, 10, 10)
+    with torch.no_grad():
+        out = pyjit.jit(model)(x)
+        torch.testing.assert_close(out, model(x))
+    assert conv_warmup.drain(timeout=60)
+    # Three distinct calls: the first two convolutions' biases moved into their epilogues, the
+    # last one's (the graph's output) stays; the lowering's three requests were all seen.
+    assert conv_warmup.counters["requested"] == 3, dict(conv_warmup.counters)
+    assert conv_warmup.counters["skipped"] == 3
+    assert conv_warmup.counters["ran"] == 3
 
 
 def test_a_call_runs_once_per_process(warm_cpu: None) -> None:
