@@ -36,6 +36,7 @@ import atexit
 import collections
 import contextlib
 import dataclasses
+import os
 import threading
 import time
 from typing import Any, Iterator
@@ -246,4 +247,14 @@ def _close() -> None:
         thread.join(timeout=5.0)
 
 
+def _after_fork_in_child() -> None:
+    """A forked child has no warm-up thread, and the lock may be held by a thread it lacks."""
+    global _lock, _changed, _thread, _active, _timing, _running
+    _lock = threading.Lock()
+    _changed = threading.Condition(_lock)
+    _queue.clear()
+    _thread, _active, _timing, _running = None, 0, 0, 0
+
+
 atexit.register(_close)
+os.register_at_fork(after_in_child=_after_fork_in_child)
