@@ -80,13 +80,15 @@ def test_inference_graph_queues_its_convolutions_before_lowering(warm_cpu: None)
     assert conv_warmup.counters["ran"] == 3
 
 
-def test_a_call_runs_once_per_process(warm_cpu: None) -> None:
+def test_a_call_runs_once_per_process(warm_cpu: None, caplog: pytest.LogCaptureFixture) -> None:
     args = _conv_args(cout=6)
     assert conv_warmup.request("convolution", args)
     assert not conv_warmup.request("convolution", args)
     assert conv_warmup.request("convolution", _conv_args(cout=7))  # another shape is another plan
-    assert conv_warmup.drain(timeout=30)
+    with caplog.at_level("INFO", logger="pyjit.compile_times"):
+        assert conv_warmup.drain(timeout=30)
     assert conv_warmup.counters["ran"] == 2
+    assert "convolution warm-up: queue done, 2 call(s) run" in caplog.text
 
 
 def test_layout_is_part_of_the_call(warm_cpu: None) -> None:
