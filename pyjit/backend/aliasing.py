@@ -100,6 +100,36 @@ def output_aliases(gm: torch.fx.GraphModule) -> list[OutputAlias] | None:
     return _outputs_sharing_memory(result, [leaf.meta["example_value"] for leaf in leaves])
 
 
+def symbolic_output_alias(gm: torch.fx.GraphModule) -> str | None:
+    """Why a graph's outputs cannot be compiled with symbolic sizes, or None: an output that
+    shares memory with an input or with another output in eager (a view). :class:`OutputFixer`
+    restores those relations from static sizes and strides only, and a compiled graph returns
+    fresh tensors, so a later in-place op on one would not show in the other."""
+    graph = getattr(gm, "graph", None)
+    if not isinstance(graph, torch.fx.Graph):
+        return None
+    output = next((n for n in graph.nodes if n.op == "output"), None)
+    if output is None:
+        return None
+    inputs = {}
+    for p in graph.nodes:
+        v = p.meta.get("example_value") if p.op == "placeholder" else None
+        if isinstance(v, torch.Tensor) and v.layout == torch.strided:
+            inputs[_storage_key(v)] = p.target
+    seen: set[Any] = set()
+    for leaf in pytree.tree_leaves(output.args[0]):
+        val = leaf.meta.get("example_value") if isinstance(leaf, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor) or val.layout != torch.strided:
+            continue
+        key = _storage_key(val)
+        if key in inputs:
+            return f"output {leaf.name} shares memory with input {inputs[key]} (a view of it)"
+        if key in seen:
+            return f"output {leaf.name} shares memory with another output"
+        seen.add(key)
+    return None
+
+
 def _outputs_sharing_memory(result: list[OutputAlias], values: list[torch.Tensor]) -> list[OutputAlias]:
     """Relate fresh outputs that share memory with each other to one of them (the first that is
     no view, else the first): eager returns views of one new tensor."""

@@ -42,7 +42,7 @@ from ..logs import get_logger
 from ..runtime import conv_warmup
 from ..report import events, progress
 from . import graph_cache
-from .aliasing import OutputAlias, OutputFixer, created_grad_leaf, output_aliases
+from .aliasing import OutputAlias, OutputFixer, created_grad_leaf, output_aliases, symbolic_output_alias
 from .autocast import call_without_autocast
 from .input_check import InputCheck
 from .metrics import metrics
@@ -387,6 +387,9 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], symbolic: list
     extra_guards: list[Any] = []
     shape_env = None
     if symbolic is not None:
+        alias = symbolic_output_alias(gm)
+        if alias is not None:
+            raise SymbolicRefusal(alias)
         shape_env = _shape_env_of(symbolic)
         guards_before = len(shape_env.guards) if shape_env is not None else 0
         # A graph derived from a symbolic trace done elsewhere (a training graph's forward or

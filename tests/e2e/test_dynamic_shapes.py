@@ -433,3 +433,58 @@ def test_extern_argument_traced_as_a_slice_of_a_padded_buffer():
         return torch.cumsum(y, 1) + 1
 
     _one_symbolic_graph(f)
+
+
+def test_a_view_of_an_input_returned_from_a_dynamic_graph_stays_a_view() -> None:
+    """A graph with symbolic sizes returned a fresh copy where eager returns a view of an input,
+    so a later in-place op on the input did not show in the view (a wrong result through a graph
+    break). Such graphs now run as captured on their symbolic sizes (logged)."""
+
+    def head(y):
+        v = y.view(-1)
+        return v, v.size()[0]
+
+    def split(y, k):
+        v = y.view(-1)
+        print("break", k)
+        y.mul_(3)
+        return v.view(y.shape) * 1
+
+    jitted_head, jitted_split = pyjit.jit(head), pyjit.jit(split)
+    for k, shape in enumerate([(5, 3), (5, 3), (4, 4), (2, 6)]):
+        y = torch.randn(*shape)
+        v, _ = jitted_head(y)
+        assert v.data_ptr() == y.data_ptr() and v._base is y
+        y.mul_(2)
+        torch.testing.assert_close(v, y.view(-1))
+        y0 = y.clone()
+        torch.testing.assert_close(jitted_split(y, [1, -1, 3, 5][k]), y0 * 3)
+        torch.testing.assert_close(y, y0 * 3)
+
+
+def test_outputs_sharing_memory_stay_views_of_each_other_with_dynamic_sizes() -> None:
+    def f(x):
+        a = x * 2
+        return a, a.view(-1)
+
+    jitted = pyjit.jit(f)
+    for shape in [(3, 4), (3, 4), (5, 2), (2, 7)]:
+        a, flat = jitted(torch.randn(*shape))
+        a.add_(1)
+        torch.testing.assert_close(flat, a.view(-1))
+
+
+def test_a_view_of_an_input_from_a_dynamic_training_graph() -> None:
+    def f(w, y):
+        v = y.view(-1)
+        return (w * 2).sum(), v
+
+    jitted = pyjit.jit(f)
+    for shape in [(3, 4), (3, 4), (5, 2)]:
+        w = torch.randn(*shape, requires_grad=True)
+        y = torch.randn(*shape)
+        loss, v = jitted(w, y)
+        loss.backward()
+        y.add_(1)
+        torch.testing.assert_close(v, y.view(-1))
+        torch.testing.assert_close(w.grad, torch.full(shape, 2.0))

@@ -117,8 +117,12 @@ def compile_training_dynamic(gm: torch.fx.GraphModule, example_inputs: Sequence[
     """A graph with symbolic sizes that needs autograd: one symbolic training graph for every
     size (``symbolic.py``); when that is refused, static training graphs per size (logged)."""
     from ..compile_fx import _data_dependent_errors, _graph_label
+    from ..aliasing import symbolic_output_alias
     from .symbolic import compile_training_symbolic
     try:
+        alias = symbolic_output_alias(gm)
+        if alias is not None:
+            raise NotImplementedError(alias)
         return compile_training_symbolic(gm, example_inputs, symbolic)
     except (NotImplementedError, *_data_dependent_errors()) as e:
         reason = f"{type(e).__name__}: {e}" if not isinstance(e, NotImplementedError) else str(e)
