@@ -173,6 +173,22 @@ def mutated_under_no_grad(x: torch.Tensor, b: Callable[[], None]) -> Any:
     return x + 1
 
 
+def made_under_no_grad_then_written_with_grad(x: torch.Tensor, b: Callable[[], None]) -> Any:
+    with torch.no_grad():
+        y = torch.tanh(x * 2)
+    y += LIN(x)  # in eager y now requires grad (LIN's parameters), through AddBackward
+    b()
+    return y
+
+
+def made_under_no_grad_written_through_a_view(x: torch.Tensor, b: Callable[[], None]) -> Any:
+    with torch.no_grad():
+        y = x * 2
+    y[0] += LIN(x)[0]
+    b()
+    return y
+
+
 def inference_mode_region(x: torch.Tensor, b: Callable[[], None]) -> Any:
     with torch.inference_mode():
         y = LIN(x)
@@ -223,6 +239,9 @@ PROGRAMS: dict[str, tuple[Callable[..., Any], Callable[[], tuple[torch.Tensor, .
     "mutated_without_grad_value": (mutated_without_grad_value, _plain),
     "mutated_under_no_grad": (mutated_under_no_grad, _plain),
     "inference_mode_region": (inference_mode_region, _plain),
+    "made_under_no_grad_then_written_with_grad": (made_under_no_grad_then_written_with_grad, _plain),
+    "made_under_no_grad_then_written_with_grad_leaf": (made_under_no_grad_then_written_with_grad, _leaf),
+    "made_under_no_grad_written_through_a_view": (made_under_no_grad_written_through_a_view, _plain),
 }
 
 

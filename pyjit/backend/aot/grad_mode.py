@@ -17,6 +17,7 @@ without recording; replayed with autograd on, the mutation would enter the gradi
 from __future__ import annotations
 
 import copy
+import operator
 from typing import Any
 
 import torch
@@ -34,6 +35,34 @@ _NOT_COMPUTED = ("placeholder", "get_attr", "output")
 def detach_values(tree: Any) -> Any:
     """Every tensor in ``tree`` detached (what a value computed under ``no_grad`` is)."""
     return pytree.tree_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, tree)
+
+
+def detach_copy_values(tree: Any) -> Any:
+    """Every tensor in ``tree`` detached into a fresh tensor: the edge of a value that is then
+    written in place outside the region. A ``detach`` is a view, so functionalization would
+    re-derive the written value as ``detach(new value)`` and lose its gradient, where eager's
+    ``x += lin(x)`` on a value made under ``no_grad`` makes ``x`` require grad."""
+    return pytree.tree_map(lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, tree)
+
+
+def _written_outside(node: torch.fx.Node, no_grad: set[torch.fx.Node]) -> str | None:
+    """How a node outside the no-grad regions writes ``node`` in place: ``"directly"``
+    (``x += ...``), ``"through a view"`` (``x[0] += ...``), or None."""
+    todo: list[tuple[torch.fx.Node, bool]] = [(node, False)]
+    seen: set[torch.fx.Node] = set()
+    while todo:
+        current, viewed = todo.pop()
+        for user in current.users:
+            if user in no_grad or user in seen or _is_set_grad(user):
+                continue
+            seen.add(user)
+            if _mutates(user) and user.args and user.args[0] is current:
+                # ``x[i] = v`` (and ``x[i] += v``, traced as getitem, iadd, setitem) writes a part.
+                return "through a view" if viewed or user.target is operator.setitem else "directly"
+            value = user.meta.get("example_value", user.meta.get("val"))
+            if isinstance(value, torch.Tensor) and value._is_view() and user.args and user.args[0] is current:
+                todo.append((user, True))
+    return None
 
 
 def _is_set_grad(node: torch.fx.Node) -> bool:
@@ -105,12 +134,27 @@ def without_grad_mode_changes(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
                                           f"({node.format_node()})")
     if mode != initial:
         raise NotImplementedError("the graph ends in another grad mode than it started in")
+    order = {n: i for i, n in enumerate(graph.nodes)}
     for node in [n for n in graph.nodes if n in no_grad]:  # graph order: stable node names
         outside = [u for u in node.users if u not in no_grad and not _is_set_grad(u)]
         if not outside:
             continue
+        edge = detach_values
+        written = _written_outside(node, no_grad)
+        if written == "through a view":
+            # The functional form of that write differentiates through aten.copy (no formula).
+            raise NotImplementedError("a value made under no_grad is written in place through a view with "
+                                      f"grad enabled ({node.format_node()})")
+        if written:
+            # Its users outside read a fresh copy (written there in place as in eager); a
+            # no-grad region after the write would read the unwritten value: refused.
+            first_outside = min(order[u] for u in outside)
+            if any(u in no_grad and order[u] > first_outside for u in node.users):
+                raise NotImplementedError("a value made under no_grad is written in place with grad enabled "
+                                          f"and read again under no_grad ({node.format_node()})")
+            edge = detach_copy_values
         with graph.inserting_after(node):
-            detached = graph.call_function(detach_values, (node,))
+            detached = graph.call_function(edge, (node,))
         detached.meta = {k: v for k, v in node.meta.items() if k in ("stack_trace", "example_value", "val")}
         for user in outside:
             user.replace_input_with(node, detached)
