@@ -116,7 +116,7 @@ def symbolic_output_alias(gm: torch.fx.GraphModule) -> str | None:
         v = p.meta.get("example_value") if p.op == "placeholder" else None
         if isinstance(v, torch.Tensor) and v.layout == torch.strided:
             inputs[_storage_key(v)] = p.target
-    seen: set[Any] = set()
+    seen: dict[Any, torch.fx.Node] = {}
     for leaf in pytree.tree_leaves(output.args[0]):
         val = leaf.meta.get("example_value") if isinstance(leaf, torch.fx.Node) else None
         if not isinstance(val, torch.Tensor) or val.layout != torch.strided:
@@ -124,9 +124,9 @@ def symbolic_output_alias(gm: torch.fx.GraphModule) -> str | None:
         key = _storage_key(val)
         if key in inputs:
             return f"output {leaf.name} shares memory with input {inputs[key]} (a view of it)"
-        if key in seen:
-            return f"output {leaf.name} shares memory with another output"
-        seen.add(key)
+        if key in seen and seen[key] is not leaf:  # the same value twice is the same tensor twice
+            return f"output {leaf.name} shares memory with output {seen[key].name}"
+        seen[key] = leaf
     return None
 
 
