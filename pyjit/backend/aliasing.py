@@ -46,6 +46,9 @@ class OutputAlias:
     # False for a view made under ``no_grad`` of a tensor that requires grad: it requires grad
     # but has no grad_fn (rebuilt under ``no_grad`` too).
     has_grad_fn: bool = True
+    # A fresh output of a graph with symbolic sizes (:func:`fresh_output_views`): ``size`` and
+    # ``stride`` are empty, copies keep the compiled value's own dense layout.
+    symbolic: bool = False
 
 
 def _storage_key(t: torch.Tensor) -> Any:
@@ -98,6 +101,27 @@ def output_aliases(gm: torch.fx.GraphModule) -> list[OutputAlias] | None:
         result.append(OutputAlias(index, same, size, stride, offset - base_offset, bool(val.requires_grad),
                                   bool(val._is_view()), has_grad_fn=val.grad_fn is not None))
     return _outputs_sharing_memory(result, [leaf.meta["example_value"] for leaf in leaves])
+
+
+def fresh_output_views(gm: torch.fx.GraphModule) -> list[OutputAlias] | None:
+    """:func:`output_aliases` for a graph with symbolic sizes whose outputs share memory with no
+    input and no other output (what :func:`symbolic_output_alias` admits): each output is fresh,
+    and the only relation left to keep is whether eager's is a view (of a value nobody else holds,
+    ``(y * 2)[:, :1]``), which needs no size."""
+    graph = getattr(gm, "graph", None)
+    if not isinstance(graph, torch.fx.Graph) or symbolic_output_alias(gm) is not None:
+        return None
+    output = next((n for n in graph.nodes if n.op == "output"), None)
+    if output is None:
+        return None
+    result: list[OutputAlias] = []
+    for leaf in pytree.tree_leaves(output.args[0]):
+        val = leaf.meta.get("example_value") if isinstance(leaf, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor) or val.layout != torch.strided:
+            return None
+        result.append(OutputAlias(None, False, (), (), 0, bool(val.requires_grad), bool(val._is_view()),
+                                  has_grad_fn=val.grad_fn is not None, symbolic=True))
+    return result
 
 
 def symbolic_output_alias(gm: torch.fx.GraphModule) -> str | None:
@@ -168,7 +192,10 @@ def rebuild_alias(base: torch.Tensor, alias: OutputAlias) -> torch.Tensor:
 def fresh_copy(value: torch.Tensor, alias: OutputAlias, view: bool = False) -> torch.Tensor:
     """A new tensor with ``value``'s values in eager's layout (eager's output was fresh);
     ``view``: returned as a view of that new tensor, as eager's (a view of an intermediate)."""
-    out = torch.empty_strided(alias.size, alias.stride, dtype=value.dtype, device=value.device).copy_(value)
+    if alias.symbolic:
+        out = value.clone(memory_format=torch.preserve_format)
+    else:
+        out = torch.empty_strided(alias.size, alias.stride, dtype=value.dtype, device=value.device).copy_(value)
     return out.as_strided(out.size(), out.stride(), out.storage_offset()) if view else out
 
 

@@ -42,7 +42,8 @@ from ..logs import get_logger
 from ..runtime import conv_warmup
 from ..report import events, progress
 from . import graph_cache
-from .aliasing import OutputAlias, OutputFixer, created_grad_leaf, output_aliases, symbolic_output_alias
+from .aliasing import (OutputAlias, OutputFixer, created_grad_leaf, fresh_output_views, output_aliases,
+                       symbolic_output_alias)
 from .autocast import call_without_autocast
 from .input_check import InputCheck
 from .metrics import metrics
@@ -706,7 +707,7 @@ def _make_callable(gm: torch.fx.GraphModule, call: Callable[[list[Any]], Any], o
     # Outputs the compiled code returns with another relation to the inputs than eager's (an
     # input buffer for a fresh tensor, a copy for a view): rebuilt per call (backend/aliasing.py).
     if aliases is None:
-        aliases = output_aliases(gm)
+        aliases = output_aliases(gm) if check is None else fresh_output_views(gm)
     fixer = OutputFixer(aliases) if aliases is not None else None
     fixing = [False]
 

@@ -341,7 +341,16 @@ def finalize_shape_guards(output: "OutputGraph", policy: DynamicPolicy | None) -
 
     exprs: list[Any] = [env.simplify(g.expr) for g in env.guards]
     pinned: set[Any] = {sym for sym in scalar_syms if env.simplify(sym).is_number}
-    for e in exprs + [r[2] for r in relations]:
+    # A guard such as Eq(10*s0 + s1, 7) (an f-string needed the value) becomes a ShapeEnv
+    # replacement s1 -> 7 - 10*s0 and then simplifies to True: the replacement itself is the
+    # relation to guard, or the entry would accept any s1.
+    replaced: dict[Any, Any] = {}
+    for sym in scalar_syms:
+        if sym not in pinned:
+            target = env.simplify(sym)
+            if target != sym:
+                replaced[sym] = target
+    for e in exprs + [r[2] for r in relations] + [sympy.Eq(s, t) for s, t in replaced.items()]:
         pinned |= {sym for sym in e.free_symbols & set(scalar_syms) if type(scalar_syms[sym].value) is float}
     for sym, gi in scalar_syms.items():
         if sym in pinned:
@@ -352,6 +361,8 @@ def finalize_shape_guards(output: "OutputGraph", policy: DynamicPolicy | None) -
         output.guards.add(GuardKind.TYPE_MATCH, gi.source, type(gi.value))
         if type(gi.value) is int:
             bound[sym] = new_slot(SlotOrigin(gi.source, "scalar", None))
+            if sym in replaced:
+                relations.append(("eq", bound[sym], replaced[sym]))
     values = {sym: scalar_syms[sym].value for sym in pinned}
     for sym in list(bound):
         rng = env.var_to_range.get(sym)

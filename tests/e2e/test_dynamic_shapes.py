@@ -225,6 +225,35 @@ def test_scalar_in_control_flow_stays_specialised():
         close(jf(x, n), f(x, n))
 
 
+def test_a_value_specialised_from_two_symbolic_scalars_is_guarded_on_both(capsys):
+    """Formatting ``k * 10 + count`` (two symbolic ints) pins their sum, which the ShapeEnv keeps
+    as a replacement of one symbol by the other: that replacement must be guarded too, and the
+    closure cell written back from the right value."""
+    count = 0
+
+    def tick():
+        nonlocal count
+        count += 1
+        return count
+
+    def f(x, k):
+        k = k * 10 + tick()
+        print(f"k={k}")
+        return x + k
+
+    x = torch.randn(3)
+    expected = []
+    for k in [5, -1, 5, 7, 7]:
+        expected.append(f(x, k))
+    eager_count, eager_out = count, capsys.readouterr().out
+    count = 0
+    jf = pyjit.jit(f, backend="eager")
+    for k, want in zip([5, -1, 5, 7, 7], expected):
+        close(jf(x, k), want)
+    assert count == eager_count
+    assert capsys.readouterr().out == eager_out
+
+
 def test_closures_from_one_factory_share_one_dynamic_entry():
     def make(scale):
         def scaled(x):
@@ -488,3 +517,18 @@ def test_a_view_of_an_input_from_a_dynamic_training_graph() -> None:
         y.add_(1)
         torch.testing.assert_close(v, y.view(-1))
         torch.testing.assert_close(w.grad, torch.full(shape, 2.0))
+
+
+@pytest.mark.parametrize("cpu_backend", ["cpp", "triton_interpret"])
+def test_a_view_of_a_temporary_from_a_dynamic_graph_is_a_view(cpu_backend) -> None:
+    """Eager's ``(x * 2)[:, :1]`` is a view (of a value nobody else holds): ``_is_view()`` and
+    ``_base`` are observable, and the compiled graph's output is a view too at every size."""
+    def f(x):
+        return (x * 2)[:, :1], x + 1
+
+    _one_symbolic_graph(f, cpu_backend=cpu_backend)
+    jf = pyjit.jit(f, dynamic=True)
+    for n in (5, 8, 11):
+        x = torch.randn(3, n)
+        got, want = jf(x), f(x)
+        assert [t._is_view() for t in got] == [t._is_view() for t in want] == [True, False]
