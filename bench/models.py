@@ -93,6 +93,27 @@ class BasicBlock(nn.Module):
         return F.relu(y + self.shortcut(x))
 
 
+class InvertedResidual(nn.Module):
+    """MobileNetV2's block: 1x1 expand-bn-relu6, depthwise 3x3-bn-relu6, 1x1 project-bn, residual."""
+
+    def __init__(self, c: int, expanded: int):
+        super().__init__()
+        self.expand = nn.Conv2d(c, expanded, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(expanded)
+        self.depthwise = nn.Conv2d(expanded, expanded, 3, 1, 1, groups=expanded, bias=False)
+        self.bn2 = nn.BatchNorm2d(expanded)
+        self.project = nn.Conv2d(expanded, c, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(c)
+
+    def norms(self) -> list[nn.BatchNorm2d]:
+        return [self.bn1, self.bn2, self.bn3]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu6(self.bn1(self.expand(x)))
+        y = F.relu6(self.bn2(self.depthwise(y)))
+        return x + self.bn3(self.project(y))
+
+
 class SmallResNet(nn.Module):
     """A ResNet-18-shaped network shrunk to two stages of two blocks each."""
 

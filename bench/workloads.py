@@ -176,6 +176,25 @@ def _build_conv_bn_relu(device: torch.device, size: str) -> Built:
     return built
 
 
+def _build_inverted_residual(device: torch.device, size: str) -> Built:
+    """MobileNetV2's block: 1x1 expand + BN + ReLU6, depthwise 3x3 + BN + ReLU6, 1x1 project + BN,
+    residual (eval batch norms with trained-looking statistics)."""
+    b, c, hw = {"small": (4, 16, 16), "large": (32, 64, 56)}[size]
+    e = 4 * c
+    torch.manual_seed(0)
+    block = models.InvertedResidual(c, e)
+    with torch.no_grad():
+        for bn in block.norms():
+            bn.running_mean.normal_(0.0, 0.5)
+            bn.running_var.uniform_(0.5, 1.5)
+            bn.weight.normal_(1.0, 0.2)
+            bn.bias.normal_(0.0, 0.2)
+    built = module_built(block.eval(), device, lambda g: (randn(g, device, b, c, hw, hw),),
+                         f"[{b},{c},{hw},{hw}] expand {e}, depthwise 3x3 f32")
+    built.flops = 2.0 * b * hw * hw * (2 * c * e + 9 * e)
+    return built
+
+
 def _build_gpt2_block(device: torch.device, size: str) -> Built:
     b, t, d, h = {"small": (2, 64, 128, 4), "large": (8, 1024, 768, 12)}[size]
     torch.manual_seed(0)
@@ -258,6 +277,8 @@ KERNELS: tuple[Workload, ...] = (
              "conv_bn_relu_block with module and input in channels_last", atol=3e-3, rtol=3e-3),
     Workload("resnet_block_cl", "kernels", models.channels_last(_build_resnet_block),
              "resnet_block with module and input in channels_last", atol=1e-3, rtol=1e-3),
+    Workload("inverted_residual_cl", "kernels", models.channels_last(_build_inverted_residual),
+             "MobileNetV2 block (1x1, depthwise 3x3, 1x1; eval BN) in channels_last", atol=3e-3, rtol=3e-3),
     Workload("mlp", "kernels", _build_mlp, "Linear-GELU-Linear", atol=1e-3, rtol=1e-3),
     Workload("mlp_autocast_bf16", "kernels", _build_mlp_autocast,
              "Linear-GELU-Linear, fp32 weights under torch.autocast bf16 (weight casts as matmul prologues)",

@@ -86,6 +86,8 @@ def graph_key_fields(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Te
                 _cuda_models(example_inputs),
                 # Channels-last layout for convolution graphs (passes/layout.py).
                 config.layout_opt,
+                # Depthwise convolutions generated or extern (lowering/convolution.py).
+                config.conv_template,
                 # The ambient state the trace to aten reads: autocast's casts become nodes, and
                 # factory calls take the default dtype.
                 autocast_state(), torch.get_default_dtype())
