@@ -133,10 +133,10 @@ class Config:
     # convolution (cuDNN's NHWC kernels); "on": also on CPU (tests); "off": never.
     layout_opt: Literal["auto", "on", "off"] = "auto"
     # Backend: depthwise convolutions (one filter per channel) as generated kernels with their
-    # batch norm and activation fused (lowering/convolution.py, PYJIT_CONV_TEMPLATE). "auto": on
-    # CUDA; "force": on every target (the C++ generator, the Triton interpreter; tests); "off":
-    # every convolution is an extern call (cuDNN, oneDNN).
-    conv_template: Literal["auto", "force", "off"] = "auto"
+    # batch norm and activation fused (lowering/convolution.py, PYJIT_CONV_TEMPLATE=1), on every
+    # target. Off: every convolution is an extern call (cuDNN, oneDNN), which measured faster on
+    # an H200 and on this repository's CPU (docs/performance.md, "Depthwise convolutions").
+    conv_template: bool = False
     # Training runtime (backend/aot): a graph that needs autograd first runs a forward that saves
     # only its inputs; the first backward through it recomputes the saved activations and from
     # then on the forward saves them (min-cut partition). So grad-enabled inference
@@ -219,10 +219,10 @@ def _from_environment(env: "os._Environ[str] | dict[str, str]") -> Config:
     if layout not in ("auto", "on", "off"):
         raise ValueError(f"PYJIT_LAYOUT_OPT={layout!r} must be auto, on or off")
     cfg.layout_opt = layout  # type: ignore[assignment]
-    conv = env.get("PYJIT_CONV_TEMPLATE", "auto").strip() or "auto"
-    if conv not in ("auto", "force", "off"):
-        raise ValueError(f"PYJIT_CONV_TEMPLATE={conv!r} must be auto, force or off")
-    cfg.conv_template = conv  # type: ignore[assignment]
+    conv = env.get("PYJIT_CONV_TEMPLATE", "0").strip() or "0"
+    if conv not in ("0", "1"):
+        raise ValueError(f"PYJIT_CONV_TEMPLATE={conv!r} must be 0 or 1")
+    cfg.conv_template = conv == "1"
     parallel = env.get("PYJIT_PARALLEL_COMPILE", "processes").strip() or "processes"
     parallel = {"1": "processes", "0": "off"}.get(parallel, parallel)
     if parallel not in ("processes", "threads", "off"):
