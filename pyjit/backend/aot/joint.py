@@ -196,8 +196,7 @@ def trace_forward(forward: Callable[..., Any], fake_mode: Any, fakes: Sequence[t
         # which read sizes() and so specialise every size symbol: decompose in Python first
         # (the caller enabled the Python dispatcher), then functionalize that aten graph.
         with fake_mode, torch.set_grad_enabled(any(grads)):
-            decomposed = make_fx(flat_forward, decomposition_table=decompositions, tracing_mode="real",
-                                 record_stack_traces=True)(*inputs)
+            decomposed = make_fx(flat_forward, decomposition_table=decompositions, tracing_mode="real")(*inputs)
 
         def traced(*args: Any) -> Any:
             with torch.fx.traceback.preserve_node_meta():
@@ -206,7 +205,9 @@ def trace_forward(forward: Callable[..., Any], fake_mode: Any, fakes: Sequence[t
     fn = torch.func.functionalize(traced, remove="mutations")
     try:
         with fake_mode, torch.set_grad_enabled(any(grads)):
-            fw = make_fx(fn, decomposition_table=decompositions, tracing_mode="real", record_stack_traces=True)(*inputs)
+            # (Every node keeps the captured node's stack trace through ``preserve_node_meta``:
+            # none is extracted from the Python stack, which would only find pyjit's frames.)
+            fw = make_fx(fn, decomposition_table=decompositions, tracing_mode="real")(*inputs)
     except RuntimeError as e:
         # The primals are leaves: an input that requires grad (a leaf or not for the caller)
         # written in place cannot be traced so; the refusal below, met earlier.
@@ -422,11 +423,12 @@ def _trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_i
 
     def joint(primals: list[torch.Tensor], tangents: list[torch.Tensor]) -> list[Any]:
         primals = [_as_primal(p, r) for p, r in zip(primals, requires_grad)]
-        with torch.enable_grad():
+        with torch.enable_grad(), torch.fx.traceback.preserve_node_meta():
             # ``fw`` was traced below autocast (its casts are nodes): replayed with autocast off,
             # or an op eager ran in fp32 inside ``autocast(enabled=False)`` would be cast again.
             # The backward below is traced in the caller's autocast state (the forward's), as if
             # it ran inside the same autocast region; its casts become nodes too.
+            # (The replay keeps each forward node's meta: its user stack trace.)
             outs = call_without_autocast(FunctionInterpreter(fw).run, *primals)
         wrt = [p for p in primals if isinstance(p, torch.Tensor) and p.requires_grad]
         diff = [outs[i] for i in tangent_outputs]
@@ -443,8 +445,11 @@ def _trace_joint(gm: torch.fx.GraphModule, state_names: Sequence[str], example_i
         fw_values = [n.meta["val"] for n in out_node.args[0]]
         tangent_fakes = [torch.empty_like(fw_values[i], memory_format=torch.contiguous_format)
                          for i in tangent_outputs]
+        # No stack traces recorded here: the forward's nodes carry the user's (above), and
+        # extracting one per backward node only found pyjit's and torch's own frames
+        # (about 15% of a CNN's joint trace).
         joint_gm = make_fx(joint, decomposition_table=decompositions, tracing_mode="real",
-                           record_stack_traces=True)(primal_fakes, tangent_fakes)
+                           record_stack_traces=False)(primal_fakes, tangent_fakes)
     _strip_detach(joint_gm)
     if _has_mutation(joint_gm):
         joint_gm = _functionalize(joint_gm, fake_mode, primal_fakes + tangent_fakes, decompositions)
