@@ -532,3 +532,20 @@ def test_a_view_of_a_temporary_from_a_dynamic_graph_is_a_view(cpu_backend) -> No
         x = torch.randn(3, n)
         got, want = jf(x), f(x)
         assert [t._is_view() for t in got] == [t._is_view() for t in want] == [True, False]
+
+
+def test_detach_of_an_input_from_a_dynamic_training_graph_is_no_view() -> None:
+    """A graph with symbolic sizes over an input that requires grad compiles a static training
+    graph per size; each keeps eager's relation of its outputs to the inputs: ``x.detach()``
+    shares memory but is no view, ``x[1:]`` is a view requiring grad."""
+    def f(x):
+        return x.detach(), x[1:], x * 2
+
+    jf = pyjit.jit(f)
+    for n in (5, 6, 7):
+        x = torch.randn(n, 3, requires_grad=True)
+        got, want = jf(x), f(x)
+        for g, w in zip(got, want):
+            close(g, w)
+            assert (g._is_view(), g.requires_grad, g._base is x) == (w._is_view(), w.requires_grad, w._base is x)
+        assert got[0].data_ptr() == x.data_ptr()

@@ -61,7 +61,8 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], fw_comp
     inputs = [*example_inputs, *fetch_attributes(gm, attr_names)]
     joint = trace_joint(gm, attr_names, inputs, decompositions)
     part = partition_joint(joint, partition)
-    # cuDNN builds the backward's convolution plans while the forward compiles and runs.
+    # cuDNN builds the backward's convolution plans while the forward compiles and runs (the
+    # forward's own, queued when it compiles, go before them: its first call comes first).
     conv_warmup.request_graph(part.bw_gm)
     label = _label(gm)
     examples = [_detach(t) for t in inputs]
@@ -168,6 +169,7 @@ def compile_training_per_size(gm: torch.fx.GraphModule, example_inputs: Sequence
                 return gm.forward(*args)
             static_gm = _bind_scalars(gm, {i: args[i] for i in scalar_positions})
             tensors = [a for i, a in enumerate(args) if i not in scalar_positions]
+            _propagate_static_values(static_gm, tensors)
             inner = compile_training(static_gm, tensors)
             fn = compiled[key] = (lambda *a, _inner=inner: _inner(*[x for i, x in enumerate(a)
                                                                     if i not in scalar_positions]))
@@ -175,6 +177,36 @@ def compile_training_per_size(gm: torch.fx.GraphModule, example_inputs: Sequence
 
     log.info("graph %s: symbolic sizes in a graph that needs autograd: compiled per input size", _graph_label(gm))
     return run
+
+
+def _propagate_static_values(gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor]) -> None:
+    """Replace the symbolic traced values of ``gm`` (a per-size copy) by fake values of these
+    static inputs, computed in the current grad mode: eager's relation of each output to the
+    inputs (a view, ``detach``'s shared memory that is no view, requires_grad) is read from them
+    (``aliasing.output_aliases``), and symbolic ones give none. If the propagation fails the
+    symbolic values stay, and outputs aliasing an input are taken for views, as before."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    values: dict[torch.fx.Node, Any] = {}
+
+    class _Propagate(torch.fx.Interpreter):
+        def run_node(self, n: torch.fx.Node) -> Any:
+            result = super().run_node(n)
+            values[n] = result
+            return result
+
+    try:
+        fakes = [mode.from_tensor(t, static_shapes=True) for t in inputs]
+        with mode:
+            _Propagate(gm).run(*fakes)
+    except Exception as e:  # noqa: BLE001 - an optimisation of fidelity; the compile goes on
+        log.info("graph %s: static values not propagated for a per-size training graph (%s: %s)",
+                 _label(gm), type(e).__name__, e)
+        return
+    for n, value in values.items():
+        if n.op != "output":
+            n.meta["example_value"] = value
 
 
 def _bind_scalars(gm: torch.fx.GraphModule, values: dict[int, Any]) -> torch.fx.GraphModule:
