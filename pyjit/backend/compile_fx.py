@@ -411,9 +411,10 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list[Any], symbolic: list
     run_passes(aten_gm)
     from .passes.host_values import move_host_values  # CPU values of a CUDA graph: one transfer
     metrics.host_values += move_host_values(aten_gm, device)
-    # cuDNN starts on this graph's convolution plans now, while it is lowered (conv_warmup.py);
-    # the lowering queues them again with the exact layouts it passes (run once per process).
-    conv_warmup.request_graph(aten_gm)
+    # cuDNN starts on this graph's convolution plans now, while it is lowered (conv_warmup.py),
+    # ahead of those queued earlier (a training graph's backward): this graph's first call comes
+    # first. The lowering queues them again with the exact layouts it passes (run once per process).
+    conv_warmup.request_graph(aten_gm, urgent=True)
     traced = time.perf_counter()
     if events.enabled():
         events.record_span("aten", _graph_label(gm), time.time() - (traced - start), traced - start)

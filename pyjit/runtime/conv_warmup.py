@@ -6,26 +6,30 @@ at run time. That is host work of 30-300 ms per convolution and per direction (f
 data, backward weight), which eager pays inside its first step and a compiled graph inside its first
 call: about 12 s of a MobileNetV3 training step's first call on an H200. cuDNN keeps the plans in a
 per-process cache keyed by those parameters, and torch releases the GIL around the call, so the
-same convolutions run once on zero-filled tensors on a background thread fill that cache while the
-main thread traces, lowers and generates code.
+same convolutions run once on zero-filled tensors on background threads fill that cache while the
+main thread traces, lowers and generates code. Several threads (``config.conv_warmup_threads``)
+build plans at once: cuDNN's run-time kernel compiles are independent host work.
 
 :func:`request` takes one ``aten.convolution`` or ``aten.convolution_backward`` call described by
 :class:`TensorSpec` in place of its tensors; the backend calls it for every convolution it lowers
 (``lowering/fallbacks.py``) and for those of a training graph's backward as soon as it is
-partitioned (``backend/aot``), before that backward is compiled. Each distinct call runs once per
-process. The results are discarded; nothing the compiled code computes depends on this thread.
+partitioned (``backend/aot``), before that backward is compiled. Calls run in the order they were
+queued, except that a graph's own convolutions, queued when it starts compiling, go ahead of
+earlier requests (its first call comes before the backward's). Each distinct call runs once per
+process. The results are discarded; nothing the compiled code computes depends on these threads.
+Each call is a ``conv_warmup`` span in the compile trace (``PYJIT_TRACE``).
 
 What keeps it out of the way:
 
 - only CUDA devices, only while ``config.conv_warmup`` is on, never under
   ``torch.backends.cudnn.benchmark`` (that mode times every algorithm, and a measurement beside
   pyjit's compile would be noisy);
-- the thread works only while pyjit holds a caller's thread (:func:`active`: compiling a graph,
-  making its first call), and leaving waits for the call in flight, so no user code (a CUDA graph
+- the threads work only while pyjit holds a caller's thread (:func:`active`: compiling a graph,
+  making its first call), and leaving waits for the calls in flight, so no user code (a CUDA graph
   capture, a timing) ever runs beside a warm-up call; calls still queued wait for the next region
   (a backward's convolutions are queued when the forward compiles and run while the backward does);
 - it starts no convolution while an autotuning measurement runs (:func:`timing`, used by
-  ``runtime/autotune.py``), so pyjit's own timings see at most the tail of one;
+  ``runtime/autotune.py``), so pyjit's own timings see at most the tail of one per thread;
 - a failure (out of memory, an argument cuDNN refuses) is logged on ``compile_times`` and that call
   is skipped: the compiled graph makes the same call itself later and reports any real error there;
 - at interpreter exit the queue is dropped and the thread finishes at most its current call.
@@ -80,11 +84,11 @@ _lock = threading.Lock()
 _changed = threading.Condition(_lock)  # any of the state below changed
 _queue: collections.deque = collections.deque()
 _seen: set[tuple] = set()
-_thread: threading.Thread | None = None
+_threads: list[threading.Thread] = []
 _closing = False
 _active = 0  # regions pyjit holds (compiles, first calls): the thread works only inside one
 _timing = 0  # device timings in progress: no call starts during one
-_running = 0  # calls in progress (0 or 1)
+_running = 0  # calls in progress (at most one per thread)
 # Test hook: the device types the warm-up serves (CUDA only: on CPU oneDNN's first call is cheap
 # and the cores are the compiler's).
 device_types: frozenset[str] = frozenset({"cuda"})
@@ -100,30 +104,42 @@ def enabled_for(device: torch.device) -> bool:
     return bool(config.conv_warmup) and device.type in device_types and not torch.backends.cudnn.benchmark
 
 
-def request(op: str, args: tuple) -> bool:
+def request(op: str, args: tuple, position: int | None = None) -> bool:
     """Queue ``torch.ops.aten.<op>.default(*args)`` (``op`` in ``convolution``,
-    ``convolution_backward``) with :class:`TensorSpec` in place of tensors; False when refused."""
+    ``convolution_backward``) with :class:`TensorSpec` in place of tensors, at the end of the
+    queue or at ``position``; False when refused."""
     specs = [a for a in args if isinstance(a, TensorSpec)]
     if op not in _CONV_OPS or not specs or not enabled_for(specs[0].device):
         counters["skipped"] += 1
         return False
     key = (op, _hashable(args), torch.backends.cudnn.allow_tf32, torch.backends.cudnn.deterministic)
-    global _thread
     with _lock:
         if key in _seen or _closing:
             counters["skipped"] += 1
             return False
         _seen.add(key)
-        _queue.append((op, args))
+        if position is None:
+            _queue.append((op, args))
+        else:
+            _queue.insert(min(position, len(_queue)), (op, args))
         counters["requested"] += 1
-        if _thread is None:
-            _thread = threading.Thread(target=_serve, name="pyjit-conv-warmup", daemon=True)
-            _thread.start()
+        if len(_threads) < min(thread_count(), len(_queue) + _running):
+            thread = threading.Thread(target=_serve, name=f"pyjit-conv-warmup-{len(_threads)}", daemon=True)
+            _threads.append(thread)
+            thread.start()
         _changed.notify_all()
     return True
 
 
-def request_from_node(node: torch.fx.Node) -> bool:
+def thread_count() -> int:
+    """How many warm-up threads may run (``config.conv_warmup_threads``; 0: a quarter of the
+    CPU count, 1 to 4)."""
+    if config.conv_warmup_threads > 0:
+        return config.conv_warmup_threads
+    return max(1, min(4, (os.cpu_count() or 1) // 4))
+
+
+def request_from_node(node: torch.fx.Node, position: int | None = None) -> bool:
     """Queue an aten graph's convolution (or its backward) from the node's traced values."""
     name = getattr(getattr(node.target, "_overloadpacket", None), "__name__", None)
     if node.op != "call_function" or name not in _CONV_OPS:
@@ -140,21 +156,26 @@ def request_from_node(node: torch.fx.Node) -> bool:
             return False  # symbolic sizes in the arguments
         else:
             args.append(a)
-    return request(name, tuple(args))
+    return request(name, tuple(args), position)
 
 
-def request_graph(gm: torch.fx.GraphModule) -> int:
-    """Queue every convolution of an aten graph; how many were queued."""
-    return sum(request_from_node(n) for n in gm.graph.nodes if n.op == "call_function")
+def request_graph(gm: torch.fx.GraphModule, urgent: bool = False) -> int:
+    """Queue every convolution of an aten graph, in graph order, at the end of the queue or
+    (``urgent``) ahead of every call queued before; how many were queued."""
+    queued = 0
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and request_from_node(n, queued if urgent else None):
+            queued += 1
+    return queued
 
 
 @contextlib.contextmanager
 def active() -> Iterator[None]:
-    """A region in which the thread may work: pyjit compiling a graph or making its first call.
+    """A region in which the threads may work: pyjit compiling a graph or making its first call.
 
-    Outside every region the thread starts nothing, and leaving the last region waits for the
-    call in flight: user code never runs beside a warm-up call (a CUDA graph capture there
-    would be invalidated by the thread's allocations and launches)."""
+    Outside every region the threads start nothing, and leaving the last region waits for the
+    calls in flight: user code never runs beside a warm-up call (a CUDA graph capture there
+    would be invalidated by the threads' allocations and launches)."""
     global _active
     with _lock:
         _active += 1
@@ -218,24 +239,31 @@ def _serve() -> None:
         finally:
             with _lock:
                 _running -= 1
-                if not _queue:  # logged before waking drain(), which tests read the log after
-                    log.info("convolution warm-up: queue done, %d call(s) run in %.1f s on the warm-up "
-                             "thread (%d failed)", counters["ran"], counters["ms"] / 1e3, counters["failed"])
+                if not _queue and not _running:  # logged before waking drain(), which tests read the log after
+                    log.info("convolution warm-up: queue done, %d call(s) run in %.1f s on %d warm-up "
+                             "thread(s) (%d failed)", counters["ran"], counters["ms"] / 1e3, len(_threads),
+                             counters["failed"])
                 _changed.notify_all()
 
 
 def _run(op: str, args: tuple) -> None:
+    from ..report import events
+
     device = next(a.device for a in args if isinstance(a, TensorSpec))
-    start = time.perf_counter()
+    start, wall = time.perf_counter(), time.time()
     try:
         device_ctx = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
         with device_ctx, torch.no_grad():
             real = tuple(a.make() if isinstance(a, TensorSpec) else a for a in args)
             getattr(torch.ops.aten, op).default(*real)
-        counters["ran"] += 1
-        counters["ms"] += int((time.perf_counter() - start) * 1e3)
+        with _lock:
+            counters["ran"] += 1
+            counters["ms"] += int((time.perf_counter() - start) * 1e3)
+        shape = next(a.size for a in args if isinstance(a, TensorSpec))
+        events.record_span("conv_warmup", f"{op} {list(shape)}", wall, time.perf_counter() - start)
     except Exception as e:  # noqa: BLE001 - the compiled graph makes this call itself and reports it
-        counters["failed"] += 1
+        with _lock:
+            counters["failed"] += 1
         log.info("convolution warm-up skipped one %s call (%s: %s)", op, type(e).__name__, e)
 
 
@@ -245,18 +273,18 @@ def _close() -> None:
         _closing = True
         _queue.clear()
         _changed.notify_all()
-    thread = _thread
-    if thread is not None:
+    for thread in list(_threads):
         thread.join(timeout=5.0)
 
 
 def _after_fork_in_child() -> None:
-    """A forked child has no warm-up thread, and the lock may be held by a thread it lacks."""
-    global _lock, _changed, _thread, _active, _timing, _running
+    """A forked child has no warm-up threads, and the lock may be held by a thread it lacks."""
+    global _lock, _changed, _active, _timing, _running
     _lock = threading.Lock()
     _changed = threading.Condition(_lock)
     _queue.clear()
-    _thread, _active, _timing, _running = None, 0, 0, 0
+    _threads.clear()
+    _active, _timing, _running = 0, 0, 0
 
 
 atexit.register(_close)

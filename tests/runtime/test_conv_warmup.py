@@ -153,3 +153,36 @@ def test_symbolic_sizes_are_not_warmed() -> None:
                                                   DimDynamic.STATIC])
     fake = mode.from_tensor(torch.empty(2, 3, 8, 8), symbolic_context=ctx)
     assert TensorSpec.of(fake) is None
+
+
+def test_a_graph_compiling_now_goes_ahead_of_earlier_requests(warm_cpu: None) -> None:
+    """A training graph's backward is queued at partition; the forward's convolutions, queued
+    when it compiles, run first (its first call comes first), in graph order."""
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = torch.nn.Conv2d(3, 19, 3), torch.nn.Conv2d(19, 21, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(self.a(x))
+
+    assert conv_warmup.request("convolution_backward", (_spec(2, 5, 7, 7), _spec(2, 3, 9, 9), _spec(5, 3, 3, 3),
+                                                        None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1,
+                                                        [True, True, False]))
+    gm = torch.fx.symbolic_trace(Net())
+    from pyjit.backend.compile_fx import trace_to_aten
+    aten_gm, _ = trace_to_aten(gm, [torch.randn(1, 3, 9, 9)])
+    assert conv_warmup.request_graph(aten_gm, urgent=True) == 2
+    queued = [(op, args[1].size[0]) for op, args in conv_warmup._queue]
+    assert queued == [("convolution", 19), ("convolution", 21), ("convolution_backward", 2)]
+    assert conv_warmup.drain(timeout=60)
+    assert conv_warmup.counters["ran"] == 3
+
+
+def test_several_threads_share_the_queue(warm_cpu: None) -> None:
+    with cfg.patch(conv_warmup_threads=3):
+        for cout in (23, 25, 27, 29, 31):
+            assert conv_warmup.request("convolution", _conv_args(cout=cout))
+        assert conv_warmup.drain(timeout=60)
+    assert conv_warmup.counters["ran"] == 5
+    assert 1 <= len(conv_warmup._threads) <= 3
