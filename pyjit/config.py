@@ -174,9 +174,8 @@ class Config:
     # (and its backward) runs once on zero-filled tensors on a background thread while the graph
     # compiles, so cuDNN's plan building (run-time kernel compiles) is off the first call's path.
     conv_warmup: bool = True
-    # Threads running those warm-up calls (PYJIT_CONV_WARMUP_THREADS; cuDNN builds plans, and
-    # compiles kernels with NVRTC, with the GIL released, so they build in parallel); 0: a
-    # quarter of the CPU count, 1 to 4.
+    # Threads running those warm-up calls (PYJIT_CONV_WARMUP_THREADS). 0: one; four measured
+    # slower on an H200 host (cuDNN's run-time compiles contend; docs/performance.md).
     conv_warmup_threads: int = 0
     # Backend: use the on-disk cache of generated modules (PYJIT_CACHE_DIR).
     backend_disk_cache: bool = True
@@ -257,7 +256,7 @@ def _from_environment(env: "os._Environ[str] | dict[str, str]") -> Config:
     cfg.conv_warmup = warmup == "1"
     threads = env.get("PYJIT_CONV_WARMUP_THREADS", "0").strip() or "0"
     if not threads.isdigit():
-        raise ValueError(f"PYJIT_CONV_WARMUP_THREADS={threads!r} must be a whole number (0: a quarter of the CPUs, 1 to 4)")
+        raise ValueError(f"PYJIT_CONV_WARMUP_THREADS={threads!r} must be a whole number (0: one thread)")
     cfg.conv_warmup_threads = int(threads)
     progress = env.get("PYJIT_PROGRESS", "1").strip() or "1"
     if progress not in ("0", "1"):

@@ -7,8 +7,12 @@ data, backward weight), which eager pays inside its first step and a compiled gr
 call: about 12 s of a MobileNetV3 training step's first call on an H200. cuDNN keeps the plans in a
 per-process cache keyed by those parameters, and torch releases the GIL around the call, so the
 same convolutions run once on zero-filled tensors on background threads fill that cache while the
-main thread traces, lowers and generates code. Several threads (``config.conv_warmup_threads``)
-build plans at once: cuDNN's run-time kernel compiles are independent host work.
+main thread traces, lowers and generates code (one by default, ``config.conv_warmup_threads``).
+
+ATen's plan cache is per thread, so what a warm-up thread leaves for the main thread is cuDNN's
+run-time compiled kernels (the expensive part), not the plan itself. A backward convolution is
+then made once more on autograd's worker thread for the device, where the compiled backward will
+make it, which leaves its plan there too.
 
 :func:`request` takes one ``aten.convolution`` or ``aten.convolution_backward`` call described by
 :class:`TensorSpec` in place of its tensors; the backend calls it for every convolution it lowers
@@ -30,6 +34,8 @@ What keeps it out of the way:
   (a backward's convolutions are queued when the forward compiles and run while the backward does);
 - it starts no convolution while an autotuning measurement runs (:func:`timing`, used by
   ``runtime/autotune.py``), so pyjit's own timings see at most the tail of one per thread;
+- backward convolutions are replayed on autograd's worker thread for the device, where the
+  compiled backward makes them (ATen's plan cache is per thread; :func:`_run_on_backward_thread`);
 - a failure (out of memory, an argument cuDNN refuses) is logged on ``compile_times`` and that call
   is skipped: the compiled graph makes the same call itself later and reports any real error there;
 - at interpreter exit the queue is dropped and the thread finishes at most its current call.
@@ -88,7 +94,12 @@ _threads: list[threading.Thread] = []
 _closing = False
 _active = 0  # regions pyjit holds (compiles, first calls): the thread works only inside one
 _timing = 0  # device timings in progress: no call starts during one
-_running = 0  # calls in progress (at most one per thread)
+_running = 0  # calls in progress (at most one per thread, plus one on autograd's device thread)
+# Backward calls already run on a warm-up thread, to be replayed on autograd's device thread
+# (:func:`_run_on_backward_thread`), and batches of them handed over and not finished.
+_backward_queue: collections.deque = collections.deque()
+_backward_thread: threading.Thread | None = None
+_submitted = 0
 # Test hook: the device types the warm-up serves (CUDA only: on CPU oneDNN's first call is cheap
 # and the cores are the compiler's).
 device_types: frozenset[str] = frozenset({"cuda"})
@@ -132,11 +143,10 @@ def request(op: str, args: tuple, position: int | None = None) -> bool:
 
 
 def thread_count() -> int:
-    """How many warm-up threads may run (``config.conv_warmup_threads``; 0: a quarter of the
-    CPU count, 1 to 4)."""
-    if config.conv_warmup_threads > 0:
-        return config.conv_warmup_threads
-    return max(1, min(4, (os.cpu_count() or 1) // 4))
+    """How many warm-up threads may run (``config.conv_warmup_threads``; 0: one). On an H200 host
+    four threads slowed each other and the main thread's own convolutions: cuDNN's run-time
+    compiles do not scale across threads there (docs/performance.md)."""
+    return max(1, config.conv_warmup_threads)
 
 
 def request_from_node(node: torch.fx.Node, position: int | None = None) -> bool:
@@ -208,7 +218,7 @@ def drain(timeout: float | None = None) -> bool:
     """Run the queue to its end (tests, diagnostics); False on timeout."""
     deadline = None if timeout is None else time.monotonic() + timeout
     with active(), _lock:
-        while _queue or _running:
+        while _queue or _backward_queue or _running or _submitted:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return False
@@ -235,18 +245,108 @@ def _serve() -> None:
             op, args = _queue.popleft()
             _running += 1
         try:
-            _run(op, args)
+            if _run(op, args) and op == "convolution_backward":
+                _replay_later(op, args)
         finally:
             with _lock:
                 _running -= 1
-                if not _queue and not _running:  # logged before waking drain(), which tests read the log after
-                    log.info("convolution warm-up: queue done, %d call(s) run in %.1f s on %d warm-up "
-                             "thread(s) (%d failed)", counters["ran"], counters["ms"] / 1e3, len(_threads),
-                             counters["failed"])
+                _log_if_done()
                 _changed.notify_all()
 
 
-def _run(op: str, args: tuple) -> None:
+def _log_if_done() -> None:
+    """(Holding the lock.) Logged before waking drain(), which tests read the log after."""
+    if not _queue and not _backward_queue and not _running and not _submitted:
+        log.info("convolution warm-up: queue done, %d call(s) run in %.1f s on %d warm-up thread(s), %d "
+                 "replayed on autograd's device thread (%d failed, %d dropped)", counters["ran"],
+                 counters["ms"] / 1e3, len(_threads), counters["replayed"], counters["failed"], counters["dropped"])
+
+
+def _replay_later(op: str, args: tuple) -> None:
+    global _backward_thread
+    with _lock:
+        if _closing:
+            return
+        _backward_queue.append((op, args))
+        if _backward_thread is None:
+            _backward_thread = threading.Thread(target=_serve_backward, name="pyjit-conv-warmup-backward",
+                                                daemon=True)
+            _backward_thread.start()
+        _changed.notify_all()
+
+
+def _serve_backward() -> None:
+    """Hands the replays queued so far, as one batch, to autograd's device thread; repeats."""
+    global _submitted
+    while True:
+        with _lock:
+            while not (_closing or (_backward_queue and _active and not _timing)):
+                _changed.wait()
+            if _closing:
+                return
+            batch = list(_backward_queue)
+            _backward_queue.clear()
+            _submitted += 1
+        try:
+            _run_on_backward_thread(batch)
+        finally:
+            with _lock:
+                _submitted -= 1
+                _log_if_done()
+                _changed.notify_all()
+
+
+class _OnBackwardThread(torch.autograd.Function):
+    """Runs ``job`` in its backward: on autograd's worker thread for the anchor's device."""
+
+    @staticmethod
+    def forward(ctx: Any, anchor: torch.Tensor, job: Any) -> torch.Tensor:
+        ctx.job = job
+        return anchor.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        ctx.job()
+        return grad, None
+
+
+def _run_on_backward_thread(batch: list[tuple[str, tuple]]) -> None:
+    """Replay backward convolutions where the compiled backward will run them.
+
+    ATen keeps cuDNN's execution plans in a per-thread cache, and autograd runs a CUDA graph's
+    backward on its own worker thread for the device. A call made on a warm-up thread fills
+    cuDNN's process-wide cache of run-time compiled kernels (the expensive part, done there in
+    parallel with the compile) but that worker thread would still build its plan, tens of
+    milliseconds per call. So the calls are made again inside the backward of a one-element
+    autograd graph, which autograd hands to that worker thread (a CPU graph runs it here).
+    Each starts only inside a region and outside a timing, as the others; those whose region
+    has ended by the time the worker thread gets to them are dropped."""
+    device = next(a.device for a in batch[0][1] if isinstance(a, TensorSpec))
+
+    def job() -> None:
+        global _running
+        for k, (op, args) in enumerate(batch):
+            with _lock:
+                while _active and _timing and not _closing:
+                    _changed.wait()
+                if not _active or _closing:
+                    counters["dropped"] += len(batch) - k
+                    return
+                _running += 1
+            try:
+                _run(op, args, replay=True)
+            finally:
+                with _lock:
+                    _running -= 1
+                    _changed.notify_all()
+
+    with torch.enable_grad():
+        anchor = torch.zeros((), device=device, requires_grad=True)
+        out = _OnBackwardThread.apply(anchor, job)
+    out.backward()
+
+
+def _run(op: str, args: tuple, replay: bool = False) -> bool:
     from ..report import events
 
     device = next(a.device for a in args if isinstance(a, TensorSpec))
@@ -257,14 +357,17 @@ def _run(op: str, args: tuple) -> None:
             real = tuple(a.make() if isinstance(a, TensorSpec) else a for a in args)
             getattr(torch.ops.aten, op).default(*real)
         with _lock:
-            counters["ran"] += 1
+            counters["replayed" if replay else "ran"] += 1
             counters["ms"] += int((time.perf_counter() - start) * 1e3)
         shape = next(a.size for a in args if isinstance(a, TensorSpec))
-        events.record_span("conv_warmup", f"{op} {list(shape)}", wall, time.perf_counter() - start)
+        events.record_span("conv_warmup", f"{'replay ' if replay else ''}{op} {list(shape)}", wall,
+                           time.perf_counter() - start)
+        return True
     except Exception as e:  # noqa: BLE001 - the compiled graph makes this call itself and reports it
         with _lock:
             counters["failed"] += 1
         log.info("convolution warm-up skipped one %s call (%s: %s)", op, type(e).__name__, e)
+        return False
 
 
 def _close() -> None:
@@ -272,19 +375,22 @@ def _close() -> None:
     with _lock:
         _closing = True
         _queue.clear()
+        _backward_queue.clear()
         _changed.notify_all()
-    for thread in list(_threads):
+    for thread in [*_threads, *([_backward_thread] if _backward_thread is not None else [])]:
         thread.join(timeout=5.0)
 
 
 def _after_fork_in_child() -> None:
     """A forked child has no warm-up threads, and the lock may be held by a thread it lacks."""
-    global _lock, _changed, _active, _timing, _running
+    global _lock, _changed, _active, _timing, _running, _submitted, _backward_thread
     _lock = threading.Lock()
     _changed = threading.Condition(_lock)
     _queue.clear()
+    _backward_queue.clear()
     _threads.clear()
-    _active, _timing, _running = 0, 0, 0
+    _backward_thread = None
+    _active, _timing, _running, _submitted = 0, 0, 0, 0
 
 
 atexit.register(_close)

@@ -186,3 +186,34 @@ def test_several_threads_share_the_queue(warm_cpu: None) -> None:
         assert conv_warmup.drain(timeout=60)
     assert conv_warmup.counters["ran"] == 5
     assert 1 <= len(conv_warmup._threads) <= 3
+
+
+def test_backward_calls_are_replayed_inside_an_autograd_backward(warm_cpu: None,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backward convolution runs on a warm-up thread (cuDNN's run-time compiled kernels), then
+    again inside an autograd backward (on CUDA: autograd's worker thread for the device, whose
+    per-thread plan cache the compiled backward uses); a forward one runs once."""
+    seen: list[tuple[str, bool]] = []
+    real_run = conv_warmup._run
+
+    def run(op: str, args: tuple, replay: bool = False) -> bool:
+        seen.append((op, torch._C._current_autograd_node() is not None))
+        return real_run(op, args, replay)
+
+    monkeypatch.setattr(conv_warmup, "_run", run)
+    with conv_warmup.active():
+        assert conv_warmup.request("convolution", _conv_args(cout=33))
+        assert conv_warmup.request("convolution_backward", (_spec(2, 7, 7, 7), _spec(2, 3, 9, 9), _spec(7, 3, 3, 3),
+                                                            None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1,
+                                                            [True, True, False]))
+        assert conv_warmup.drain(timeout=60)
+    assert seen == [("convolution", False), ("convolution_backward", False), ("convolution_backward", True)]
+    assert conv_warmup.counters["ran"] == 2 and conv_warmup.counters["replayed"] == 1
+
+
+def test_a_replay_whose_region_ended_is_dropped(warm_cpu: None) -> None:
+    """Autograd's worker thread reached the replay after pyjit's region ended: nothing runs."""
+    args = (_spec(2, 7, 7, 7), _spec(2, 3, 9, 9), _spec(7, 3, 3, 3), None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1,
+            [True, True, False])
+    conv_warmup._run_on_backward_thread([("convolution_backward", args)] * 2)  # outside every region
+    assert conv_warmup.counters["dropped"] == 2 and conv_warmup.counters["replayed"] == 0
