@@ -4,13 +4,13 @@ The first call of a convolution of a new shape, layout and dtype makes cuDNN bui
 plan: heuristics, and for many bf16/fp16 channels-last and depthwise convolutions a kernel compiled
 at run time. That is host work of 30-300 ms per convolution and per direction (forward, backward
 data, backward weight), which eager pays inside its first step and a compiled graph inside its first
-call: about 12 s of a MobileNetV3 training step's first call on an H200. cuDNN keeps the plans in a
-per-process cache keyed by those parameters, and torch releases the GIL around the call, so the
-same convolutions run once on zero-filled tensors on background threads fill that cache while the
-main thread traces, lowers and generates code (one by default, ``config.conv_warmup_threads``).
+call: about 12 s of a MobileNetV3 training step's first call on an H200. cuDNN keeps its run-time
+compiled kernels per process, and torch releases the GIL around the call, so the same convolutions
+run once on zero-filled tensors on a background thread (``config.conv_warmup_threads``: one by
+default) compile them while the main thread traces, lowers and generates code.
 
-ATen's plan cache is per thread, so what a warm-up thread leaves for the main thread is cuDNN's
-run-time compiled kernels (the expensive part), not the plan itself. A backward convolution is
+ATen keeps the plans themselves in a per-thread cache, so what a warm-up thread leaves for the
+main thread is the compiled kernels (the expensive part), not the plan. A backward convolution is
 then made once more on autograd's worker thread for the device, where the compiled backward will
 make it, which leaves its plan there too.
 
