@@ -187,6 +187,8 @@ def _propagate_static_values(gm: torch.fx.GraphModule, inputs: Sequence[torch.Te
     symbolic values stay, and outputs aliasing an input are taken for views, as before."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    if not _runs_only_torch(gm):
+        return  # a custom autograd.Function's forward is user code: never run it an extra time
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     values: dict[torch.fx.Node, Any] = {}
 
@@ -207,6 +209,29 @@ def _propagate_static_values(gm: torch.fx.GraphModule, inputs: Sequence[torch.Te
     for n, value in values.items():
         if n.op != "output":
             n.meta["example_value"] = value
+
+
+_SAFE_MODULES = ("builtins", "_operator", "operator", "math")
+
+
+def _runs_only_torch(gm: torch.fx.GraphModule) -> bool:
+    """Every call of ``gm`` is an aten/prims op, a torch function, a tensor method or a Python
+    builtin: running it on fake tensors runs no user code."""
+    for n in gm.graph.nodes:
+        if n.op == "call_module":
+            return False
+        if n.op != "call_function":
+            continue
+        target = n.target
+        if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+            if target.namespace not in ("aten", "prims"):
+                return False
+            continue
+        module = getattr(target, "__module__", None) or ""
+        if module in _SAFE_MODULES or (module.startswith("torch") and not module.startswith("torch.autograd")):
+            continue
+        return False
+    return True
 
 
 def _bind_scalars(gm: torch.fx.GraphModule, values: dict[int, Any]) -> torch.fx.GraphModule:
