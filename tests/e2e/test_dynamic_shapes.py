@@ -549,3 +549,51 @@ def test_detach_of_an_input_from_a_dynamic_training_graph_is_no_view() -> None:
             close(g, w)
             assert (g._is_view(), g.requires_grad, g._base is x) == (w._is_view(), w.requires_grad, w._base is x)
         assert got[0].data_ptr() == x.data_ptr()
+
+
+def test_a_custom_function_in_a_dynamic_training_graph_runs_its_forward_once_per_call() -> None:
+    """The per-size training graphs never run user code to read eager's output relations: a
+    custom autograd.Function's forward (a side effect here) runs once per call, as in eager."""
+    calls = []
+
+    class Double(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            calls.append(1)
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    def f(x):
+        return Double.apply(x), x.detach()  # returning an input's alias: static graphs per size
+
+    jf = pyjit.jit(f)
+    for n in (5, 6, 7):
+        x = torch.randn(n, 3, requires_grad=True)
+        got = jf(x)
+        close(got[0], x * 2)
+        assert got[1].data_ptr() == x.data_ptr() and not got[1]._is_view()
+        got[0].sum().backward()
+        close(x.grad, torch.full_like(x, 2.0))
+    assert len(calls) == 3
+
+
+def test_static_values_are_not_propagated_through_user_code() -> None:
+    """What may run on fake tensors to read a per-size graph's output relations: torch and aten
+    calls, not a captured autograd.Function (its forward is user code) nor a module call."""
+    import operator
+
+    from pyjit.backend.aot import _runs_only_torch
+    from pyjit.backend.aot.custom_function import APPLY_OP
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    y = graph.call_function(torch.relu, (x,))
+    z = graph.call_function(operator.add, (y, 1))
+    graph.output(graph.call_method("detach", (z,)))
+    assert _runs_only_torch(torch.fx.GraphModule(torch.nn.Module(), graph))
+    with graph.inserting_before(next(iter(reversed(graph.nodes)))):
+        graph.call_function(APPLY_OP, (0, [z]))
+    assert not _runs_only_torch(torch.fx.GraphModule(torch.nn.Module(), graph))
