@@ -234,13 +234,19 @@ def reset() -> None:
         counters.clear()
 
 
+def _wait_for_work(queue: collections.deque) -> bool:
+    """(Holding the lock.) Wait until ``queue`` has a call that may start now (inside a region,
+    outside a timing); False when the module is closing instead."""
+    while not (_closing or (queue and _active and not _timing)):
+        _changed.wait()
+    return not _closing
+
+
 def _serve() -> None:
     global _running
     while True:
         with _lock:
-            while not (_closing or (_queue and _active and not _timing)):
-                _changed.wait()
-            if _closing:
+            if not _wait_for_work(_queue):
                 return
             op, args = _queue.popleft()
             _running += 1
@@ -280,9 +286,7 @@ def _serve_backward() -> None:
     global _submitted
     while True:
         with _lock:
-            while not (_closing or (_backward_queue and _active and not _timing)):
-                _changed.wait()
-            if _closing:
+            if not _wait_for_work(_backward_queue):
                 return
             batch = list(_backward_queue)
             _backward_queue.clear()
