@@ -595,5 +595,40 @@ def test_static_values_are_not_propagated_through_user_code() -> None:
     graph.output(graph.call_method("detach", (z,)))
     assert _runs_only_torch(torch.fx.GraphModule(torch.nn.Module(), graph))
     with graph.inserting_before(next(iter(reversed(graph.nodes)))):
+        graph.call_function(torch._C._set_grad_enabled, (False,))  # runs; grad mode restored after
+    assert _runs_only_torch(torch.fx.GraphModule(torch.nn.Module(), graph))
+    with graph.inserting_before(next(iter(reversed(graph.nodes)))):
+        graph.call_function(torch.amp.autocast_mode._enter_autocast, ("cpu", torch.bfloat16, True, None))
+    assert not _runs_only_torch(torch.fx.GraphModule(torch.nn.Module(), graph))
+    graph.erase_node(next(n for n in graph.nodes if n.target is torch.amp.autocast_mode._enter_autocast))
+    with graph.inserting_before(next(iter(reversed(graph.nodes)))):
         graph.call_function(APPLY_OP, (0, [z]))
     assert not _runs_only_torch(torch.fx.GraphModule(torch.nn.Module(), graph))
+
+
+def test_a_per_size_training_graph_ending_under_no_grad_leaves_grad_mode_alone() -> None:
+    """A graph that breaks inside ``no_grad`` ends with a grad-mode change; reading its output
+    relations for a per-size training graph runs it on fake tensors, which must not leave the
+    caller's thread under ``no_grad`` (the in-place update then lost its gradient)."""
+    lin = torch.nn.Linear(4, 4)
+
+    def f(x, fl, items):
+        x += lin(x)
+        y = x + min(2.0, fl)  # noqa: F841 - live across the break
+        for _ in items:
+            with torch.no_grad():
+                return undefined_in_this_test  # noqa: F821 - the break, then eager's NameError
+        return 1
+
+    jf = pyjit.jit(f)
+    for fl, items in ((-0.7, [1]), (0.5, [1]), (2.5, []), (1.5, [1])):
+        x = torch.randn(4, 4)
+        ref = x.clone()
+        for fn, arg in ((jf, x), (f, ref)):
+            try:
+                fn(arg, fl, items)
+            except NameError:
+                pass
+        assert torch.is_grad_enabled()
+        assert x.requires_grad and ref.requires_grad
+        close(x, ref)

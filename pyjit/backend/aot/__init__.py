@@ -198,6 +198,7 @@ def _propagate_static_values(gm: torch.fx.GraphModule, inputs: Sequence[torch.Te
             values[n] = result
             return result
 
+    grad = torch.is_grad_enabled()
     try:
         fakes = [mode.from_tensor(t, static_shapes=True) for t in inputs]
         with mode:
@@ -206,23 +207,32 @@ def _propagate_static_values(gm: torch.fx.GraphModule, inputs: Sequence[torch.Te
         log.info("graph %s: static values not propagated for a per-size training graph (%s: %s)",
                  _label(gm), type(e).__name__, e)
         return
+    finally:
+        torch.set_grad_enabled(grad)
     for n, value in values.items():
         if n.op != "output":
             n.meta["example_value"] = value
 
 
 _SAFE_MODULES = ("builtins", "_operator", "operator", "math")
+# Calls that enter or leave an autocast or inference-mode region (a graph that breaks inside
+# one ends with an unmatched enter): running them would change the caller's state. Grad-mode
+# changes run (the outputs' requires_grad depends on them) and the mode is restored after.
+_STATE_CALLS = ("_enter_autocast", "_exit_autocast", "_enter_inference_mode", "_exit_inference_mode")
 
 
 def _runs_only_torch(gm: torch.fx.GraphModule) -> bool:
     """Every call of ``gm`` is an aten/prims op, a torch function, a tensor method or a Python
-    builtin: running it on fake tensors runs no user code."""
+    builtin, and none enters or leaves autocast or inference mode: running it on fake tensors
+    runs no user code and (grad mode restored after) leaves the thread's state as it was."""
     for n in gm.graph.nodes:
         if n.op == "call_module":
             return False
         if n.op != "call_function":
             continue
         target = n.target
+        if getattr(target, "__name__", "") in _STATE_CALLS:
+            return False
         if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
             if target.namespace not in ("aten", "prims"):
                 return False
