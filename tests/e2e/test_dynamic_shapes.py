@@ -552,8 +552,11 @@ def test_detach_of_an_input_from_a_dynamic_training_graph_is_no_view() -> None:
 
 
 def test_a_custom_function_in_a_dynamic_training_graph_runs_its_forward_once_per_call() -> None:
-    """The per-size training graphs never run user code to read eager's output relations: a
-    custom autograd.Function's forward (a side effect here) runs once per call, as in eager."""
+    """A custom autograd.Function with a side effect in its forward, beside an output aliasing an
+    input (which makes the frame's graphs static per size): the forward runs once per call at
+    every size, as in eager. (Its side effect breaks the graph, so the per-size graph does not
+    contain the Function; that the propagation never runs a captured one is checked directly by
+    ``test_static_values_are_not_propagated_through_user_code``.)"""
     calls = []
 
     class Double(torch.autograd.Function):
